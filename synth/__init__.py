@@ -1,0 +1,1 @@
+"""synth: draw operator graphs uniformly at a chosen difficulty and render them as KernelBench problems."""
