@@ -1,0 +1,72 @@
+"""The `tritonforge` command: one subcommand per pipeline step, each living beside the code it drives.
+
+Every subcommand module exposes `add_arguments(parser)` and `run(args) -> int`; it is imported only
+when its subcommand is used, so `tritonforge sample` never pays for vLLM or dask imports.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sample": ("synth.cli_sample", "draw problems at a level and write a problems Parquet shard"),
+    "show": ("synth.cli_show", "print one problem of a problems shard"),
+    "verify": ("distill.verifier.cli", "verify one candidate against one problem"),
+    "distill": ("distill.cli", "have a teacher write candidates for problems and verify them"),
+    "build": ("pipelines.build.cli", "run the resumable dask build from a TOML config"),
+    "export": ("curriculum.cli", "export shards as sft, rl, verl or trl"),
+    "publish": ("pipelines.publish.cli", "publish a built dataset folder to the Hugging Face Hub"),
+    "train-grpo": ("pipelines.grpo.cli", "train a policy with GRPO, the verifier as reward"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse already exits 2 on bad usage; this only makes the message name the subcommand."""
+
+
+def _load(module: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return None
+        raise
+
+
+def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, dict]:
+    parser = _Parser(prog="tritonforge", description="Training data for honest, fast Triton kernels.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    wanted = None
+    args = sys.argv[1:] if argv is None else argv
+    for token in args:
+        if not token.startswith("-"):
+            wanted = token
+            break
+    modules = {}
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == wanted:
+            mod = _load(module)
+            if mod is not None:
+                mod.add_arguments(p)
+            modules[name] = mod
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, modules = build_parser(argv)
+    args = parser.parse_args(argv)
+    mod = modules.get(args.command)
+    if mod is None:
+        parser.exit(2, f"tritonforge {args.command}: not available in this installation\n")
+    try:
+        return int(mod.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
