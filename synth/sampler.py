@@ -1,0 +1,173 @@
+"""Draw problems: op sequences exactly uniform over M^k, then wiring, sizes, rendering and checks.
+
+The op list of a level-k problem is k independent uniform draws from the (optionally restricted)
+catalog, fixed *before* anything can fail. Every later failure (infeasible wiring, a constraint
+problem with no solution within budget, a program that is not finite or not input-sensitive) is
+repaired by drawing a new wiring for the same op list, with fresh program inputs increasingly
+preferred, so the op-sequence law stays exactly uniform: no op is ever redrawn because it is hard.
+
+Seeds: problem i of `sample(seed=s)` uses `numpy.random.SeedSequence(s, spawn_key=(i,))`, the same
+stream `SeedSequence(s).spawn(...)[i]` gives, so any worker can draw any index range independently and
+the union equals a serial run, byte for byte.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from synth.catalog import OpSpec, default_catalog
+from synth.check import CheckFailed, run_checks
+from synth.csp import solve
+from synth.dag_hash import build_graph, dag_hash
+from synth.problem import Problem
+from synth.render import flops_of, materialize, render
+from synth.wiring import WiringError, wire
+
+# Sizes include non-powers of two and primes; 1 lets broadcasting and degenerate dims appear.
+DEFAULT_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 24, 31, 32, 48, 61, 64, 96, 127, 128, 192, 256)
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    dims: tuple[int, ...] = DEFAULT_DIMS
+    max_elements: int = 1 << 15            # per tensor (inputs, intermediates, outputs, weights)
+    flop_window: tuple[float, float] = (1e3, 5e7)
+    max_attempts: int = 64                  # wiring repairs before giving up on an op list
+    check: bool = True                      # run on the CPU: shapes, finiteness, sensitivity
+
+    def __post_init__(self) -> None:
+        if not self.dims or any((not isinstance(d, int)) or d < 1 for d in self.dims):
+            raise ValueError(f"dims must be positive ints, got {self.dims!r}")
+        if self.max_elements < 1:
+            raise ValueError(f"max_elements must be >= 1, got {self.max_elements}")
+        lo, hi = self.flop_window
+        if not 0 <= lo <= hi:
+            raise ValueError(f"flop_window must be (lo, hi) with 0 <= lo <= hi, got {self.flop_window!r}")
+
+
+class SamplingError(RuntimeError):
+    pass
+
+
+@dataclass
+class Attempts:
+    """Why repairs happened, for diagnostics and the benchmark."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+
+def resolve_ops(ops: Iterable[str] | None = None) -> list[OpSpec]:
+    catalog = default_catalog()
+    if ops is None:
+        return [catalog[name] for name in sorted(catalog)]
+    names = list(dict.fromkeys(ops))
+    unknown = [n for n in names if n not in catalog]
+    if unknown:
+        raise ValueError(f"unknown operator(s): {', '.join(unknown)} (see synth.operators())")
+    if not names:
+        raise ValueError("the operator list is empty")
+    return [catalog[n] for n in sorted(names)]
+
+
+def draw_ops(rng: np.random.Generator, space: Sequence[OpSpec], level: int) -> list[OpSpec]:
+    return [space[i] for i in rng.integers(len(space), size=level)]
+
+
+def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: SampleConfig, seed: int,
+                  stats: Attempts | None = None) -> Problem:
+    """Wire, solve, render and check `op_list`, repairing the wiring until it works."""
+    stats = stats if stats is not None else Attempts()
+    for attempt in range(config.max_attempts):
+        fresh_bias = min(1.0, attempt / max(1, config.max_attempts // 2))
+        try:
+            s = wire(op_list, rng, config.dims, fresh_bias)
+        except WiringError:
+            stats.add("wiring")
+            continue
+        assign = solve(s, rng, config.max_elements, config.flop_window, flops_of(s))
+        if assign is None:
+            stats.add("constraints")
+            continue
+        prog = materialize(s, assign)
+        graph = build_graph(prog)
+        h = dag_hash(graph)
+        doc = f"Level {len(op_list)}: {', '.join(o.spec.name for o in prog.ops)}."
+        source = render(s, prog, doc)
+        out_shapes = [prog.shapes[o] for o in prog.outputs]
+        out_dtypes = [prog.dtypes[o] for o in prog.outputs]
+        if config.check:
+            try:
+                run_checks(source, seed, out_shapes, out_dtypes)
+            except CheckFailed as exc:
+                stats.add(exc.kind)
+                continue
+        return Problem(
+            problem_id=f"L{len(op_list)}-{h[:16]}", source=source, dag_hash=h, level=len(op_list),
+            ops=[o.spec.name for o in prog.ops], graph=graph, seed=seed, flops=prog.flops,
+            bytes_moved=prog.bytes_moved, dtype="float32",
+            input_shapes=[i["shape"] for i in prog.inputs], output_shapes=out_shapes,
+            input_dtypes=["float32" if i["dtype"] == "f32" else "int64" for i in prog.inputs],
+            output_dtypes=["float32" if d == "f32" else "int64" for d in out_dtypes],
+        )
+    raise SamplingError(f"no valid program for ops {[o.name for o in op_list]} after {config.max_attempts} "
+                        f"wirings ({stats.counts}); loosen max_elements/flop_window or drop an op")
+
+
+def problem_stream(index: int, seed: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
+
+
+def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None = None,
+           weights: Sequence[float] | None = None, seed: int = 0, ops: Iterable[str] | None = None,
+           config: SampleConfig | None = None, start: int = 0, unique: bool = False,
+           progress: Callable[[int], None] | None = None, stats: Attempts | None = None) -> list[Problem]:
+    """Draw `n` problems at `level` (or a mixture over `levels`, optionally weighted).
+
+    Problem i (counting from `start`) depends only on (seed, i, level settings, ops, config).
+    With `unique=True`, problems whose `dag_hash` was already drawn are skipped and more indices are
+    drawn until `n` distinct problems exist.
+    """
+    if (level is None) == (levels is None):
+        raise ValueError("give exactly one of level= or levels=")
+    lv = [level] if level is not None else list(levels)
+    if not lv or any((not isinstance(k, (int, np.integer))) or k < 1 for k in lv):
+        raise ValueError(f"levels must be positive ints, got {lv!r}")
+    if weights is not None and (len(weights) != len(lv) or min(weights) < 0 or sum(weights) <= 0):
+        raise ValueError("weights must be non-negative, one per level, not all zero")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    p = None if weights is None else np.asarray(weights, float) / sum(weights)
+    config = config or SampleConfig()
+    space = resolve_ops(ops)
+    out: list[Problem] = []
+    hashes: set[str] = set()
+    i = start
+    while len(out) < n:
+        rng = problem_stream(i, seed)
+        k = int(lv[0] if len(lv) == 1 else rng.choice(lv, p=p))
+        seed_i = int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0])
+        problem = build_problem(draw_ops(rng, space, k), rng, config, seed_i, stats)
+        i += 1
+        if unique and problem.dag_hash in hashes:
+            continue
+        hashes.add(problem.dag_hash)
+        out.append(problem)
+        if progress:
+            progress(1)
+    return out
+
+
+def dedup(problems: Iterable[Problem]) -> list[Problem]:
+    """Keep the first problem of each `dag_hash`."""
+    seen: set[str] = set()
+    kept = []
+    for p in problems:
+        if p.dag_hash not in seen:
+            seen.add(p.dag_hash)
+            kept.append(p)
+    return kept

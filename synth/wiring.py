@@ -1,0 +1,362 @@
+"""Wiring: turn a fixed op sequence into a DAG of symbolic tensors.
+
+For each op in order, each input slot is fed by an unconsumed computed tensor (a chain or fan-in),
+any computed tensor (a branch: reuse), an existing program input, or a fresh program input.
+Compatibility (dtype, value range, rank) is respected; equal dims are unified. Only *structural*
+choices happen here (sources, ranks, reduced/transposed dims, keepdim, broadcast pattern); the sizes
+and numeric attributes stay symbolic for the constraint problem (synth.csp). Computed tensors nobody
+consumes become the program's outputs, so every computed tensor reaches an output.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from synth.catalog import OpSpec
+from synth.dims import Const, Derived, Dim, Var, resolve, unify
+
+RANGE_ACCEPTS = {
+    "any": {"any", "nonneg", "pos", "unit", "sign"},
+    "nonneg": {"nonneg", "pos", "unit"},
+    "pos": {"pos", "unit"},
+    "unit": {"unit"},
+    "sign": set(),   # +-1 targets: always a fresh input
+    "class": set(),  # class indices: always a fresh input
+}
+
+
+def meet(ranges: list[str]) -> str:
+    s = set(ranges)
+    if len(s) == 1:
+        return ranges[0]
+    for r in ("unit", "pos", "nonneg"):
+        if s <= RANGE_ACCEPTS[r] | {r}:
+            return r
+    return "any"
+
+
+@dataclass(eq=False)
+class Tensor:
+    name: str                      # x0.. for program inputs, y0.. for op outputs
+    dims: list[Dim]
+    dtype: str = "f32"
+    range: str = "any"
+    producer: "OpNode | None" = None
+    int_high: Dim | None = None    # class-index inputs: values in [0, int_high)
+    consumers: int = 0
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+
+@dataclass(eq=False)
+class Numel:
+    """Total element count of some tensors, for `numel_in`/`numel_out`/`numel_params` expressions."""
+
+    tensors: list[list[Dim]]
+
+
+@dataclass(eq=False)
+class OpNode:
+    index: int
+    spec: OpSpec
+    inputs: list[Tensor]
+    out: Tensor | None = None
+    env: dict[str, Any] = field(default_factory=dict)       # expression name -> Dim | tuple | Numel
+    attr_vars: dict[str, Var] = field(default_factory=dict)
+    structural: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def module_name(self) -> str:
+        return f"self.{self.spec.name}_{self.index}"
+
+
+@dataclass
+class Structure:
+    ops: list[OpNode]
+    inputs: list[Tensor]
+    vars: list[Var]
+    equalities: list[tuple[Dim, Dim]]
+
+    @property
+    def outputs(self) -> list[Tensor]:
+        return [op.out for op in self.ops if op.out.consumers == 0]
+
+
+class WiringError(Exception):
+    """This wiring attempt is infeasible (for example two different constants had to be equal)."""
+
+
+class Wirer:
+    def __init__(self, rng: np.random.Generator, dims_domain: tuple[int, ...], fresh_bias: float = 0.0):
+        self.rng = rng
+        self.dims_domain = dims_domain
+        self.fresh_bias = fresh_bias
+        self.vars: list[Var] = []
+        self.inputs: list[Tensor] = []
+        self.computed: list[Tensor] = []
+        self.equalities: list[tuple[Dim, Dim]] = []
+
+    # -- helpers -----------------------------------------------------------------------------
+    def var(self, name: str, domain: tuple | None = None) -> Var:
+        v = Var(len(self.vars), tuple(domain) if domain is not None else self.dims_domain, name)
+        self.vars.append(v)
+        return v
+
+    def choice(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def unify(self, a: Dim, b: Dim) -> None:
+        pending = unify(a, b)
+        if pending is not None:
+            ra, rb = pending
+            if isinstance(ra, Const) and isinstance(rb, Const):
+                raise WiringError(f"dims {ra.value} and {rb.value} must be equal")
+            self.equalities.append(pending)
+
+    def fresh(self, dims: list[Dim], dtype: str = "f32", rng_class: str = "any") -> Tensor:
+        t = Tensor(f"x{len(self.inputs)}", dims, dtype, rng_class)
+        self.inputs.append(t)
+        return t
+
+    def fresh_dims(self, rank: int, names: str = "D") -> list[Dim]:
+        return [self.var(names) for _ in range(rank)]
+
+    def pick_source(self, spec: OpSpec, slot: int, ranks: set[int]) -> Tensor | None:
+        """An existing tensor for this slot, or None for a fresh input."""
+        need = spec.in_range[slot]
+        if spec.in_dtype[slot] != "f32" or not RANGE_ACCEPTS[need]:
+            return None
+
+        def ok(t: Tensor) -> bool:
+            return t.dtype == "f32" and t.range in RANGE_ACCEPTS[need] and t.rank in ranks
+
+        keep = 1.0 - self.fresh_bias
+        r = self.rng.random()
+        unconsumed = [t for t in self.computed if t.consumers == 0 and ok(t)]
+        if unconsumed and r < 0.75 * keep:
+            return self.choice(unconsumed)
+        r = self.rng.random()
+        if r < 0.35 * keep:
+            pool = [t for t in self.computed if ok(t)]
+            if pool:
+                return self.choice(pool)
+        elif r < 0.55 * keep:
+            pool = [t for t in self.inputs if ok(t)]
+            if pool:
+                return self.choice(pool)
+        return None
+
+    # -- one op ------------------------------------------------------------------------------
+    def wire(self, index: int, spec: OpSpec) -> OpNode:
+        op = OpNode(index, spec, [])
+        build = getattr(self, f"_wire_{spec.kind}")
+        out_dims = build(op)
+        in_ranges = [t.range for t in op.inputs]
+        out_range = meet(in_ranges) if spec.out_range == "same" else spec.out_range
+        op.out = Tensor(f"y{index}", out_dims, spec.out_dtype, out_range, producer=op)
+        for name, domain in spec.attrs.items():
+            if name not in op.attr_vars:
+                op.attr_vars[name] = self.var(name, self.dims_domain if domain == ("dims",) else domain)
+        for name, v in op.attr_vars.items():
+            op.env[name] = v
+        for t in op.inputs:
+            t.consumers += 1
+        op.env.setdefault("shape", tuple(op.inputs[0].dims))
+        op.env["numel_in"] = Numel([t.dims for t in op.inputs])
+        op.env["numel_out"] = Numel([out_dims])
+        self.computed.append(op.out)
+        return op
+
+    def _single_input(self, op: OpNode, ranks: set[int] | None = None) -> Tensor:
+        spec = op.spec
+        t = self.pick_source(spec, 0, ranks or set(spec.accept_ranks))
+        if t is None:
+            t = self.fresh(self.fresh_dims(int(self.choice(spec.ranks))), "f32", self._fresh_range(spec, 0))
+        op.inputs.append(t)
+        return t
+
+    @staticmethod
+    def _fresh_range(spec: OpSpec, slot: int) -> str:
+        return spec.in_range[slot]
+
+    def _wire_map(self, op: OpNode) -> list[Dim]:
+        return list(self._single_input(op).dims)
+
+    def _wire_along(self, op: OpNode) -> list[Dim]:
+        t = self._single_input(op)
+        op.structural["dim"] = int(self.rng.integers(t.rank))
+        op.env["R"] = t.dims[op.structural["dim"]]
+        return list(t.dims)
+
+    def _wire_reduce(self, op: OpNode) -> list[Dim]:
+        t = self._single_input(op)
+        d = int(self.rng.integers(t.rank))
+        keepdim = bool(self.choice(op.spec.structural.get("keepdim", (False,))))
+        op.structural.update(dim=d, keepdim=keepdim)
+        op.env["R"] = t.dims[d]
+        return [Const(1) if i == d else x for i, x in enumerate(t.dims)] if keepdim else t.dims[:d] + t.dims[d + 1:]
+
+    def _wire_transpose(self, op: OpNode) -> list[Dim]:
+        t = self._single_input(op, set(op.spec.accept_ranks) - {0, 1})
+        d0, d1 = sorted(int(v) for v in self.rng.choice(t.rank, size=2, replace=False))
+        op.structural.update(dim0=d0, dim1=d1)
+        dims = list(t.dims)
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+        return dims
+
+    def _wire_permute(self, op: OpNode) -> list[Dim]:
+        t = self._single_input(op)
+        perms = [p for p in itertools.permutations(range(t.rank)) if list(p) != list(range(t.rank))]
+        perm = list(self.choice(perms))
+        op.structural["perm"] = perm
+        return [t.dims[i] for i in perm]
+
+    def _wire_flatten(self, op: OpNode) -> list[Dim]:
+        t = self._single_input(op)
+        start = int(self.rng.integers(t.rank - 1))
+        end = int(self.rng.integers(start + 1, t.rank))
+        op.structural.update(start_dim=start, end_dim=end)
+        parts = {f"a{i}": t.dims[i] for i in range(start, end + 1)}
+        merged = Derived(" * ".join(parts), compile(" * ".join(parts), "<flatten>", "eval"), parts)
+        return t.dims[:start] + [merged] + t.dims[end + 1:]
+
+    def _wire_split(self, op: OpNode) -> list[Dim]:
+        t = self._single_input(op)
+        d = int(self.rng.integers(t.rank))
+        op.structural["dim"] = d
+        parts = self.var("parts", op.spec.attrs["parts"])
+        op.attr_vars["parts"] = parts
+        op.env["R"] = t.dims[d]
+        rest = Derived("R // parts", compile("R // parts", "<split>", "eval"), {"R": t.dims[d], "parts": parts})
+        return t.dims[:d] + [parts, rest] + t.dims[d + 1:]
+
+    def _pair_same_rank(self, op: OpNode) -> tuple[Tensor, Tensor]:
+        spec = op.spec
+        a = self.pick_source(spec, 0, set(spec.accept_ranks))
+        if a is None:
+            a = self.fresh(self.fresh_dims(int(self.choice(spec.ranks))), "f32", spec.in_range[0])
+        b = self.pick_source(spec, 1, {a.rank})
+        op.inputs += [a, b]  # b may be None until created by the caller
+        return a, b
+
+    def _wire_pair_reduce(self, op: OpNode) -> list[Dim]:
+        a, b = self._pair_same_rank(op)
+        if b is None:
+            b = self.fresh(list(a.dims), "f32", op.spec.in_range[1])
+        else:
+            for x, y in zip(a.dims, b.dims):
+                self.unify(x, y)
+        op.inputs[1] = b
+        return []
+
+    def _wire_stack(self, op: OpNode) -> list[Dim]:
+        a, b = self._pair_same_rank(op)
+        if b is None:
+            b = self.fresh(list(a.dims), "f32", op.spec.in_range[1])
+        else:
+            for x, y in zip(a.dims, b.dims):
+                self.unify(x, y)
+        op.inputs[1] = b
+        d = int(self.rng.integers(a.rank + 1))
+        op.structural["dim"] = d
+        return a.dims[:d] + [Const(2)] + a.dims[d:]
+
+    def _wire_cat(self, op: OpNode) -> list[Dim]:
+        a, b = self._pair_same_rank(op)
+        d = int(self.rng.integers(a.rank))
+        op.structural["dim"] = d
+        if b is None:
+            b = self.fresh([self.var("D") if i == d else x for i, x in enumerate(a.dims)], "f32", op.spec.in_range[1])
+        else:
+            for i, (x, y) in enumerate(zip(a.dims, b.dims)):
+                if i != d:
+                    self.unify(x, y)
+        op.inputs[1] = b
+        total = Derived("a + b", compile("a + b", "<cat>", "eval"), {"a": a.dims[d], "b": b.dims[d]})
+        return [total if i == d else x for i, x in enumerate(a.dims)]
+
+    def _wire_broadcast(self, op: OpNode) -> list[Dim]:
+        spec = op.spec
+        a = self.pick_source(spec, 0, set(spec.accept_ranks))
+        b = self.pick_source(spec, 1, set(spec.accept_ranks))
+        if a is None and b is None:
+            a = self.fresh(self.fresh_dims(int(self.choice(spec.ranks))), "f32", spec.in_range[0])
+        if a is None or b is None:
+            known = a if a is not None else b
+            # the fresh operand broadcasts against the existing one: same or fewer dims, some set to 1
+            rank = int(self.rng.integers(0 if known.rank == 0 else 1, known.rank + 1))
+            tail = known.dims[known.rank - rank:]
+            dims = [Const(1) if self.rng.random() < 0.25 else d for d in tail]
+            slot = 1 if b is None else 0
+            fresh = self.fresh(dims, "f32", spec.in_range[slot])
+            a, b = (known, fresh) if b is None else (fresh, known)
+        op.inputs += [a, b]
+        n = max(a.rank, b.rank)
+        pa = [Const(1)] * (n - a.rank) + list(a.dims)
+        pb = [Const(1)] * (n - b.rank) + list(b.dims)
+        out = []
+        for x, y in zip(pa, pb):
+            rx, ry = resolve(x), resolve(y)
+            if isinstance(rx, Const) and rx.value == 1:
+                out.append(y)
+            elif isinstance(ry, Const) and ry.value == 1:
+                out.append(x)
+            else:
+                self.unify(x, y)
+                out.append(x)
+        return out
+
+    def _wire_pattern(self, op: OpNode) -> list[Dim]:
+        spec = op.spec
+        names: dict[str, Dim] = {}
+        for slot, pattern in enumerate(spec.inputs):
+            tokens = pattern.split()
+            t = self.pick_source(spec, slot, {len(tokens)})
+            if t is None:
+                dims = []
+                for tok in tokens:
+                    if tok.isdigit():
+                        dims.append(Const(int(tok)))
+                    elif tok not in names:
+                        names[tok] = self.var(tok)
+                        dims.append(names[tok])
+                    else:
+                        dims.append(names[tok])
+                dtype = spec.in_dtype[slot]
+                t = self.fresh(dims, dtype, spec.in_range[slot])
+            else:
+                for tok, d in zip(tokens, t.dims):
+                    if tok.isdigit():
+                        self.unify(Const(int(tok)), d)
+                    elif tok in names:
+                        self.unify(names[tok], d)
+                    else:
+                        names[tok] = d
+            op.inputs.append(t)
+        for name, domain in spec.attrs.items():
+            v = self.var(name, self.dims_domain if domain == ("dims",) else domain)
+            op.attr_vars[name] = v
+            names[name] = v
+        for name, text in spec.let.items():
+            names[name] = _derived(text, names, f"<{spec.name}.{name}>")
+        for slot, text in spec.int_high.items():
+            op.inputs[slot].int_high = _derived(text, names, "<int_high>")
+        op.env.update(names)
+        return [Const(int(tok)) if tok.isdigit() else names[tok] for tok in spec.output.split()]
+
+
+def _derived(text: str, names: dict[str, Dim], where: str) -> Derived:
+    code = compile(text, where, "eval")
+    return Derived(text, code, {k: names[k] for k in code.co_names if k in names})
+
+
+def wire(ops: list[OpSpec], rng: np.random.Generator, dims_domain: tuple[int, ...], fresh_bias: float = 0.0) -> Structure:
+    """Wire `ops` in order into a Structure (raises WiringError if this attempt is infeasible)."""
+    w = Wirer(rng, dims_domain, fresh_bias)
+    nodes = [w.wire(i, spec) for i, spec in enumerate(ops)]
+    return Structure(nodes, w.inputs, w.vars, w.equalities)
