@@ -3,7 +3,7 @@
 After wiring, every size and numeric attribute is either a free variable with a finite domain or a
 function of free variables (synth.dims). The constraints are the catalog's per-op constraints, every
 derived dim >= 1, every tensor's element count <= `max_elements`, equalities wiring could not unify,
-and one global constraint: total FLOPs inside `flop_window`.
+each op's FLOPs <= `max_op_flops`, and one global constraint: total FLOPs inside `flop_window`.
 
 Why the draw is exactly uniform over the feasible set F:
 1. Split the variables into connected components of the "appears in one local constraint" graph.
@@ -22,14 +22,14 @@ A draw that exhausts its budget returns None: the caller repairs the *wiring* (n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from types import CodeType
+import re
 from typing import Any
 
 import numpy as np
 from constraint import FunctionConstraint, Problem as CSProblem
 
-from synth.dims import SAFE_BUILTINS, Derived, Dim, Var, evaluate, free_vars, key, resolve
+from synth.dims import Const, Derived, Var, evaluate, free_vars, resolve
+from synth.exprs import canonical, compile_text, expand, op_flops_text
 from synth.wiring import Numel, Structure
 
 ENUM_LIMIT = 1 << 14
@@ -38,6 +38,7 @@ _CACHE_BUDGET = 2_000_000  # stored solution tuples before the cache is cleared
 
 
 def env_value(v: Any, assign: dict[int, Any], memo: dict) -> Any:
+    """Evaluate an expression-environment entry (Dim, shape tuple or Numel) under an assignment."""
     if isinstance(v, tuple):
         return tuple(evaluate(d, assign, memo) for d in v)
     if isinstance(v, Numel):
@@ -45,85 +46,55 @@ def env_value(v: Any, assign: dict[int, Any], memo: dict) -> Any:
     return evaluate(v, assign, memo)
 
 
-def env_vars(v: Any) -> set[Var]:
-    acc: set[Var] = set()
-    if isinstance(v, tuple):
-        for d in v:
-            free_vars(d, acc)
-    elif isinstance(v, Numel):
-        for dims in v.tensors:
-            for d in dims:
-                free_vars(d, acc)
-    else:
-        free_vars(v, acc)
-    return acc
-
-
-def env_key(v: Any, names: dict[int, int]) -> str:
-    if isinstance(v, tuple):
-        return "(" + ",".join(key(d, names) for d in v) + ")"
-    if isinstance(v, Numel):
-        return "N[" + ";".join(",".join(key(d, names) for d in dims) for dims in v.tensors) + "]"
-    return key(v, names)
-
-
-@dataclass(eq=False)
 class Check:
-    """One constraint: a boolean expression over named values (dims, attrs, element counts)."""
+    """One constraint: a boolean expression over named values (dims, attrs, element counts),
+    compiled to a function of the free variables it depends on."""
 
-    source: str
-    code: CodeType
-    env: dict[str, Any]
+    __slots__ = ("source", "text", "fn", "ids", "vars")
 
-    def __post_init__(self) -> None:
-        self.env = {k: v for k, v in self.env.items() if k in self.code.co_names}
-        acc: set[Var] = set()
-        for v in self.env.values():
-            acc |= env_vars(v)
-        self.vars = sorted(acc, key=lambda v: v.id)
+    def __init__(self, source: str, env: dict[str, Any], text: str | None = None):
+        used: dict[int, Var] = {}
+        self.source = source
+        self.text = expand(source, env, used) if text is None else text
+        if text is not None:
+            for m in re.finditer(r"\bv(\d+)\b", text):
+                used.setdefault(int(m.group(1)), env[int(m.group(1))])
+        self.fn, self.ids, _ = compile_text(self.text)
+        self.vars = [used[i] for i in sorted(used)]
 
-    def __call__(self, assign: dict[int, Any], memo: dict) -> bool:
-        values = {k: env_value(v, assign, memo) for k, v in self.env.items()}
+    def test(self, *values: Any) -> bool:
         try:
-            return bool(eval(self.code, {"__builtins__": SAFE_BUILTINS}, values))
+            return bool(self.fn(*values))
         except (ZeroDivisionError, ValueError, OverflowError):
             return False
 
+    def __call__(self, assign: dict[int, Any]) -> bool:
+        return self.test(*[assign[i] for i in self.ids])
 
-def make_check(source: str, env: dict[str, Any]) -> Check:
-    return Check(source, compile(source, "<constraint>", "eval"), env)
 
-
-def build_checks(s: Structure, max_elements: int) -> list[Check]:
+def build_checks(s: Structure, max_elements: int, max_op_flops: float | None = None) -> list[Check]:
+    limit = {"max_elements": Const(max_elements)}
     checks: list[Check] = []
     seen: set[int] = set()
-    tensors = list(s.inputs) + [op.out for op in s.ops]
     for op in s.ops:
-        for c in op.spec.constraints:
-            checks.append(make_check(c, op.env))
-        if op.spec.params:
-            params = {f"p_{k}": v for k, v in op.spec.params.items()}
-            for name, text in params.items():
-                checks.append(make_check(f"({text}) <= max_elements", {**op.env, "max_elements": _const(max_elements)}))
-    for t in tensors:
+        checks += [Check(c, op.env) for c in op.spec.constraints]
+        if max_op_flops is not None:
+            used: dict[int, Var] = {}
+            text = f"{op_flops_text(op, used)} <= {int(max_op_flops)}"
+            checks.append(Check("op flops <= max_op_flops", used, text))
+        checks += [Check(f"({text}) <= max_elements", {**op.env, **limit}) for text in op.spec.params.values()]
+    for t in list(s.inputs) + [op.out for op in s.ops]:
         for d in t.dims:
             r = resolve(d)
             if isinstance(r, Derived) and id(r) not in seen:
                 seen.add(id(r))
-                checks.append(make_check("d >= 1", {"d": r}))
+                checks.append(Check("d >= 1", {"d": r}))
         if t.dims:
-            checks.append(make_check("n <= max_elements", {"n": Numel([t.dims]), "max_elements": _const(max_elements)}))
+            checks.append(Check("n <= max_elements", {"n": Numel([t.dims]), **limit}))
         if t.int_high is not None:
-            checks.append(make_check("h >= 1", {"h": t.int_high}))
-    for a, b in s.equalities:
-        checks.append(make_check("a == b", {"a": a, "b": b}))
+            checks.append(Check("h >= 1", {"h": t.int_high}))
+    checks += [Check("a == b", {"a": a, "b": b}) for a, b in s.equalities]
     return checks
-
-
-def _const(v: int) -> Dim:
-    from synth.dims import Const
-
-    return Const(v)
 
 
 def free_variables(s: Structure) -> list[Var]:
@@ -136,13 +107,15 @@ def free_variables(s: Structure) -> list[Var]:
     for op in s.ops:
         for v in op.attr_vars.values():
             free_vars(v, acc)
-        for v in op.env.values():
-            acc |= env_vars(v)
     return sorted(acc, key=lambda v: v.id)
 
 
 def components(variables: list[Var], checks: list[Check]) -> list[tuple[list[Var], list[Check]]]:
+    """Connected components of variables linked by sharing a check (union-find)."""
     parent = {v.id: v.id for v in variables}
+    for c in checks:
+        for v in c.vars:
+            parent.setdefault(v.id, v.id)
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -151,79 +124,75 @@ def components(variables: list[Var], checks: list[Check]) -> list[tuple[list[Var
         return i
 
     for c in checks:
-        ids = [v.id for v in c.vars]
-        for i in ids[1:]:
-            parent[find(i)] = find(ids[0])
-    groups: dict[int, tuple[list[Var], list[Check]]] = {}
-    for v in variables:
-        groups.setdefault(find(v.id), ([], []))[0].append(v)
+        for i in c.ids[1:]:
+            parent[find(i)] = find(c.ids[0])
+    by_id = {v.id: v for v in variables}
     for c in checks:
-        if c.vars:
-            groups[find(c.vars[0].id)][1].append(c)
+        by_id.update({v.id: v for v in c.vars})
+    groups: dict[int, tuple[list[Var], list[Check]]] = {}
+    for i in sorted(by_id):
+        groups.setdefault(find(i), ([], []))[0].append(by_id[i])
+    for c in checks:
+        if c.ids:
+            groups[find(c.ids[0])][1].append(c)
     return list(groups.values())
 
 
-def _component_key(vars_: list[Var], checks: list[Check]) -> tuple[tuple, list[Var]]:
-    names: dict[int, int] = {}
-    parts = []
-    for c in checks:
-        parts.append(c.source + "|" + ";".join(f"{k}={env_key(v, names)}" for k, v in sorted(c.env.items())))
-    by_id = {v.id: v for v in vars_}
-    for v in vars_:  # variables in no expression key (cannot happen in a component, kept for safety)
-        names.setdefault(v.id, len(names))
-    order = sorted(names, key=names.get)
-    ordered = [by_id[i] for i in order]
-    return (tuple(parts), tuple(v.domain for v in ordered)), ordered
-
-
-def _enumerate(vars_: list[Var], checks: list[Check]) -> list[tuple]:
+def _enumerate(ordered: list[Var], checks: list[Check]) -> list[tuple]:
     problem = CSProblem()
-    for v in vars_:
+    for v in ordered:
         problem.addVariable(v.id, list(v.domain))
     for c in checks:
-        ids = [v.id for v in c.vars]
-
-        def fn(*vals, _c=c, _ids=ids):
-            return _c(dict(zip(_ids, vals)), {})
-
-        problem.addConstraint(FunctionConstraint(fn), ids)
-    sols = problem.getSolutions()
-    # python-constraint's order depends on its search; sort so the index we draw means the same point
-    return sorted(tuple(s[v.id] for v in vars_) for s in sols)
+        problem.addConstraint(FunctionConstraint(c.test), c.ids)
+    # python-constraint's order depends on its search; sort so an index means the same point
+    return sorted(tuple(sol[v.id] for v in ordered) for sol in problem.getSolutions())
 
 
-def _sample_component(vars_, checks, rng, budget) -> dict[int, Any] | None:
-    size = math.prod(len(v.domain) for v in vars_)
-    if size <= ENUM_LIMIT:
-        ckey, ordered = _component_key(vars_, checks)
-        sols = _SOLUTION_CACHE.get(ckey)
-        if sols is None:
-            sols = _enumerate(ordered, checks)
-            if sum(map(len, _SOLUTION_CACHE.values())) + len(sols) > _CACHE_BUDGET:
-                _SOLUTION_CACHE.clear()
-            _SOLUTION_CACHE[ckey] = sols
-        if not sols:
-            return None
-        pick = sols[int(rng.integers(len(sols)))]
-        return {v.id: val for v, val in zip(ordered, pick)}
+def _reject(vars_: list[Var], checks: list[Check], rng: np.random.Generator, draws: int) -> dict[int, Any] | None:
     sizes = np.array([len(v.domain) for v in vars_])
     batch = 64
-    for _ in range(max(1, budget // batch)):
-        draws = rng.integers(0, sizes, size=(batch, len(vars_)))
-        for row in draws:
+    for _ in range(max(1, draws // batch)):
+        for row in rng.integers(0, sizes, size=(batch, len(vars_))):
             assign = {v.id: v.domain[i] for v, i in zip(vars_, row)}
-            memo: dict = {}
-            if all(c(assign, memo) for c in checks):
+            if all(c(assign) for c in checks):
                 return assign
     return None
 
 
+def _sample_component(vars_: list[Var], checks: list[Check], rng: np.random.Generator,
+                      budget: int) -> dict[int, Any] | None:
+    """Uniform proposals first; if a small component rejects them all, enumerate it (cached).
+    Either branch yields the uniform law on the component's feasible set, and which branch runs does
+    not depend on the point finally drawn, so the mixture is uniform too."""
+    enumerable = math.prod(len(v.domain) for v in vars_) <= ENUM_LIMIT
+    found = _reject(vars_, checks, rng, 256 if enumerable else budget)
+    if found is not None or not enumerable:
+        return found
+    text, order = canonical([c.text for c in checks])
+    by_id = {v.id: v for v in vars_}
+    ordered = [by_id[i] for i in order]
+    key = (text, tuple(v.domain for v in ordered))
+    sols = _SOLUTION_CACHE.get(key)
+    if sols is None:
+        sols = _enumerate(ordered, checks)
+        if sum(map(len, _SOLUTION_CACHE.values())) + len(sols) > _CACHE_BUDGET:
+            _SOLUTION_CACHE.clear()
+        _SOLUTION_CACHE[key] = sols
+    if not sols:
+        return None
+    pick = sols[int(rng.integers(len(sols)))]
+    return {v.id: val for v, val in zip(ordered, pick)}
+
+
 def solve(s: Structure, rng: np.random.Generator, max_elements: int, flop_window: tuple[float, float],
-          flops_of, budget: int = 4096, window_tries: int = 64) -> dict[int, Any] | None:
+          flops_of, max_op_flops: float | None = None, budget: int = 4096,
+          window_tries: int = 64) -> dict[int, Any] | None:
     """Draw an assignment of all free variables uniformly from the feasible set, or None."""
-    checks = build_checks(s, max_elements)
-    variables = free_variables(s)
-    comps = components(variables, checks)
+    checks = build_checks(s, max_elements, max_op_flops)
+    if any(not c.ids and not c.test() for c in checks):  # a constant constraint that is false
+        return None
+    checks = [c for c in checks if c.ids]
+    comps = components(free_variables(s), checks)
     lo, hi = flop_window
     for _ in range(window_tries):
         assign: dict[int, Any] = {}

@@ -47,7 +47,8 @@ def build_graph(prog: Program) -> nx.DiGraph:
 
 
 def dag_hash(g: nx.DiGraph) -> str:
-    iters = max(3, min(len(g), 32))
+    # on a DAG, labels stop changing after (longest path + 1) rounds in either direction
+    iters = nx.dag_longest_path_length(g) + 1
     fwd = nx.weisfeiler_lehman_graph_hash(g, node_attr="label", edge_attr="slot", iterations=iters, digest_size=16)
     bwd = nx.weisfeiler_lehman_graph_hash(g.reverse(copy=True), node_attr="label", edge_attr="slot",
                                           iterations=iters, digest_size=16)

@@ -106,14 +106,3 @@ def unify(a: Dim, b: Dim) -> tuple[Dim, Dim] | None:
     return (ra, rb)
 
 
-def key(d: Dim, names: dict[int, int]) -> str:
-    """A structural key of a dim, with free variables numbered by `names` (canonical var order)."""
-    d = resolve(d)
-    if isinstance(d, Var):
-        if d.id not in names:
-            names[d.id] = len(names)
-        return f"v{names[d.id]}"
-    if isinstance(d, Const):
-        return repr(d.value)
-    inner = ",".join(f"{k}={key(v, names)}" for k, v in sorted(d.env.items()))
-    return f"({d.source}|{inner})"

@@ -68,14 +68,6 @@ def op_env(op, assign: dict[int, Any], memo: dict) -> dict[str, Any]:
     return values
 
 
-def flops_of(s: Structure):
-    def total(assign: dict[int, Any]) -> int:
-        memo: dict = {}
-        return sum(_eval(op.spec.flops, op_env(op, assign, memo)) for op in s.ops)
-
-    return total
-
-
 def materialize(s: Structure, assign: dict[int, Any]) -> Program:
     memo: dict = {}
 

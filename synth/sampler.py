@@ -22,7 +22,8 @@ from synth.check import CheckFailed, run_checks
 from synth.csp import solve
 from synth.dag_hash import build_graph, dag_hash
 from synth.problem import Problem
-from synth.render import flops_of, materialize, render
+from synth.exprs import flops_function
+from synth.render import materialize, render
 from synth.wiring import WiringError, wire
 
 # Sizes include non-powers of two and primes; 1 lets broadcasting and degenerate dims appear.
@@ -33,7 +34,8 @@ DEFAULT_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 24, 31, 32, 48, 61, 
 class SampleConfig:
     dims: tuple[int, ...] = DEFAULT_DIMS
     max_elements: int = 1 << 15            # per tensor (inputs, intermediates, outputs, weights)
-    flop_window: tuple[float, float] = (1e3, 5e7)
+    flop_window: tuple[float, float] = (1e3, 5e8)   # whole program: not trivial, not huge
+    max_op_flops: float = 2e7                        # per op, so large levels stay feasible
     max_attempts: int = 64                  # wiring repairs before giving up on an op list
     check: bool = True                      # run on the CPU: shapes, finiteness, sensitivity
 
@@ -89,13 +91,11 @@ def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: Sampl
         except WiringError:
             stats.add("wiring")
             continue
-        assign = solve(s, rng, config.max_elements, config.flop_window, flops_of(s))
+        assign = solve(s, rng, config.max_elements, config.flop_window, flops_function(s), config.max_op_flops)
         if assign is None:
             stats.add("constraints")
             continue
         prog = materialize(s, assign)
-        graph = build_graph(prog)
-        h = dag_hash(graph)
         doc = f"Level {len(op_list)}: {', '.join(o.spec.name for o in prog.ops)}."
         source = render(s, prog, doc)
         out_shapes = [prog.shapes[o] for o in prog.outputs]
@@ -106,6 +106,8 @@ def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: Sampl
             except CheckFailed as exc:
                 stats.add(exc.kind)
                 continue
+        graph = build_graph(prog)
+        h = dag_hash(graph)
         return Problem(
             problem_id=f"L{len(op_list)}-{h[:16]}", source=source, dag_hash=h, level=len(op_list),
             ops=[o.spec.name for o in prog.ops], graph=graph, seed=seed, flops=prog.flops,
