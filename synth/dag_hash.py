@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 
 import networkx as nx
 
@@ -49,7 +50,10 @@ def build_graph(prog: Program) -> nx.DiGraph:
 def dag_hash(g: nx.DiGraph) -> str:
     # on a DAG, labels stop changing after (longest path + 1) rounds in either direction
     iters = nx.dag_longest_path_length(g) + 1
-    fwd = nx.weisfeiler_lehman_graph_hash(g, node_attr="label", edge_attr="slot", iterations=iters, digest_size=16)
-    bwd = nx.weisfeiler_lehman_graph_hash(g.reverse(copy=True), node_attr="label", edge_attr="slot",
-                                          iterations=iters, digest_size=16)
+    with warnings.catch_warnings():  # networkx notes its 3.5 change of directed hashes; we require >= 3.5
+        warnings.simplefilter("ignore", UserWarning)
+        fwd = nx.weisfeiler_lehman_graph_hash(g, node_attr="label", edge_attr="slot", iterations=iters,
+                                              digest_size=16)
+        bwd = nx.weisfeiler_lehman_graph_hash(g.reverse(copy=True), node_attr="label", edge_attr="slot",
+                                              iterations=iters, digest_size=16)
     return hashlib.sha256(f"{fwd}:{bwd}".encode()).hexdigest()[:32]

@@ -1,0 +1,60 @@
+"""The problems Parquet shard: an explicit pyarrow schema, atomic writes, and reading back."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from synth.problem import Problem
+
+PROBLEM_SCHEMA = pa.schema([
+    pa.field("problem_id", pa.string(), nullable=False),
+    pa.field("dag_hash", pa.string(), nullable=False),
+    pa.field("level", pa.int32(), nullable=False),
+    pa.field("ops", pa.list_(pa.string()), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("graph", pa.string(), nullable=False),  # networkx node-link JSON
+    pa.field("seed", pa.int64(), nullable=False),
+    pa.field("flops", pa.int64(), nullable=False),
+    pa.field("bytes_moved", pa.int64(), nullable=False),
+    pa.field("dtype", pa.string(), nullable=False),
+    pa.field("input_shapes", pa.list_(pa.list_(pa.int64())), nullable=False),
+    pa.field("output_shapes", pa.list_(pa.list_(pa.int64())), nullable=False),
+    pa.field("input_dtypes", pa.list_(pa.string()), nullable=False),
+    pa.field("output_dtypes", pa.list_(pa.string()), nullable=False),
+], metadata={b"tritonforge": b"problems/v1"})
+
+
+def write_atomic(table: pa.Table, path: str | os.PathLike, row_group_size: int = 1024) -> Path:
+    """Write to a temporary name in the target folder, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, row_group_size=row_group_size, compression="zstd")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def problems_table(problems: Iterable[Problem]) -> pa.Table:
+    return pa.Table.from_pylist([p.to_row() for p in problems], schema=PROBLEM_SCHEMA)
+
+
+def write_problems(problems: Iterable[Problem], path: str | os.PathLike) -> Path:
+    return write_atomic(problems_table(problems), path)
+
+
+def read_problems(path: str | os.PathLike) -> list[Problem]:
+    table = pq.read_table(path)
+    missing = [f.name for f in PROBLEM_SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: not a problems shard (missing columns: {', '.join(missing)})")
+    return [Problem.from_row(row) for row in table.to_pylist()]

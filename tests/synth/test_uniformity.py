@@ -1,0 +1,110 @@
+"""Exact uniformity: op sequences over M^k, and sizes/attributes over the feasible set."""
+import itertools
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import synth
+from synth import csp
+from synth.catalog import default_catalog
+from synth.sampler import Attempts, SampleConfig, draw_ops, problem_stream, resolve_ops
+from tests.synth.stats import chi2_uniform
+
+
+def _assert_ops_never_redrawn(problems, seed, level, space):
+    # the op list of problem i is exactly the first draw of its stream, whatever repairs followed
+    for i, p in enumerate(problems):
+        expected = [o.name for o in draw_ops(problem_stream(i, seed), space, level)]
+        assert p.ops == expected, (i, p.ops, expected)
+
+
+def test_level1_op_marginals_uniform():
+    space = resolve_ops()
+    n = 25 * len(space)
+    stats = Attempts()
+    problems = synth.sample(n, level=1, seed=11, stats=stats)
+    counts = Counter(p.ops[0] for p in problems)
+    stat, crit = chi2_uniform(counts, [o.name for o in space])
+    assert stat < crit, (stat, crit)
+    assert sum(stats.counts.values()) > 0  # repairs happened, and did not move the marginals
+    _assert_ops_never_redrawn(problems, 11, 1, space)
+
+
+def test_level3_op_marginals_uniform_per_position():
+    space = resolve_ops()
+    n = 10 * len(space)
+    problems = synth.sample(n, level=3, seed=12)
+    names = [o.name for o in space]
+    for pos in range(3):
+        stat, crit = chi2_uniform(Counter(p.ops[pos] for p in problems), names)
+        assert stat < crit, (pos, stat, crit)
+    _assert_ops_never_redrawn(problems, 12, 3, space)
+
+
+def test_heavy_rejection_does_not_bias_ops():
+    # tiny sizes make many programs degenerate (size-1 reductions, constant outputs): lots of repairs
+    ops = ["sum", "softmax", "std", "relu", "exp", "cumsum", "l2_normalize", "mean", "argmax", "layer_norm"]
+    cfg = SampleConfig(dims=(1, 2, 3), max_elements=64, flop_window=(0, 1e9))
+    stats = Attempts()
+    problems = synth.sample(600, level=2, seed=5, ops=ops, config=cfg, stats=stats)
+    repairs = sum(stats.counts.values())
+    assert repairs > 100, stats.counts
+    for pos in range(2):
+        stat, crit = chi2_uniform(Counter(p.ops[pos] for p in problems), sorted(ops))
+        assert stat < crit, (pos, stat, crit)
+    _assert_ops_never_redrawn(problems, 5, 2, resolve_ops(ops))
+
+
+def _matmul_feasible(dims, cap):
+    return [(m, k, n) for m, k, n in itertools.product(dims, repeat=3) if m * k <= cap and k * n <= cap and m * n <= cap]
+
+
+@pytest.mark.parametrize("path", ["rejection", "enumeration"])
+def test_shape_assignment_exactly_uniform_on_small_case(path, monkeypatch):
+    if path == "enumeration":  # force python-constraint enumeration for every component
+        monkeypatch.setattr(csp, "_reject", lambda *a, **k: None)
+        csp._SOLUTION_CACHE.clear()
+    dims, cap = (1, 2, 3, 4, 5, 6), 12
+    feasible = _matmul_feasible(dims, cap)
+    cfg = SampleConfig(dims=dims, max_elements=cap, flop_window=(0, 1e12), check=False)
+    n = 40 * len(feasible)
+    counts = Counter()
+    for p in synth.sample(n, level=1, seed=3, ops=["matmul"], config=cfg):
+        if len(p.input_shapes) != 2:
+            continue  # x0 @ x0 is another structure (one input); uniformity is per structure
+        (m, k), (k2, nn) = p.input_shapes
+        assert k == k2
+        counts[(m, k, nn)] += 1
+    assert set(counts) <= set(feasible)
+    stat, crit = chi2_uniform(counts, feasible)
+    assert stat < crit, (stat, crit, len(feasible))
+
+
+def test_attribute_and_shape_joint_uniform_conv1d():
+    # conv1d: sizes N, C, L and out_channels plus five attributes, with divisibility and output-size rules
+    cat = default_catalog()["conv1d"]
+    dims, cap = (1, 2, 4), 8   # 1,002 feasible points
+    a = cat.attrs
+    feasible = []
+    for n, c, l, o, k, s, p, d, g in itertools.product(dims, dims, dims, dims, a["kernel_size"], a["stride"],
+                                                        a["padding"], a["dilation"], a["groups"]):
+        lo = (l + 2 * p - d * (k - 1) - 1) // s + 1
+        if lo < 1 or c % g or o % g:
+            continue
+        if max(n * c * l, n * o * lo, o * (c // g) * k, o) > cap:
+            continue
+        feasible.append((n, c, l, o, k, s, p, d, g))
+    cfg = SampleConfig(dims=dims, max_elements=cap, flop_window=(0, 1e12), max_op_flops=1e12, check=False)
+    n_samples = 8 * len(feasible)
+    counts = Counter()
+    for pr in synth.sample(n_samples, level=1, seed=4, ops=["conv1d"], config=cfg):
+        node = pr.graph.nodes["y0"]
+        at = node["attrs"]
+        (n, c, l), = pr.input_shapes
+        counts[(n, c, l, node["shape"][1], at["kernel_size"], at["stride"], at["padding"], at["dilation"],
+                at["groups"])] += 1
+    assert set(counts) <= set(feasible)
+    stat, crit = chi2_uniform(counts, feasible)
+    assert stat < crit, (stat, crit, len(feasible))
