@@ -1,0 +1,112 @@
+"""One audited `forward` call inside a worker, and what the parent needs to judge it.
+
+Nothing here calls into objects the candidate made before checking their exact type: a tensor
+subclass, a lazy proxy or an exception with a custom `__str__` never gets to run code in the harness.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from distill.verifier import guard, provenance
+
+_DESCR_TYPE = type.__dict__["__qualname__"]
+_DESCR_MODULE = type.__dict__["__module__"]
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """Type and message of an exception without running any method the candidate could override."""
+    cls = type(exc)
+    name = f"{_DESCR_MODULE.__get__(cls)}.{_DESCR_TYPE.__get__(cls)}"
+    try:
+        msg = BaseException.__str__(exc)
+    except Exception:  # noqa: BLE001 - a message we cannot render is still an error
+        msg = "<unprintable>"
+    msg = msg if isinstance(msg, str) else "<non-string message>"
+    low = msg.lower()
+    cuda_fault = "cuda error" in low or "illegal memory access" in low or "AcceleratorError" in name \
+        or "misaligned address" in low or "device-side assert" in low
+    compile_fail = name.startswith("triton.compiler") or name.rsplit(".", 1)[-1] in (
+        "CompilationError", "CompileTimeAssertionFailure", "OutOfResources", "UnsupportedLanguageConstruct")
+    return {"type": name, "message": msg[:2000], "cuda_fault": cuda_fault, "compile": compile_fail,
+            "denied": name.endswith("guard.Denied")}
+
+
+def stage(value: Any, device: torch.device) -> Any:
+    """A private device copy of an input (fresh storage every call, so pointer-keyed caches miss)."""
+    if type(value) is torch.Tensor:
+        return value.to(device, copy=True)
+    if isinstance(value, (list, tuple)):
+        return type(value)(stage(v, device) for v in value)
+    return value
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    if type(values) is torch.Tensor:
+        return [values]
+    if isinstance(values, (list, tuple)):
+        return [t for v in values for t in _tensors(v)]
+    return []
+
+
+def check_structure(out: Any) -> tuple[list[torch.Tensor] | None, bool, str]:
+    """(tensors, was_sequence, problem): the output must be a plain tensor or a tuple/list of them."""
+    if type(out) is torch.Tensor:
+        return [out], False, ""
+    if type(out) in (tuple, list):
+        items = list(out)
+        for item in items:
+            if type(item) is not torch.Tensor:
+                return None, True, f"output element of type {_DESCR_TYPE.__get__(type(item))}"
+        return items, True, ""
+    return None, False, f"output of type {_DESCR_TYPE.__get__(type(out))}"
+
+
+def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
+    found = []
+    ins = _tensors(inputs)
+    for oi, o in enumerate(outputs):
+        lo, hi = _storage_span(o)
+        for ii, t in enumerate(ins):
+            a, b = _storage_span(t)
+            if lo < b and a < hi:
+                found.append(f"output {oi} shares storage with input {ii}")
+    return found
+
+
+def run_call(model: Any, inputs: list, token: object, ablate: bool, sync: Callable[[], None]) -> dict[str, Any]:
+    """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors."""
+    guard.ctl(token, "ablate", ablate)
+    guard.ctl(token, "record", True)
+    out: Any = None
+    err = None
+    try:
+        with provenance.AuditMode():
+            out = model(*inputs)
+        sync()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
+        err = describe_error(exc)
+    finally:
+        guard.ctl(token, "record", False)
+        guard.ctl(token, "ablate", False)
+    rec = guard.collect(token)
+    report: dict[str, Any] = {
+        "error": err, "launches": len(rec["launches"]), "kernels": sorted(set(rec["launches"])),
+        "foreign": sorted(set(rec["foreign"])), "aten": rec["aten"], "blocked": rec["blocked"],
+        "denials": rec["denials"], "outputs": None, "sequence": False, "bad_type": "", "aliases": [],
+    }
+    if err is None:
+        tensors, seq, problem = check_structure(out)
+        report["sequence"], report["bad_type"] = seq, problem
+        if tensors is not None:
+            report["aliases"] = aliasing(tensors, inputs)
+            report["outputs"] = [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type,
+                                  "shape": list(t.shape), "data": t} for t in tensors]
+    report["inputs_after"] = [x if type(x) is torch.Tensor else None for x in inputs]
+    return report

@@ -1,0 +1,175 @@
+"""A pickle-free wire format for messages between the trusted parent and its worker processes.
+
+Workers run untrusted code, so whatever they send is parsed as data only: a JSON header plus raw
+tensor bytes, validated (dtype allowlist, shape arithmetic, sizes) before anything is built from it.
+Unpickling a worker's message would hand it code execution in the parent.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any
+
+import torch
+
+# dtype name on the wire -> (torch dtype, bytes per element). Nothing outside this table decodes.
+DTYPES: dict[str, tuple[torch.dtype, int]] = {
+    "float64": (torch.float64, 8),
+    "float32": (torch.float32, 4),
+    "float16": (torch.float16, 2),
+    "bfloat16": (torch.bfloat16, 2),
+    "int64": (torch.int64, 8),
+    "int32": (torch.int32, 4),
+    "int16": (torch.int16, 2),
+    "int8": (torch.int8, 1),
+    "uint8": (torch.uint8, 1),
+    "bool": (torch.bool, 1),
+    "complex64": (torch.complex64, 8),
+}
+_NAME_OF = {dt: name for name, (dt, _) in DTYPES.items()}
+# Same-width integer types used to reach raw bytes (numpy has no bfloat16).
+_RAW_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+MAX_DEPTH = 32
+MAX_HEADER = 64 << 20
+
+
+class CodecError(ValueError):
+    """A message that is not well-formed: treated as tampering by the receiver."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    if dtype not in _NAME_OF:
+        raise CodecError(f"dtype {dtype} is not supported on the wire")
+    return _NAME_OF[dtype]
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """Raw bytes of a plain tensor (copied to host, contiguous); never calls into subclass code."""
+    if type(t) is not torch.Tensor:
+        raise CodecError(f"only exact torch.Tensor can be encoded, got {type(t).__name__}")
+    host = t.detach().to("cpu").contiguous()
+    if host.numel() == 0:
+        return b""
+    width = DTYPES[dtype_name(host.dtype)][1]
+    if host.dtype.is_complex:
+        host = torch.view_as_real(host).contiguous()
+        width = 4
+    return host.view(_RAW_VIEW[width]).numpy().tobytes()
+
+
+def encode(obj: Any) -> bytes:
+    blobs: list[bytes] = []
+
+    def enc(x: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise CodecError("message nested too deeply")
+        if x is None or isinstance(x, (bool, str)):
+            return x
+        if isinstance(x, int):
+            return x
+        if isinstance(x, float):
+            return x if math.isfinite(x) else {"__float__": repr(x)}
+        if isinstance(x, (list, tuple)):
+            items = [enc(v, depth + 1) for v in x]
+            return items if isinstance(x, list) else {"__tuple__": items}
+        if isinstance(x, dict):
+            if not all(isinstance(k, str) for k in x):
+                raise CodecError("dict keys must be strings")
+            return {"__dict__": {k: enc(v, depth + 1) for k, v in x.items()}}
+        if isinstance(x, bytes):
+            blobs.append(x)
+            return {"__bytes__": len(blobs) - 1}
+        if isinstance(x, torch.Tensor):
+            blobs.append(tensor_bytes(x))
+            return {"__tensor__": len(blobs) - 1, "dtype": dtype_name(x.dtype), "shape": list(x.shape)}
+        raise CodecError(f"cannot encode {type(x).__name__}")
+
+    header = json.dumps(enc(obj, 0), allow_nan=False).encode()
+    parts = [struct.pack("<II", len(header), len(blobs)), header]
+    parts += [struct.pack("<Q", len(b)) for b in blobs]
+    parts += blobs
+    return b"".join(parts)
+
+
+def decode(data: bytes) -> Any:
+    """Parse a message; raises CodecError on anything malformed."""
+    try:
+        hlen, nblobs = struct.unpack_from("<II", data, 0)
+        if hlen > MAX_HEADER or nblobs > 1 << 20:
+            raise CodecError("header too large")
+        header = json.loads(data[8:8 + hlen].decode())
+        off = 8 + hlen
+        sizes = struct.unpack_from(f"<{nblobs}Q", data, off)
+        off += 8 * nblobs
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CodecError(f"malformed message: {exc}") from None
+    view = memoryview(data)
+    blobs = []
+    for size in sizes:
+        if off + size > len(data):
+            raise CodecError("truncated message")
+        blobs.append(view[off:off + size])
+        off += size
+    if off != len(data):
+        raise CodecError("trailing bytes in message")
+
+    def dec(x: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise CodecError("message nested too deeply")
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        if isinstance(x, list):
+            return [dec(v, depth + 1) for v in x]
+        if not isinstance(x, dict) or len(x) == 0:
+            raise CodecError("unexpected JSON value")
+        if "__tuple__" in x:
+            return tuple(dec(v, depth + 1) for v in _list(x["__tuple__"]))
+        if "__dict__" in x:
+            inner = x["__dict__"]
+            if not isinstance(inner, dict):
+                raise CodecError("bad dict")
+            return {str(k): dec(v, depth + 1) for k, v in inner.items()}
+        if "__float__" in x:
+            text = x["__float__"]
+            if text not in ("nan", "inf", "-inf"):
+                raise CodecError("bad float")
+            return float(text)
+        if "__bytes__" in x:
+            return bytes(blobs[_index(x["__bytes__"], len(blobs))])
+        if "__tensor__" in x:
+            return _tensor(x, blobs)
+        raise CodecError("unknown tag")
+
+    return dec(header, 0)
+
+
+def _list(x: Any) -> list:
+    if not isinstance(x, list):
+        raise CodecError("expected a list")
+    return x
+
+
+def _index(i: Any, n: int) -> int:
+    if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
+        raise CodecError("bad blob index")
+    return i
+
+
+def _tensor(x: dict, blobs: list) -> torch.Tensor:
+    blob = blobs[_index(x["__tensor__"], len(blobs))]
+    name, shape = x.get("dtype"), x.get("shape")
+    if name not in DTYPES or not isinstance(shape, list):
+        raise CodecError(f"bad tensor header {name!r}")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40 for s in shape):
+        raise CodecError("bad tensor shape")
+    dtype, width = DTYPES[name]
+    numel = math.prod(shape)
+    if numel * width != len(blob):
+        raise CodecError(f"tensor size mismatch: {numel}x{width} != {len(blob)}")
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    raw = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    if dtype.is_complex:
+        return torch.view_as_complex(raw.view(torch.float32).reshape(*shape, 2).clone())
+    return raw.view(dtype).reshape(shape).clone()

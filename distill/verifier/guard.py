@@ -1,0 +1,309 @@
+"""The in-process guard of a worker: an audit hook that denies, records and launches.
+
+Everything a verdict needs from inside the worker (which kernels launched, which ATen ops ran, which
+sandbox rules were hit) lives only in the closure of one audit hook. Audit hooks cannot be removed,
+and the paths to a closure (gc, frames, ctypes) are themselves audit events this hook denies while
+candidate code is on the stack. Launches are recorded *by the hook after it ran the real Triton
+launcher itself*, so a record cannot exist without a launch. Harness-only commands carry a token
+object that only the harness's frames hold.
+
+"Untrusted" means a frame whose code was not loaded from the Python installation or this package:
+the candidate's module, code it compiled, and anything executed from the scratch directory.
+"""
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import threading
+from typing import Any, Callable
+
+from distill.verifier import policy
+
+# Events that hand out frames or other interpreter internals: denied with candidate code on the stack.
+_INTROSPECTION = frozenset({
+    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
+    "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "gc.freeze",
+    "function.__new__", "code.__new__", "sys.monitoring.register_callback", "sys.unraisablehook",
+    "cpython._PySys_ClearAuditHooks", "sys.setrecursionlimit", "marshal.loads", "marshal.load",
+})
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "gi_code"})
+_SETATTR_DENY = frozenset({"__code__", "__globals__", "__closure__", "__builtins__", "__class__",
+                           "__bases__", "__dict__", "__defaults__", "__kwdefaults__"})
+_PROCESS = frozenset({"os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "os.forkpty",
+                      "os.kill", "os.killpg", "pty.spawn", "os.putenv", "os.unsetenv", "os.startfile",
+                      "_thread.start_new_thread", "signal.pthread_kill", "resource.setrlimit",
+                      "resource.prlimit"})
+_PATH_EVENTS = {  # event -> indices of path arguments that must stay inside scratch
+    "os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,),
+    "os.chown": (0,), "os.link": (0, 1), "os.symlink": (0, 1), "os.truncate": (0,), "os.utime": (0,),
+    "os.mkfifo": (0,), "os.mknod": (0,), "os.setxattr": (0,), "os.removexattr": (0,),
+    "shutil.copyfile": (1,), "shutil.copymode": (1,), "shutil.copystat": (1,), "shutil.copytree": (1,),
+    "shutil.rmtree": (0,), "shutil.move": (0, 1), "shutil.chown": (0,), "shutil.make_archive": (0,),
+    "shutil.unpack_archive": (1,),
+}
+# Stdlib/torch modules whose functions return frames to their caller: calling them is introspection.
+_FRAME_LEAKERS = ("/inspect.py", "/traceback.py", "/pdb.py", "/bdb.py", "/logging/__init__.py", "/trace.py",
+                  "/profile.py", "/cProfile.py", "/doctest.py", "/pydoc.py", "/code.py", "/torch/_dynamo/",
+                  "/torch/fx/", "/torch/_guards.py", "/torch/utils/_traceback.py", "/torch/_logging/")
+
+
+def _leaks(filename: str) -> bool:
+    return any(marker in filename for marker in _FRAME_LEAKERS)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class Denied(PermissionError):
+    """Raised into candidate code when the guard refuses an operation."""
+
+
+def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
+            real_calls: dict[str, Callable], kernel_classes: tuple[type, ...], stop_at: tuple = ()) -> object:
+    """Install the audit hook (once per process). Returns the harness token.
+
+    `real_calls` maps guarded names (see `make_wrapper`) to the real callables; after this call they
+    exist only inside the hook. `kernel_classes` are the exact Triton kernel types whose `run` we
+    launch. Stack walks stop at a frame running one of the `stop_at` code objects (the worker's entry
+    point): what lies below it is process bootstrap, e.g. a `python -c` frame named '<string>'.
+    """
+    token = object()
+    roots = tuple(os.path.realpath(r) + os.sep for r in trusted_roots)
+    scratch_root = os.path.realpath(scratch) + os.sep
+    exec_ok = frozenset(os.path.realpath(p) for p in exec_allow)
+    real = dict(real_calls)
+    kinds = tuple(kernel_classes)
+    barrier = frozenset(id(c) for c in stop_at)
+    keep_codes = tuple(stop_at)  # holds the code objects alive so their ids stay theirs
+    trust_cache: dict[str, bool] = {}
+    busy: set[int] = set()
+    get_ident = threading.get_ident
+    getframe = sys._getframe
+    st: dict[str, Any] = {"own_file": None, "recording": False, "ablate": False, "in_launch": 0,
+                          "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": []}
+
+    def trusted(filename: Any) -> bool:
+        if type(filename) is not str:
+            return False
+        hit = trust_cache.get(filename)
+        if hit is None:
+            hit = filename.startswith("<frozen ") or (
+                os.path.isabs(filename) and os.path.realpath(filename).startswith(roots)
+                and not os.path.realpath(filename).startswith(scratch_root))
+            trust_cache[filename] = hit
+        return hit
+
+    def stack_info(depth: int) -> tuple[bool, str]:
+        """(any untrusted frame on the stack, the caller that matters).
+
+        The caller is the frame `depth` above the hook's caller, skipping frames of modules that
+        hand frames back to their caller (inspect, traceback, ...): whoever called *those* is the
+        one who would receive the frame.
+        """
+        tid = get_ident()
+        if tid in busy:
+            return False, "<frozen guard>"
+        busy.add(tid)
+        try:
+            f = getframe(depth + 1)
+            while f is not None and _leaks(f.f_code.co_filename) and f.f_back is not None:
+                f = f.f_back
+            direct = f.f_code.co_filename if f is not None else ""
+            st["where"] = f"{os.path.basename(direct)}:{f.f_lineno} in {f.f_code.co_name}" if f is not None else "?"
+            untrusted = False
+            while f is not None:
+                code = f.f_code
+                if id(code) in barrier and code in keep_codes:
+                    break
+                if not trusted(code.co_filename):
+                    untrusted = True
+                    break
+                f = f.f_back
+            return untrusted, direct
+        finally:
+            busy.discard(tid)
+
+    def deny(event: str, category: str, detail: str) -> None:
+        if len(st["denials"]) < 64:
+            st["denials"].append({"event": event, "category": category, "detail": detail[:200],
+                                  "where": st.get("where", "?")})
+        raise Denied(f"tritonforge sandbox: {detail} is not allowed ({category})")
+
+    def inside_scratch(path: Any) -> bool:
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if type(path) is int:
+            return True  # an fd already opened under these same rules
+        if type(path) is not str:
+            return False
+        return (os.path.realpath(path) + os.sep).startswith(scratch_root)
+
+    def launch(args: tuple) -> None:
+        kernel, largs, grid, warmup, kwargs, box = args
+        cls = type(kernel)
+        if cls not in kinds:
+            raise TypeError("not a Triton kernel")
+        fn = vars(kernel).get("fn")
+        own = type(fn).__name__ == "function" and fn.__code__.co_filename == st["own_file"]
+        name = getattr(fn, "__qualname__", "?") if type(fn).__name__ == "function" else "?"
+        if st["ablate"] and own and not warmup:
+            box.append(None)
+            return
+        st["in_launch"] += 1
+        try:
+            box.append(real["launch:" + cls.__name__](kernel, *largs, grid=grid, warmup=warmup, **kwargs))
+        finally:
+            st["in_launch"] -= 1
+        if st["recording"] and not warmup:
+            (st["launches"] if own else st["foreign"]).append(name)
+
+    def control(args: tuple) -> None:
+        if len(args) != 3 or args[0] is not token:
+            raise Denied("tritonforge sandbox: harness control is not allowed (harness)")
+        cmd, arg = args[1], args[2]
+        if cmd == "own_file":
+            st["own_file"] = arg
+        elif cmd == "record":
+            st["recording"] = bool(arg)
+        elif cmd == "ablate":
+            st["ablate"] = bool(arg)
+        elif cmd == "collect":
+            arg.append({k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+                        for k, v in st.items() if k in ("launches", "foreign", "aten", "blocked", "denials")})
+            st.update(launches=[], foreign=[], aten={}, blocked={}, denials=[])
+
+    def hook(event: str, args: tuple) -> None:
+        if event.startswith("tritonforge."):
+            kind = event[12:]
+            if kind == "ctl":
+                return control(args)
+            if kind == "launch":
+                return launch(args)
+            if kind == "aten":  # from the dispatch mode: ATen ops run by the candidate itself
+                if st["recording"] and not st["in_launch"]:
+                    st["aten"][args[0]] = st["aten"].get(args[0], 0) + 1
+                return None
+            if kind == "blocked":  # a compute kernel override fired: recorded even if caught
+                if not st["in_launch"]:
+                    st["blocked"][args[0]] = st["blocked"].get(args[0], 0) + 1
+                return None
+            if kind == "call":  # a guarded function: args = (name, category, call_args, call_kwargs, box)
+                untrusted, _ = stack_info(2)
+                if untrusted:
+                    deny(event, args[1], f"{args[0]}()")
+                args[4].append(real[args[0]](*args[2], **args[3]))
+                return None
+            if kind == "import":
+                untrusted, direct = stack_info(2)
+                if untrusted and not trusted(direct):
+                    deny("import", args[1], f"import of {args[0]}")
+                return None
+            return None
+        if event in _INTROSPECTION or event.startswith(("ctypes.", "socket.")) or event in _PROCESS:
+            untrusted, direct = stack_info(1)
+            if event == "sys._getframe" and trusted(direct):
+                return None  # a library (typing, enum, sympy) reading its own caller's frame
+            if event in ("marshal.loads", "marshal.load") and trusted(direct):
+                return None  # the import system loading .pyc files
+            if untrusted:
+                cat = "ctypes" if event.startswith("ctypes.") else "network" if event.startswith("socket.") \
+                    else "process" if event in _PROCESS else "introspection"
+                deny(event, cat, event)
+            return None
+        if event == "object.__getattr__":
+            if len(args) > 1 and args[1] in _FRAME_ATTRS:
+                untrusted, direct = stack_info(1)
+                if untrusted and not trusted(direct):
+                    deny(event, "introspection", f"frame access .{args[1]}")
+            return None
+        if event in ("object.__setattr__", "object.__delattr__"):
+            if len(args) > 1 and args[1] in _SETATTR_DENY:
+                untrusted, direct = stack_info(1)
+                if untrusted and not trusted(direct):
+                    deny(event, "introspection", f"setting .{args[1]}")
+            return None
+        if event == "open":
+            path, mode, flags = (list(args) + [None, None, None])[:3]
+            writing = (type(mode) is str and any(c in mode for c in "wax+")) or (
+                type(flags) is int and flags & _WRITE_FLAGS)
+            if writing and not inside_scratch(path):
+                untrusted, _ = stack_info(1)
+                if untrusted:
+                    deny(event, "file", f"writing {path!r}")
+            return None
+        if event in _PATH_EVENTS:
+            paths = [args[i] for i in _PATH_EVENTS[event] if i < len(args)]
+            if not all(inside_scratch(p) for p in paths):
+                untrusted, _ = stack_info(1)
+                if untrusted:
+                    deny(event, "file", f"{event} outside scratch")
+            return None
+        if event == "subprocess.Popen":
+            exe = args[0] if args and args[0] else (args[1][0] if len(args) > 1 and args[1] else None)
+            if not (type(exe) is str and os.path.realpath(exe) in exec_ok):
+                untrusted, _ = stack_info(1)
+                if untrusted:
+                    deny(event, "process", f"starting {exe!r}")
+            return None
+        if event in ("compile", "exec"):
+            untrusted, direct = stack_info(1)
+            if untrusted:
+                fake_trusted = event == "compile" and len(args) > 1 and trusted(args[1])
+                if not trusted(direct) or fake_trusted:
+                    deny(event, "dynamic code", f"{event}()")
+            return None
+        return None
+
+    sys.addaudithook(hook)
+    return token
+
+
+def ctl(token: object, cmd: str, arg: Any = None) -> None:
+    sys.audit("tritonforge.ctl", token, cmd, arg)
+
+
+def collect(token: object) -> dict[str, Any]:
+    box: list = []
+    ctl(token, "collect", box)
+    return box[0]
+
+
+def make_wrapper(name: str, category: str) -> Callable:
+    """A stand-in for a guarded callable: the hook checks the caller and makes the real call."""
+    audit = sys.audit
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        box: list = []
+        audit("tritonforge.call", name, category, args, kwargs, box)
+        return box[0]
+
+    guarded.__name__ = name.rsplit(".", 1)[-1]
+    return guarded
+
+
+def launch_wrapper(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Any:
+    """Installed as the `run` of Triton's kernel classes: the hook performs and records the launch."""
+    box: list = []
+    sys.audit("tritonforge.launch", self, args, grid, warmup, kwargs, box)
+    return box[0] if box else None
+
+
+def make_import(real_import: Callable, allowed: frozenset[str]) -> Callable:
+    """`builtins.__import__` that asks the hook before untrusted code imports a refused module."""
+    audit = sys.audit
+
+    def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0):
+        # Only top-level modules are screened: torch's C++ imports its own submodules on behalf of
+        # whatever Python frame is below it, which may well be the candidate's.
+        top = name.split(".", 1)[0] if isinstance(name, str) else ""
+        if top not in allowed and level == 0:
+            audit("tritonforge.import", name, policy.MODULE_CATEGORY.get(top, "import"))
+        return real_import(name, globals, locals, fromlist, level)
+
+    return guarded_import
+
+
+def install_import_guard() -> Callable:
+    """Replace builtins.__import__; returns the original for the caller to hand to `install`."""
+    real = builtins.__import__
+    builtins.__import__ = make_import(real, policy.ALLOWED_IMPORTS)
+    return real

@@ -1,0 +1,67 @@
+"""Detects monkey-patching inside a worker: identities of the attributes the harness relies on.
+
+Setting an attribute of a module or class is not an audit event, so after each phase the worker
+compares these namespaces with a snapshot taken before any candidate code ran. A replaced or
+deleted attribute (a patched `torch.allclose`, `time.perf_counter`, `torch.cuda.synchronize`,
+`torch.Tensor.__eq__`, the Triton launcher) makes the verdict `forbidden`; new attributes are
+ignored because libraries add lazily imported submodules.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Namespaces whose attributes the harness, the timer or the comparison path reach.
+MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.testing", "torch.library", "time", "gc",
+           "sys", "builtins", "math", "os", "triton", "triton.language", "triton.testing", "ctypes",
+           "distill.verifier.guard", "distill.verifier.provenance", "distill.verifier.worker",
+           "distill.verifier.codec", "distill.verifier.timing", "distill.verifier.lockdown")
+CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream",
+           "triton.runtime.jit.JITFunction", "triton.runtime.interpreter.InterpretedFunction",
+           "triton.runtime.jit.KernelInterface", "torch.utils._python_dispatch.TorchDispatchMode")
+# Attributes that legitimately change while code runs (caches, counters, lazily built state).
+_VOLATILE = frozenset({"modules", "path_importer_cache", "last_exc", "last_value", "last_type",
+                       "last_traceback", "_current_frames", "dont_write_bytecode", "ps1", "ps2",
+                       "__warningregistry__", "meta_path", "path_hooks", "path", "argv", "exc_info"})
+
+
+def _resolve(dotted: str) -> Any:
+    for cut in range(len(dotted.split(".")), 0, -1):
+        head = ".".join(dotted.split(".")[:cut])
+        try:
+            obj = importlib.import_module(head)
+        except ImportError:
+            continue
+        for part in dotted.split(".")[cut:]:
+            obj = getattr(obj, part)
+        return obj
+    raise ImportError(dotted)
+
+
+def snapshot() -> dict[str, dict[str, Any]]:
+    """References (not ids: a freed id can be reused) to every watched attribute."""
+    snap: dict[str, dict[str, Any]] = {}
+    for name in MODULES + CLASSES:
+        try:
+            obj = _resolve(name)
+        except (ImportError, AttributeError):
+            continue
+        snap[name] = {k: v for k, v in vars(obj).items() if k not in _VOLATILE}
+    return snap
+
+
+def changed(before: dict[str, dict[str, Any]]) -> list[str]:
+    """Attributes replaced or deleted since `before` (at most 20, as 'module.attr')."""
+    out: list[str] = []
+    for name, attrs in before.items():
+        try:
+            now = vars(_resolve(name))
+        except (ImportError, AttributeError):
+            out.append(name)
+            continue
+        for k, ref in attrs.items():
+            if k not in now or now[k] is not ref:
+                out.append(f"{name}.{k}")
+                if len(out) >= 20:
+                    return out
+    return out

@@ -1,0 +1,187 @@
+"""One verification job: static layer, secret seeds, reference data, the worker's phases, timing.
+
+`run_job` drives a worker through load -> run -> (time) -> end with per-phase deadlines and turns
+every way a worker can fail (timeout, death, a tampered channel) into a status.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from distill.verifier import judge, procs, reference, static, timing
+from distill.verifier.verdict import Verdict
+
+if TYPE_CHECKING:
+    from distill.verifier.pool import VerifierPool, _Slot
+
+TIMING_SETS = 2
+TIMING_CHECKS = 3
+
+
+@dataclass
+class JobSpec:
+    source: str
+    candidate: str
+    device: str
+    timeout: float
+    trials: int
+    timing_trials: int
+    warmup: int
+    static_checks: bool
+    problem_id: str
+    flops: float
+    bytes_moved: float
+    static_report: static.StaticReport | None = None
+    seeds: list[int] = field(default_factory=list)
+
+    @classmethod
+    def make(cls, problem: Any, candidate: str, device: str, timeout: float, trials: int, timing_trials: int,
+             warmup: int, static_checks: bool) -> "JobSpec":
+        source = problem if isinstance(problem, str) else getattr(problem, "source", None)
+        if not isinstance(source, str):
+            raise TypeError("problem must be module source text or an object with a .source string")
+        pid = getattr(problem, "problem_id", None) or hashlib.sha256(source.encode()).hexdigest()[:16]
+        return cls(source=source, candidate=candidate, device=device, timeout=timeout, trials=max(trials, 2),
+                   timing_trials=timing_trials, warmup=warmup, static_checks=static_checks, problem_id=str(pid),
+                   flops=float(getattr(problem, "flops", 0) or 0),
+                   bytes_moved=float(getattr(problem, "bytes_moved", 0) or 0),
+                   seeds=[secrets.randbits(62) for _ in range(max(trials, 2) + TIMING_SETS + 3)])
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    def static_verdict(self) -> Verdict | None:
+        if not self.static_checks:
+            return None
+        self.static_report = static.check_source(self.candidate)
+        if self.static_report.status is None:
+            return None
+        return Verdict(self.static_report.status, self.static_report.reason,
+                       checks={"static": self.static_report.to_dict(), "problem_id": self.problem_id},
+                       device=self.device)
+
+    def plan(self) -> list[dict[str, Any]]:
+        calls = [{"kind": "trial", "trial": i} for i in range(self.trials)]
+        return calls + [{"kind": "repeat", "trial": 0}, {"kind": "ablate", "trial": 1}]
+
+
+def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
+    ref = pool.acquire_reference(gpu)
+    broken = False
+    try:
+        ref.send(msg)
+        out = ref.receive(seconds, "reference")
+    except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+        broken = True
+        raise reference.ProblemError(f"reference process failed: {exc}") from None
+    finally:
+        pool.release_reference(gpu, ref, broken)
+    if "problem_error" in out:
+        raise reference.ProblemError(out["problem_error"])
+    return out
+
+
+def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]:
+    """Eager and torch.compile medians of the reference, cached per problem and GPU."""
+    key = (spec.key, gpu)
+    with pool._lock:
+        lock = pool.ref_cache_locks.setdefault(key, threading.Lock())
+    with lock:
+        if key in pool.ref_cache:
+            return pool.ref_cache[key]
+        ref = pool.acquire_reference(gpu)
+        broken = False
+        try:
+            ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
+                      "seed": spec.seeds[-2], "key": spec.key})
+            prep = ref.receive(600, "reference compile")
+            with pool.timing_locks[gpu]:
+                if gpu not in pool.peaks:
+                    ref.send({"cmd": "peaks"})
+                    pool.peaks[gpu] = ref.receive(300, "device peaks")
+                ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
+                out = ref.receive(600, "reference timing")
+            out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
+        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+            broken = True
+            out = {"eager_ms": None, "compile_ms": None, "error": str(exc)}
+        finally:
+            pool.release_reference(gpu, ref, broken)
+        pool.ref_cache[key] = out
+        return out
+
+
+def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
+          verdict: dict[str, Any]) -> judge.Finding:
+    reft = _ref_timing(pool, spec, slot.gpu)
+    sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]
+    peaks = pool.peaks.get(slot.gpu, {})
+    floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
+    checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
+    with pool.timing_locks[slot.gpu]:
+        rep = slot.proc.request({"cmd": "time", "sets": [s["inputs"] for s in sets], "warmup": spec.warmup,
+                                 "trials": spec.timing_trials, "check": checks}, spec.timeout, "timing")
+    hyg = judge.hygiene(rep)
+    f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
+                                 spec.warmup + spec.timing_trials, floor, reft)
+    verdict.update(ref_eager_ms=reft.get("eager_ms"), ref_compile_ms=reft.get("compile_ms"),
+                   kernel_ms=info.get("kernel_ms"), speedup_eager=info.get("speedup_eager"),
+                   speedup_compile=info.get("speedup_compile"))
+    found.checks["timing"] = {**info, "reference": reft, "peaks": peaks}
+    return hyg or f
+
+
+def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict, bool]:
+    """Returns (verdict, whether the worker may serve another job)."""
+    proc = slot.proc
+    assert proc is not None
+    t = spec.timeout
+    base = {"problem_id": spec.problem_id, "sandbox": {**slot.info.get("sandbox", {}), "memory": pool.memory.mode}}
+    if spec.static_report is not None:
+        base["static"] = spec.static_report.to_dict()
+    fields: dict[str, Any] = {}
+    phase = "import"
+
+    def verdict(status: str, reason: str, extra: dict[str, Any] | None = None) -> Verdict:
+        return Verdict(status, reason, checks={**base, **(extra or {})}, device=spec.device,
+                       versions=slot.info.get("versions", {}), **fields)
+
+    try:
+        nonce = proc.begin({"cmd": "load", "source": spec.candidate})
+        ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
+                                          "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS]}, max(t, 120))
+        load = proc.finish(nonce, t, phase)
+        f = judge.hygiene(load)
+        if f is None and load.get("error"):
+            f = judge.error_status(load["error"], {"denials": []})
+            if f.status in ("runtime_error", "crash"):
+                f = judge.Finding("compile_error", f"importing the candidate failed: {f.reason.split(' raised ', 1)[-1]}")
+        if f is not None:
+            return verdict(f.status, f.reason, f.checks), False
+        phase = "construct"
+        run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
+                            "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62),
+                            "trials": [tr["inputs"] for tr in ref["trials"][:spec.trials]], "plan": spec.plan()},
+                           t, phase, total=t * (len(spec.plan()) + 2))
+        found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
+        if found.status is None and spec.device == "cuda":
+            phase = "timing"
+            found = _time(pool, slot, spec, ref, found, fields) if found.status is None else found
+        phase = "clean-up"
+        end = proc.request({"cmd": "end"}, t, phase)
+        tainted = judge.hygiene(end)
+        status = found.status or (tainted.status if tainted else "pass")
+        reason = found.reason or (tainted.reason if tainted else "every check held")
+        return verdict(status, reason, found.checks), status == "pass" and tainted is None
+    except procs.ProcTimeout as exc:
+        return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
+    except procs.ProcDied as exc:
+        if pool.memory.tripped(proc.pid):
+            return verdict("crash", f"worker killed at the {pool.max_memory_mb} MB memory limit during {exc.phase}"), False
+        return verdict("crash", str(exc)), False
+    except procs.ProcProtocol as exc:
+        return verdict("forbidden", f"at run time: {exc} (harness)"), False

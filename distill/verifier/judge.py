@@ -1,0 +1,198 @@
+"""Trusted verdict logic: turns what a worker reported, and the reference's expected values, into a status.
+
+Runs in the parent on copied data. A worker's report is evidence, not a verdict: outputs are
+compared here against values the worker never saw, and every field the worker sends can only make
+its own verdict worse (an error, a denial, a compute op), never produce a `pass` by itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from distill.verifier import provenance, tolerance
+
+
+@dataclass
+class Finding:
+    status: str | None = None
+    reason: str = ""
+    checks: dict[str, Any] = field(default_factory=dict)
+
+
+def _denial_reason(denials: list[dict]) -> str:
+    d = denials[0]
+    return f"at run time: {d.get('detail', d.get('event'))} ({d.get('category')})"
+
+
+def hygiene(report: dict[str, Any]) -> Finding | None:
+    """Denials, patched attributes or extra threads outside audited calls: all `forbidden`."""
+    hyg = report.get("hygiene") or {}
+    if hyg.get("denials"):
+        return Finding("forbidden", _denial_reason(hyg["denials"]), {"denials": hyg["denials"]})
+    if hyg.get("patched"):
+        return Finding("forbidden", f"at run time: patched {', '.join(hyg['patched'][:3])} (torch patching)",
+                       {"patched": hyg["patched"]})
+    if hyg.get("threads", 0) > 0:
+        return Finding("forbidden", "at run time: started a thread that is still running (threads)")
+    if hyg.get("blocked"):
+        ops = ", ".join(sorted(hyg["blocked"]))
+        return Finding("not_triton", f"ATen compute outside forward's audit: {ops}")
+    return None
+
+
+def compute_ops(call: dict[str, Any]) -> list[str]:
+    ops = [op for op in (call.get("aten") or {}) if provenance.is_compute(op)]
+    return sorted(set(ops) | set(call.get("blocked") or {}))
+
+
+def error_status(err: dict[str, Any], call: dict[str, Any]) -> Finding:
+    if call.get("denials") or err.get("denied"):
+        denials = call.get("denials") or [{"detail": err.get("message")}]
+        return Finding("forbidden", _denial_reason(denials), {"denials": denials})
+    ops = compute_ops(call)
+    if ops:
+        return Finding("not_triton", f"ATen compute ran inside forward: {', '.join(ops[:5])}")
+    msg = f"{err.get('type')}: {err.get('message', '')}".strip()[:300]
+    if err.get("cuda_fault"):
+        return Finding("crash", f"CUDA fault: {msg}")
+    if err.get("compile"):
+        return Finding("compile_error", f"Triton compilation failed: {msg}")
+    return Finding("runtime_error", f"forward raised {msg}")
+
+
+def compare_outputs(call: dict[str, Any], expected: dict[str, Any], device: str) -> Finding | None:
+    outs = call.get("outputs")
+    if call.get("bad_type"):
+        return Finding("wrong_output", f"{call['bad_type']} (outputs must be plain torch.Tensor)")
+    want = expected["outputs"]
+    if outs is None or len(outs) != len(want) or (expected["sequence"] and not call.get("sequence")):
+        n = 0 if outs is None else len(outs)
+        return Finding("wrong_output", f"returned {n} tensor(s), the reference returns {len(want)}"
+                       + (" as a tuple" if expected["sequence"] else ""))
+    for i, (o, r) in enumerate(zip(outs, want)):
+        data = o.get("data")
+        if o.get("dtype") != str(r.dtype).replace("torch.", "") or not isinstance(data, torch.Tensor):
+            return Finding("wrong_output", f"output {i} has dtype {o.get('dtype')}, expected {r.dtype}")
+        if list(data.shape) != list(r.shape) or data.dtype != r.dtype:
+            return Finding("wrong_output", f"output {i} has shape {list(data.shape)}, expected {list(r.shape)}")
+        if o.get("device") != device:
+            return Finding("wrong_output", f"output {i} is on {o.get('device')}, expected {device}")
+        ok, info = tolerance.compare(data, r)
+        if not ok:
+            what = info.get("error") or (f"norm rel err {info.get('norm_rel_err', 0):.3g} "
+                                         f"(limit {info.get('norm_limit')}), "
+                                         f"{info.get('elements_out_of_tol', 0)} elements out of tolerance")
+            return Finding("wrong_output", f"output {i} differs from the reference: {what}", {"compare": info})
+    return None
+
+
+def inputs_changed(call: dict[str, Any], original: list[Any]) -> str | None:
+    after = call.get("inputs_after") or []
+    for i, x in enumerate(original):
+        if isinstance(x, torch.Tensor):
+            y = after[i] if i < len(after) else None
+            if not isinstance(y, torch.Tensor) or not tolerance.bitwise_equal(x, y):
+                return f"input {i} changed during forward"
+    return None
+
+
+def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str) -> Finding:
+    """Statuses in DESIGN §4 order for each call; then determinism and the ablation run."""
+    if run.get("construct_error"):
+        err = run["construct_error"]
+        f = error_status(err, {"denials": (run.get("hygiene") or {}).get("denials")})
+        if f.status == "runtime_error":
+            f = Finding("compile_error", f"constructing ModelNew failed: {err.get('type')}: {err.get('message', '')}"[:300])
+        return f
+    per_trial: list[dict[str, Any]] = []
+    first: dict[int, dict] = {}
+    checks: dict[str, Any] = {"trials": per_trial}
+    for call in run.get("calls", []):
+        kind, t = call["kind"], call["trial"]
+        if kind == "ablate":
+            continue
+        if call.get("error"):
+            f = error_status(call["error"], call)
+            f.checks = {**checks, **f.checks, "error": call["error"], "call": f"{kind} {t}"}
+            return f
+        if call.get("denials"):
+            return Finding("forbidden", _denial_reason(call["denials"]), {**checks, "denials": call["denials"]})
+        ops = compute_ops(call)
+        if ops:
+            return Finding("not_triton", f"ATen compute ran inside forward: {', '.join(ops[:5])}", checks)
+        if call.get("launches", 0) == 0:
+            why = "none of its own Triton kernels launched during forward"
+            if call.get("foreign"):
+                why += f" (only foreign kernels: {', '.join(call['foreign'][:3])})"
+            return Finding("not_triton", why, checks)
+        changed = inputs_changed(call, trials[t]["inputs"])
+        if changed:
+            return Finding("mutates_input", changed, checks)
+        if call.get("aliases"):
+            return Finding("aliases_input", call["aliases"][0], checks)
+        bad = compare_outputs(call, trials[t], device)
+        if bad:
+            bad.checks = {**checks, **bad.checks, "call": f"{kind} {t}"}
+            return bad
+        per_trial.append({"trial": t, "kind": kind, "launches": call["launches"], "kernels": call.get("kernels")})
+        if kind == "trial":
+            first.setdefault(t, call)
+        elif kind == "repeat" and t in first:
+            for i, (a, b) in enumerate(zip(first[t]["outputs"], call["outputs"])):
+                ok, info = tolerance.compare(b["data"], a["data"], det=True)
+                if not ok:
+                    return Finding("nondeterministic", f"same inputs twice: output {i} differs beyond rounding "
+                                   f"(norm rel diff {info.get('norm_rel_err', float('nan')):.3g})",
+                                   {**checks, "determinism": info})
+            checks["determinism"] = "identical within rounding"
+    ablated = [c for c in run.get("calls", []) if c["kind"] == "ablate"]
+    if ablated:
+        c = ablated[0]
+        still = c.get("error") is None and compare_outputs(c, trials[c["trial"]], device) is None
+        checks["ablation"] = "outputs still correct" if still else "outputs depend on its kernels"
+        if still:
+            return Finding("not_triton", "outputs are still correct with the candidate's own kernels disabled: "
+                           "the kernels are decoys", checks)
+    checks["launches_per_call"] = min((p["launches"] for p in per_trial), default=0)
+    return Finding(None, "", checks)
+
+
+def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, min_launches: int,
+                 n_calls: int, floor_ms: float, ref: dict[str, Any]) -> tuple[Finding, dict[str, Any]]:
+    from distill.verifier.timing import Samples
+
+    if rep.get("error"):
+        return error_status(rep["error"], rep), {}
+    if rep.get("denials"):
+        return Finding("forbidden", _denial_reason(rep["denials"])), {}
+    ops = compute_ops(rep)
+    if ops:
+        return Finding("not_triton", f"ATen compute ran while timed: {', '.join(ops[:5])}"), {}
+    samples = Samples(list(rep.get("times_ms") or []))
+    kernel_ms = samples.median_ms
+    info: dict[str, Any] = {"kernel_ms": kernel_ms, "floor_ms": floor_ms, "samples": len(samples.times_ms),
+                            "launches": rep.get("launches"), "expected_launches": min_launches * n_calls}
+    for idx, chk in (rep.get("checked") or {}).items():
+        if chk.get("problem") or chk.get("outputs") is None:
+            return Finding("wrong_output", f"timed call {idx}: {chk.get('problem') or 'no output'}"), info
+        call = {"outputs": [{"dtype": str(t.dtype).replace("torch.", ""), "device": device, "shape": list(t.shape),
+                             "data": t} for t in chk["outputs"]], "sequence": sets[chk["set"]]["sequence"]}
+        bad = compare_outputs(call, sets[chk["set"]], device)
+        if bad:
+            return Finding("wrong_output", f"timed call {idx}: {bad.reason}"), info
+    if (rep.get("launches") or 0) < min_launches * n_calls:
+        return Finding("timing_invalid", f"{rep.get('launches')} own kernel launches while timed, expected "
+                       f"{min_launches * n_calls}: results were replayed, not computed"), info
+    if samples.unstable():
+        return Finding("timing_invalid", "timing unstable: the two halves of the run disagree by over 50%"), info
+    if kernel_ms < 0.9 * floor_ms:
+        return Finding("timing_invalid", f"{kernel_ms:.4f} ms is below the physical floor {floor_ms:.4f} ms "
+                       "(bytes / measured bandwidth, FLOPs / measured peak)"), info
+    eager, comp = ref.get("eager_ms"), ref.get("compile_ms")
+    info["speedup_eager"] = eager / kernel_ms if eager else None
+    info["speedup_compile"] = comp / kernel_ms if comp else None
+    if (info["speedup_eager"] or 0) > 10 or (info["speedup_compile"] or 0) > 10:
+        info["flag"] = "speedup over 10x: check by hand before trusting it"
+    return Finding(None), info

@@ -1,0 +1,228 @@
+"""VerifierPool: persistent warm sandboxed workers, trusted reference processes, many pairs at once.
+
+Torch import and CUDA initialisation are paid once per worker, not per candidate. Any candidate that
+does not pass, or leaves its worker tainted, gets its worker killed and replaced in the background
+(a fork from the zygote). Several threads may call `verify` at once; `verify_many` does so itself.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import sysconfig
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable
+
+from distill.verifier import limits, procs, reference, worker
+from distill.verifier.job import JobSpec, run_job
+from distill.verifier.verdict import Verdict
+
+DEFAULT_TIMEOUT = {"cpu": 60.0, "cuda": 60.0}
+DEFAULT_MEMORY_MB = {"cpu": 4096, "cuda": 16384}
+
+
+def _trusted_roots() -> list[str]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.add(os.path.dirname(os.path.abspath(__file__)))
+    return sorted(os.path.realpath(r) for r in roots)
+
+
+def _toolchain() -> list[str]:
+    """Executables a GPU worker may start: Triton's ptxas and the C compiler that builds launchers."""
+    import triton
+
+    found = []
+    nv = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    for name in ("ptxas", "ptxas-blackwell"):
+        if os.path.exists(os.path.join(nv, name)):
+            found.append(os.path.join(nv, name))
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+    if cc:
+        found.append(cc)
+        import subprocess
+
+        for prog in ("cc1", "collect2", "as", "ld", "lto-wrapper"):
+            try:
+                out = subprocess.run([cc, f"-print-prog-name={prog}"], capture_output=True, text=True, timeout=10)
+                path = out.stdout.strip()
+                path = path if os.path.isabs(path) else (shutil.which(path) or "")
+                if path:
+                    found.append(path)
+            except (OSError, subprocess.SubprocessError):
+                continue
+    for loader in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"):
+        if os.path.exists(loader):
+            found.append(loader)
+    return sorted({os.path.realpath(p) for p in found})
+
+
+class _Slot:
+    def __init__(self, index: int, gpu: int) -> None:
+        self.index, self.gpu = index, gpu
+        self.proc: procs.Proc | None = None
+        self.info: dict[str, Any] = {}
+
+
+class VerifierPool:
+    """A pool of sandboxed workers. Use as a context manager, or call `close()`."""
+
+    def __init__(self, workers: int | None = None, device: str = "cpu", timeout: float | None = None,
+                 max_memory_mb: int | None = None, gpus: list[int] | None = None, trials: int = 5,
+                 timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
+                 lockdown: bool = True, references: int | None = None, start_timeout: float = 300.0) -> None:
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        self.device = device
+        self.gpus = gpus if gpus is not None else (self._count_gpus() if device == "cuda" else [0])
+        n = workers or (max(1, min(8, (os.cpu_count() or 2) - 2)) * len(self.gpus) if device == "cuda" else 1)
+        self.timeout = float(timeout or DEFAULT_TIMEOUT[device])
+        self.max_memory_mb = max_memory_mb if max_memory_mb is not None else DEFAULT_MEMORY_MB[device]
+        self.spec_defaults = dict(trials=trials, timing_trials=timing_trials, warmup=warmup,
+                                  static_checks=static_checks)
+        self.lockdown = lockdown
+        self.start_timeout = start_timeout
+        self.root = tempfile.mkdtemp(prefix="tritonforge-verify-")
+        self.memory = limits.MemoryGuard()
+        self.trusted = _trusted_roots()
+        self.exec_files = _toolchain() if device == "cuda" else []
+        self.template = os.path.join(self.root, "triton-template")
+        os.makedirs(self.template, exist_ok=True)
+        self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
+        self._free: queue.Queue[_Slot] = queue.Queue()
+        self._refs: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
+        self._n_refs = references or (2 if device == "cuda" else 1)
+        self.timing_locks = {g: threading.Lock() for g in self.gpus}
+        self.ref_cache: dict[tuple, dict[str, Any]] = {}
+        self.ref_cache_locks: dict[tuple, threading.Lock] = {}
+        self.peaks: dict[int, dict[str, float]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._started = False
+        self.stats = {"recycled": 0, "started": 0}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @staticmethod
+    def _count_gpus() -> list[int]:
+        import torch
+
+        return list(range(max(torch.cuda.device_count(), 1)))
+
+    def start(self) -> "VerifierPool":
+        with self._lock:
+            if self._started:
+                return self
+            self._started = True
+        for g in self.gpus:  # references first: on GPU they build the workers' warm Triton cache
+            for k in range(self._n_refs):
+                self._refs[g].put(self._start_reference(g, k))
+        with ThreadPoolExecutor(max_workers=len(self._slots)) as ex:
+            list(ex.map(self._fill, self._slots))
+        return self
+
+    def __enter__(self) -> "VerifierPool":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for slot in self._slots:
+            if slot.proc is not None:
+                self.memory.remove(slot.proc.pid)
+                slot.proc.kill()
+        for q in self._refs.values():
+            while not q.empty():
+                q.get_nowait().kill()
+        self.memory.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _start_reference(self, gpu: int, k: int) -> procs.Proc:
+        own = os.path.join(self.root, f"ref-{gpu}-{k}")
+        os.makedirs(own, exist_ok=True)
+        cfg = {"device": self.device, "gpu": gpu, "template_cache": self.template, "own_cache": own}
+        proc = procs.Proc(reference.reference_main, cfg, f"tritonforge-ref-{gpu}-{k}")
+        proc.wait_ready(self.start_timeout)
+        return proc
+
+    def _fill(self, slot: _Slot) -> None:
+        """Start a fresh worker in `slot` and hand the slot to waiting callers."""
+        scratch = os.path.join(self.root, f"w{slot.index}-{os.urandom(4).hex()}")
+        os.makedirs(scratch)
+        if self.device == "cuda":
+            shutil.copytree(self.template, os.path.join(scratch, "triton"), dirs_exist_ok=True)
+        cfg = {"device": self.device, "gpu": slot.gpu, "scratch": scratch, "trusted_roots": self.trusted,
+               "exec_files": self.exec_files, "lockdown": self.lockdown}
+        try:
+            proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}")
+            self.memory.add(proc.pid, self.max_memory_mb)
+            slot.info = proc.wait_ready(self.start_timeout)
+            slot.proc = proc
+            self.stats["started"] += 1
+        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+            slot.proc, slot.info = None, {"start_error": str(exc)}
+        slot.scratch = scratch
+        self._free.put(slot)
+
+    def _recycle(self, slot: _Slot) -> None:
+        if slot.proc is not None:
+            self.memory.remove(slot.proc.pid)
+            slot.proc.kill()
+            slot.proc = None
+        shutil.rmtree(getattr(slot, "scratch", ""), ignore_errors=True)
+        self.stats["recycled"] += 1
+        if not self._closed:
+            threading.Thread(target=self._fill, args=(slot,), daemon=True).start()
+
+    # -- verification ---------------------------------------------------------------------------
+    @property
+    def sandbox(self) -> dict[str, Any]:
+        """What confinement the workers actually got (measured at their start)."""
+        info = next((s.info for s in self._slots if s.info.get("sandbox")), {})
+        return {**info.get("sandbox", {}), "memory": self.memory.mode}
+
+    def acquire_reference(self, gpu: int) -> procs.Proc:
+        return self._refs[gpu].get()
+
+    def release_reference(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
+        if broken:
+            proc.kill()
+            proc = self._start_reference(gpu, 99)
+        self._refs[gpu].put(proc)
+
+    def verify(self, problem: Any, candidate_source: str, timeout: float | None = None,
+               static_checks: bool | None = None) -> Verdict:
+        """Verify one (problem, candidate) pair. `problem` is a Problem-like object or module source."""
+        self.start()
+        spec = JobSpec.make(problem, candidate_source, self.device, timeout or self.timeout,
+                            **{**self.spec_defaults,
+                               **({} if static_checks is None else {"static_checks": static_checks})})
+        early = spec.static_verdict()
+        if early is not None:
+            return early
+        slot = self._free.get()
+        keep = False
+        try:
+            if slot.proc is None:
+                return Verdict("crash", f"worker could not start: {slot.info.get('start_error')}",
+                               device=self.device)
+            verdict, keep = run_job(self, slot, spec)
+            return verdict
+        finally:
+            if keep:
+                self._free.put(slot)
+            else:
+                self._recycle(slot)
+
+    def verify_many(self, pairs: Iterable[tuple[Any, str]]) -> list[Verdict]:
+        """Verify many pairs concurrently (one thread per worker); results in input order."""
+        pairs = list(pairs)
+        self.start()
+        with ThreadPoolExecutor(max_workers=max(1, len(self._slots))) as ex:
+            return list(ex.map(lambda p: self.verify(p[0], p[1]), pairs))

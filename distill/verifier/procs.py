@@ -1,0 +1,158 @@
+"""Parent-side handles on worker and reference processes: start, talk with deadlines, kill.
+
+Processes are forked from a multiprocessing *forkserver* (our zygote): a process started fresh by
+`spawn`, which preloads torch and Triton and never initialises CUDA, so starting a worker costs a
+fork (milliseconds) rather than a Python + torch import (seconds), and no process that initialised
+CUDA is ever forked.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+from distill.verifier import codec
+
+_ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.worker", "distill.verifier.reference"]
+_ctx_lock = threading.Lock()
+_ctx: Any = None
+
+
+def zygote_context() -> Any:
+    global _ctx
+    with _ctx_lock:
+        if _ctx is None:
+            ctx = multiprocessing.get_context("forkserver")
+            # Replace the default ['__main__'] so the zygote never imports the caller's script.
+            ctx.set_forkserver_preload(list(_ZYGOTE_PRELOAD))
+            _ctx = ctx
+        return _ctx
+
+
+class ProcDied(RuntimeError):
+    def __init__(self, exitcode: int | None, phase: str) -> None:
+        self.exitcode, self.phase = exitcode, phase
+        how = f"signal {-exitcode} ({_signame(-exitcode)})" if exitcode and exitcode < 0 else f"exit code {exitcode}"
+        super().__init__(f"worker died during {phase}: {how}")
+
+
+class ProcTimeout(RuntimeError):
+    def __init__(self, phase: str, seconds: float) -> None:
+        self.phase, self.seconds = phase, seconds
+        super().__init__(f"{phase} ran past its {seconds:g} s limit")
+
+
+class ProcProtocol(RuntimeError):
+    """A reply that is malformed or carries the wrong nonce: the worker's channel was tampered with."""
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "?"
+
+
+class Proc:
+    """One child process speaking the codec over a pipe."""
+
+    def __init__(self, target: Callable, cfg: dict[str, Any], name: str) -> None:
+        ctx = zygote_context()
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=target, args=(child, cfg), name=name, daemon=True)
+        self.process.start()
+        child.close()
+        self.pid: int = self.process.pid
+        self.started = time.monotonic()
+        self.info: dict[str, Any] = {}
+
+    def wait_ready(self, seconds: float) -> dict[str, Any]:
+        self.info = self.receive(seconds, "start-up")
+        if not self.info.get("ready"):
+            raise ProcProtocol("worker did not report ready")
+        return self.info
+
+    def send(self, msg: dict[str, Any]) -> None:
+        try:
+            self.conn.send_bytes(codec.encode(msg))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            raise ProcDied(self._exitcode(), "send") from None
+
+    def receive(self, seconds: float, phase: str) -> dict[str, Any]:
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProcTimeout(phase, seconds)
+            try:
+                ready = self.conn.poll(min(left, 0.5))
+            except (EOFError, OSError):
+                raise ProcDied(self._exitcode(), phase) from None
+            if ready:
+                try:
+                    data = self.conn.recv_bytes()
+                except (EOFError, OSError):
+                    raise ProcDied(self._exitcode(), phase) from None
+                try:
+                    msg = codec.decode(data)
+                except codec.CodecError as exc:
+                    raise ProcProtocol(f"malformed reply during {phase}: {exc}") from None
+                if not isinstance(msg, dict):
+                    raise ProcProtocol(f"reply during {phase} is not an object")
+                return msg
+            if not self.process.is_alive():
+                raise ProcDied(self._exitcode(), phase)
+
+    def begin(self, msg: dict[str, Any]) -> str:
+        """Send one command; returns the nonce its reply must carry."""
+        nonce = os.urandom(16).hex()
+        self.send({**msg, "nonce": nonce})
+        return nonce
+
+    def finish(self, nonce: str, seconds: float, phase: str, total: float | None = None) -> dict[str, Any]:
+        """Wait for the reply to `nonce`. `progress` messages restart the per-phase clock (each call
+        of `forward` is a phase) but never past `total`."""
+        hard = time.monotonic() + (total if total is not None else seconds)
+        current = phase
+        while True:
+            left = min(seconds, hard - time.monotonic())
+            if left <= 0:
+                raise ProcTimeout(current, seconds)
+            try:
+                reply = self.receive(left, current)
+            except ProcTimeout:
+                raise ProcTimeout(current, seconds) from None
+            if reply.get("nonce") != nonce:
+                raise ProcProtocol(f"reply during {current} does not carry this command's nonce")
+            if "progress" in reply:
+                current = str(reply["progress"])[:100]
+                continue
+            return reply
+
+    def request(self, msg: dict[str, Any], seconds: float, phase: str, total: float | None = None) -> dict[str, Any]:
+        return self.finish(self.begin(msg), seconds, phase, total)
+
+    def _exitcode(self) -> int | None:
+        self.process.join(timeout=2)
+        return self.process.exitcode
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.process.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+        self.process.join(timeout=5)
+        try:
+            self.conn.close()
+        except OSError:
+            pass

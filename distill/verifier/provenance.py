@@ -1,0 +1,165 @@
+"""Run-time provenance inside a worker: which ATen ops `forward` ran, and making compute impossible.
+
+Three layers, each enough to fail a candidate that computes with torch:
+* `AuditMode`, a TorchDispatchMode, reports every ATen op `forward` runs (to the guard's hook) and
+  poisons fresh allocations so an output the kernels never wrote cannot pass;
+* `BackendBlock` replaces the CPU/CUDA kernels of every ATen compute op with one that raises, for the
+  whole job: compute then fails even if the candidate pops or disables the dispatch mode;
+* `install_patches` routes Triton launches, value reads (numpy, tolist, dlpack), torch.compile and
+  raw-memory ctypes calls through the guard's hook.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from distill.verifier import guard
+
+# Ops `forward` may run without penalty (DESIGN §3): allocation, views, layout copies. Base names.
+ALLOCATION = frozenset({
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
+    "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::ones", "aten::ones_like", "aten::new_ones",
+    "aten::full", "aten::full_like", "aten::new_full", "aten::fill_", "aten::zero_", "aten::scalar_tensor",
+    "aten::lift_fresh", "aten::lift_fresh_copy", "aten::resize_", "aten::resize_as_",
+})
+VIEWS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::as_strided",
+    "aten::alias", "aten::detach", "aten::detach_", "aten::t", "aten::transpose", "aten::permute",
+    "aten::expand", "aten::expand_as", "aten::squeeze", "aten::unsqueeze", "aten::select", "aten::slice",
+    "aten::narrow", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::unflatten",
+    "aten::flatten", "aten::view_as", "aten::view_as_real", "aten::view_as_complex", "aten::unfold",
+    "aten::diagonal", "aten::movedim", "aten::contiguous", "aten::set_", "aten::_conj", "aten::real",
+    "aten::imag", "aten::tensor_split", "aten::swapaxes", "aten::swapdims", "aten::numpy_T", "aten::mT",
+})
+COPIES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
+                    "aten::_copy_from_and_resize", "aten::to", "aten::record_stream", "aten::_pin_memory",
+                    "aten::is_pinned", "aten::pin_memory"})
+ALLOWED_OPS = ALLOCATION | VIEWS | COPIES
+# Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
+POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+                      "aten::new_empty_strided"})
+# Backend kernels that stay callable while the block is on (what the allowed ops decompose into).
+_BACKEND_ALLOWED = {n.split("::", 1)[1] for n in ALLOWED_OPS} | {"_reshape_copy", "as_strided_"}
+
+
+def is_compute(op: str) -> bool:
+    """Whether a recorded op name counts as compute (not the candidate's own work)."""
+    return op.split("(", 1)[0] not in ALLOWED_OPS
+
+
+def poison_(t: Any) -> None:
+    if type(t) is not torch.Tensor or t.numel() == 0:
+        return
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(torch.iinfo(t.dtype).min)
+
+
+def _casts(func_name: str, args: tuple, kwargs: dict) -> bool:
+    """A dtype-changing copy that involves floats is arithmetic (rounding), not layout."""
+    def conv(a: Any, b: Any) -> bool:
+        return a != b and (a.is_floating_point or a.is_complex or b.is_floating_point or b.is_complex)
+    if func_name == "aten::_to_copy" and args and type(args[0]) is torch.Tensor:
+        dt = kwargs.get("dtype")
+        return dt is not None and conv(args[0].dtype, dt)
+    if func_name == "aten::copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
+        return conv(args[0].dtype, args[1].dtype)
+    return False
+
+
+class AuditMode(TorchDispatchMode):
+    """Reports each ATen op to the guard's hook (which keeps the record) and poisons allocations."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = func._schema.name
+        if _casts(name, args, kwargs):
+            name = name + "(dtype)"
+        sys.audit("tritonforge.aten", name)
+        out = func(*args, **kwargs)
+        if name in POISONED:
+            poison_(out)
+        return out
+
+
+class BackendBlock:
+    """Replaces CPU/CUDA kernels of ATen compute ops with raising ones until `remove()`."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.lib: Any = None
+        self.keys = keys
+        self.names: dict[str, list[str]] = {}
+        for key in keys:
+            regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
+            self.names[key] = sorted(r[6:] for r in regs if r.startswith("aten::")
+                                     and r[6:].split(".", 1)[0] not in _BACKEND_ALLOWED)
+
+    def install(self) -> int:
+        lib = torch.library.Library("aten", "IMPL")
+        count = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for key, names in self.names.items():
+                for name in names:
+                    try:
+                        lib.impl(name, _raiser("aten::" + name), key)
+                        count += 1
+                    except (RuntimeError, ValueError):
+                        pass
+        self.lib = lib
+        return count
+
+    def remove(self) -> None:
+        if self.lib is not None:
+            self.lib._destroy()
+            self.lib = None
+
+
+def _raiser(name: str) -> Callable:
+    audit = sys.audit
+
+    def blocked(*args: Any, **kwargs: Any) -> Any:
+        audit("tritonforge.blocked", name)
+        raise RuntimeError(f"tritonforge: ATen compute op {name} is not allowed inside the candidate")
+
+    return blocked
+
+
+# (owner, attribute, guarded name, category): callables only the harness may use.
+def _guarded_targets() -> list[tuple[Any, str, str, str]]:
+    import ctypes
+
+    out = [(torch.Tensor, a, f"Tensor.{a}", "foreign compute")
+           for a in ("numpy", "tolist", "__array__", "__dlpack__", "__array_wrap__")]
+    out += [(torch, "from_numpy", "torch.from_numpy", "foreign compute"),
+            (torch, "frombuffer", "torch.frombuffer", "foreign compute"),
+            (torch, "from_dlpack", "torch.from_dlpack", "foreign compute"),
+            (torch, "compile", "torch.compile", "torch.compile"),
+            (torch.jit, "script", "torch.jit.script", "torch.compile"),
+            (torch.jit, "trace", "torch.jit.trace", "torch.compile")]
+    out += [(ctypes, a, f"ctypes.{a}", "ctypes")
+            for a in ("cast", "memmove", "memset", "string_at", "wstring_at", "addressof")]
+    return [t for t in out if hasattr(t[0], t[1])]
+
+
+def install_patches() -> tuple[dict[str, Callable], tuple[type, ...]]:
+    """Swap guarded callables and the Triton launchers for stand-ins; returns what the hook needs."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    real: dict[str, Callable] = {}
+    for owner, attr, name, category in _guarded_targets():
+        real[name] = getattr(owner, attr)
+        setattr(owner, attr, guard.make_wrapper(name, category))
+    kinds = (JITFunction, InterpretedFunction)
+    for cls in kinds:
+        real["launch:" + cls.__name__] = cls.__dict__["run"]
+        cls.run = guard.launch_wrapper
+    return real, kinds

@@ -1,0 +1,152 @@
+"""The trusted reference process: runs the problem's own `Model` to make inputs and expected outputs.
+
+It is a separate process from every worker, so expected values never exist where candidate code
+runs. It also times the reference (eager and under torch.compile, GPU only) and measures the
+device's copy bandwidth and matmul peak for the physical floor.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import types
+from typing import Any
+
+import torch
+
+from distill.verifier import codec, timing
+
+
+class ProblemError(ValueError):
+    """The problem itself (not the candidate) could not be built or run."""
+
+
+def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.ModuleType:
+    key = hashlib.sha256(source.encode()).hexdigest()
+    if key not in cache:
+        mod = types.ModuleType(f"tritonforge_problem_{key[:12]}")
+        exec(compile(source, f"<problem {key[:12]}>", "exec"), mod.__dict__)  # trusted: synth's own text
+        for name in ("Model", "get_inputs", "get_init_inputs"):
+            if name not in mod.__dict__:
+                raise ProblemError(f"problem defines no {name}")
+        cache[key] = mod
+    return cache[key]
+
+
+def _to(x: Any, device: torch.device) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(v, device) for v in x)
+    return x
+
+
+def _outputs(out: Any) -> tuple[list[torch.Tensor], bool]:
+    if isinstance(out, torch.Tensor):
+        return [out.detach().to("cpu")], False
+    if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
+        return [t.detach().to("cpu") for t in out], True
+    raise ProblemError(f"reference forward returned {type(out).__name__}, not a tensor or tuple of tensors")
+
+
+def _nbytes(values: Any) -> int:
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    if isinstance(values, (list, tuple)):
+        return sum(_nbytes(v) for v in values)
+    return 0
+
+
+def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple[Any, list, dict]:
+    torch.manual_seed(init_seed)
+    init = mod.get_init_inputs()
+    args, kwargs = (list(init), {}) if isinstance(init, (list, tuple)) else ([], dict(init or {}))
+    torch.manual_seed(init_seed)
+    model = mod.Model(*args, **kwargs).to(device)
+    return model, args, kwargs
+
+
+def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device) -> dict[str, Any]:
+    model, args, kwargs = _build(mod, init_seed, device)
+    trials = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        inputs = list(mod.get_inputs())
+        host = [x.detach().to("cpu") if isinstance(x, torch.Tensor) else x for x in inputs]
+        with torch.no_grad():
+            out = model(*_to(inputs, device))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        outs, seq = _outputs(out)
+        trials.append({"inputs": host, "outputs": outs, "sequence": seq})
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    io_bytes = _nbytes(trials[0]["inputs"]) + _nbytes(trials[0]["outputs"]) + params if trials else params
+    return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes}
+
+
+class RefTimer:
+    """A reference model, its inputs and its torch.compile'd twin, warmed up and ready to be timed."""
+
+    def __init__(self, mod: types.ModuleType, init_seed: int, seed: int, device: torch.device) -> None:
+        self.model, _, _ = _build(mod, init_seed, device)
+        torch.manual_seed(seed)
+        self.inputs = _to(list(mod.get_inputs()), device)
+        self.compiled: Any = None
+        self.compile_error = ""
+        with torch.no_grad():
+            try:
+                compiled = torch.compile(self.model)
+                for _ in range(3):  # compilation happens here, outside any timed window
+                    compiled(*self.inputs)
+                self.compiled = compiled
+            except Exception as exc:  # noqa: BLE001 - the reference may not compile; eager still counts
+                self.compile_error = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    def measure(self, warmup: int, trials: int, flush: torch.Tensor) -> dict[str, Any]:
+        with torch.no_grad():
+            eager = timing.time_calls(lambda i: self.model(*self.inputs), lambda i: None, warmup, trials, flush)
+            out: dict[str, Any] = {"eager_ms": eager.median_ms, "compile_ms": None,
+                                   "compile_error": self.compile_error or None}
+            if self.compiled is not None:
+                comp = timing.time_calls(lambda i: self.compiled(*self.inputs), lambda i: None, warmup, trials, flush)
+                out["compile_ms"] = comp.median_ms
+        return out
+
+
+def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
+    os.setsid()
+    os.environ.pop("TRITON_INTERPRET", None) if cfg["device"] == "cuda" else None
+    device = torch.device("cuda", cfg.get("gpu", 0)) if cfg["device"] == "cuda" else torch.device("cpu")
+    cache: dict[str, types.ModuleType] = {}
+    timers: dict[str, RefTimer] = {}
+    flush = None
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        os.environ["TRITON_CACHE_DIR"] = cfg["template_cache"]
+        from distill.verifier import worker  # the worker's warm kernel, compiled into the template cache
+
+        worker._warm_up(device)
+        os.environ["TRITON_CACHE_DIR"] = cfg["own_cache"]
+        flush = timing.flush_buffer(device)
+    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid()}))
+    while True:
+        msg = codec.decode(conn.recv_bytes())
+        cmd = msg["cmd"]
+        try:
+            if cmd == "trials":
+                mod = load_problem(msg["source"], cache)
+                out = make_trials(mod, msg["init_seed"], msg["seeds"], device)
+            elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock
+                mod = load_problem(msg["source"], cache)
+                timers[msg["key"]] = RefTimer(mod, msg["init_seed"], msg["seed"], device)
+                out = {"compile_error": timers[msg["key"]].compile_error or None}
+            elif cmd == "measure":  # the parent holds the GPU timing lock
+                out = timers.pop(msg["key"]).measure(msg["warmup"], msg["trials"], flush)
+            elif cmd == "peaks":
+                out = timing.device_peaks(device)
+            elif cmd == "exit":
+                os._exit(0)
+            else:
+                out = {"problem_error": f"unknown command {cmd}"}
+        except Exception as exc:  # noqa: BLE001 - report, keep serving
+            out = {"problem_error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
+        conn.send_bytes(codec.encode(out))

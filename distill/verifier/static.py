@@ -1,0 +1,194 @@
+"""The static layer: parse the candidate, find `ModelNew` and its `@triton.jit` kernels, apply the policy.
+
+A cheap first filter only. It runs in the trusted parent on the source text (never executing it);
+the run-time guard and the sandbox enforce the same policy for code written to slip past it.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from distill.verifier import policy
+
+
+@dataclass
+class Finding:
+    line: int
+    category: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.detail} ({self.category})"
+
+
+@dataclass
+class StaticReport:
+    """`status` is None when the candidate may go on to run; otherwise a DESIGN §4 status."""
+
+    status: str | None
+    reason: str = ""
+    kernels: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "kernels": list(self.kernels),
+                "findings": [str(f) for f in self.findings]}
+
+
+def check_source(source: str) -> StaticReport:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None) or 0
+        return StaticReport("syntax_error", f"does not parse: line {line}: {getattr(exc, 'msg', exc)}")
+    walker = _Walker()
+    walker.visit(tree)
+    kernels = _kernels(tree, walker.aliases)
+    has_model = any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
+    if walker.findings:
+        first = walker.findings[0]
+        return StaticReport("forbidden", f"static policy: {first}", kernels, walker.findings)
+    if not has_model:
+        return StaticReport("no_kernel", "no module-level class ModelNew", kernels)
+    if not kernels:
+        return StaticReport("no_kernel", "no @triton.jit kernel defined", kernels)
+    return StaticReport(None, "", kernels)
+
+
+def _kernels(tree: ast.Module, aliases: dict[str, str]) -> list[str]:
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                target = dec.func if isinstance(dec, ast.Call) else dec
+                if _dotted(target, aliases) == "triton.jit":
+                    names.append(node.name)
+                    break
+    return names
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """`tl.sum` -> 'triton.language.sum' when `tl` aliases `triton.language`; None if not a module path."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in aliases:
+        return None
+    return ".".join([aliases[node.id], *reversed(parts)])
+
+
+class _Walker(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}  # local name -> dotted module (or module.attr) it is bound to
+        self.findings: list[Finding] = []
+
+    def flag(self, node: ast.AST, category: str, detail: str) -> None:
+        assert category in policy.CATEGORIES, category
+        self.findings.append(Finding(getattr(node, "lineno", 0), category, detail))
+
+    # -- imports --------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self._check_module(node, a.name)
+            if a.asname:
+                self.aliases[a.asname] = a.name
+            else:
+                top = a.name.split(".", 1)[0]
+                self.aliases[top] = top
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            self.flag(node, "import", "relative import")
+            return
+        base = node.module or ""
+        self._check_module(node, base)
+        for a in node.names:
+            if a.name == "*":
+                self.flag(node, "introspection", f"star import from {base}")
+                continue
+            full = f"{base}.{a.name}"
+            if a.name.startswith("_") or a.name in policy.REFERENCE_NAMES:
+                self.flag(node, "introspection" if a.name.startswith("_") else "reference reuse",
+                          f"import of {full}")
+            else:
+                self._check_module(node, full)
+            self.aliases[a.asname or a.name] = full
+
+    def _check_module(self, node: ast.AST, dotted: str) -> None:
+        cat = policy.module_category(dotted)
+        if cat is not None:
+            self.flag(node, cat, f"import of {dotted}")
+
+    # -- names, attributes, calls ---------------------------------------------------------------
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in policy.REFERENCE_NAMES:
+            self.flag(node, "reference reuse", f"use of the reference name {node.id}")
+        elif node.id.startswith("__") and node.id.endswith("__") and node.id not in policy.ALLOWED_DUNDERS:
+            self.flag(node, "introspection", f"use of {node.id}")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        if attr.startswith("__") and attr.endswith("__"):
+            if attr not in policy.ALLOWED_DUNDERS:
+                self.flag(node, "introspection", f"attribute {attr}")
+        elif attr.startswith("_") and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            self.flag(node, "introspection", f"private attribute .{attr}")
+        dotted = _dotted(node, self.aliases)
+        if dotted is not None:
+            cat = policy.module_category(dotted)
+            if cat is not None and dotted.split(".", 1)[0] in ("torch", "triton"):
+                self.flag(node, cat, f"use of {dotted}")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            name = func.id
+            if name in policy.FORBIDDEN_CALLS:
+                self.flag(node, policy.FORBIDDEN_CALLS[name], f"call of {name}()")
+            elif name == "getattr":
+                key = node.args[1] if len(node.args) > 1 else None
+                if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                    self.flag(node, "introspection", "getattr with a computed name")
+                elif key.value.startswith("_"):
+                    self.flag(node, "introspection", f"getattr of {key.value}")
+            elif name == "type" and len(node.args) == 3:
+                self.flag(node, "dynamic code", "type() with three arguments")
+        self.generic_visit(node)
+
+    # -- patching and fallbacks -----------------------------------------------------------------
+    def _check_target(self, target: ast.AST) -> None:
+        node = target
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in self.aliases and target is not node:
+            self.flag(target, "torch patching", f"assignment into imported {self.aliases[node.id]}")
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._check_target(elt)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for t in node.targets:
+            self._check_target(t)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for t in node.targets:
+            self._check_target(t)
+        self.generic_visit(node)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        if node.handlers:
+            self.flag(node, "try/except fallback", "try/except (a fallback around compute is not allowed)")
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try

@@ -1,0 +1,217 @@
+"""The sandboxed worker process: loads one candidate at a time and runs the calls the parent asks for.
+
+Forked from a zygote that imported torch and Triton but never touched CUDA. It confines itself
+(lockdown, guard), then serves `load`, `run`, `time` and `end` commands over a pipe. It never sees
+expected outputs: it returns what the candidate produced and what the guard recorded, and the
+parent decides. Replies carry the parent's per-command nonce, which lives only in this module's
+frames, so candidate code writing to the pipe cannot impersonate the harness.
+"""
+from __future__ import annotations
+
+import _thread
+import gc
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from distill.verifier import calls, codec, guard, integrity, lockdown, provenance, timing
+
+
+def _warm_kernel_src(x_ptr, n, BLOCK: tl.constexpr):  # noqa: ANN001 - a Triton kernel signature
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+def _setup_env(cfg: dict[str, Any]) -> None:
+    scratch = cfg["scratch"]
+    for sub in ("triton", "tmp", "inductor", "home"):
+        os.makedirs(os.path.join(scratch, sub), exist_ok=True)
+    os.environ.update(TRITON_CACHE_DIR=os.path.join(scratch, "triton"), TMPDIR=os.path.join(scratch, "tmp"),
+                      TORCHINDUCTOR_CACHE_DIR=os.path.join(scratch, "inductor"), TRITON_HOME=scratch,
+                      HOME=os.path.join(scratch, "home"), PYTHONDONTWRITEBYTECODE="1")
+    if cfg["device"] == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    sys.dont_write_bytecode = True
+    log = os.open(os.path.join(scratch, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)  # the candidate's prints land here; the parent never parses them
+    os.dup2(log, 2)
+    os.close(log)
+
+
+def _warm_up(device: torch.device) -> torch.Tensor | None:
+    """Pay Triton's first-use costs (backend import, launcher build) before the sandbox closes."""
+    kernel = triton.jit(_warm_kernel_src)
+    x = torch.zeros(1000, device=device)
+    with provenance.AuditMode():  # torch imports sympy & co. lazily on a mode's first use
+        y = torch.empty_like(x)
+        kernel[(4,)](y, 1000, BLOCK=256)
+        y.t() if y.dim() == 2 else y.view(-1).clone()
+    torch.ones(64, 64) @ torch.ones(64, 64)  # start torch's CPU thread pool now
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        return timing.flush_buffer(device)
+    return None
+
+
+def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
+    os.setsid()  # one process group: the parent kills children (ptxas, cc) with the worker
+    netns = lockdown.unshare_network() if cfg.get("lockdown", True) else "disabled"
+    _setup_env(cfg)
+    device = torch.device("cuda", cfg.get("gpu", 0)) if cfg["device"] == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    flush = _warm_up(device)
+    sync = (lambda: timing._SYNC(device)) if device.type == "cuda" else (lambda: None)
+    guard.install_import_guard()
+    real, kinds = provenance.install_patches()
+    token = guard.install(cfg["trusted_roots"], cfg["scratch"], cfg.get("exec_files", []), real, kinds,
+                          stop_at=(worker_main.__code__,))
+    block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
+    report = lockdown.LockdownReport(netns=netns)
+    if cfg.get("lockdown", True):
+        report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []), no_children=device.type == "cpu")
+        report.netns = netns
+    snap = integrity.snapshot()
+    threads0 = _thread._count()
+    versions = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
+                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "sandbox": report.to_dict(),
+                                  "versions": versions}))
+    _serve(conn, cfg, device, token, block, snap, threads0, sync, flush)
+
+
+def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
+           snap: dict, threads0: int, sync: Any, flush: Any) -> None:
+    job: dict[str, Any] = {}
+    serial = 0
+    while True:
+        msg = codec.decode(conn.recv_bytes())
+        nonce, cmd = msg["nonce"], msg["cmd"]
+
+        def reply(payload: dict[str, Any], _nonce: str = nonce) -> None:
+            payload["nonce"] = _nonce
+            try:
+                data = codec.encode(payload)
+            except codec.CodecError as exc:
+                data = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}})
+            conn.send_bytes(data)
+
+        if cmd == "load":
+            serial += 1
+            job = {"serial": serial}
+            reply(_hygiene(_load(job, msg["source"], cfg["scratch"], token), token, snap, threads0))
+        elif cmd == "run":
+            reply(_hygiene(_run(job, msg, device, token, block, sync, reply), token, snap, threads0))
+        elif cmd == "time":
+            reply(_hygiene(_time(job, msg, device, token, flush), token, snap, threads0))
+        elif cmd == "end":
+            reply(_end(job, token, block, snap, threads0, device))
+            job = {}
+        elif cmd == "exit":
+            os._exit(0)
+
+
+def _hygiene(payload: dict[str, Any], token: object, snap: dict, threads0: int) -> dict[str, Any]:
+    """Attach what happened outside audited calls: denials, patched attributes, extra threads."""
+    rec = guard.collect(token)
+    payload["hygiene"] = {"denials": rec["denials"], "patched": integrity.changed(snap),
+                          "threads": _thread._count() - threads0, "blocked": rec["blocked"]}
+    return payload
+
+
+def _load(job: dict, source: str, scratch: str, token: object) -> dict[str, Any]:
+    path = os.path.join(scratch, f"candidate_{job['serial']}.py")
+    with open(path, "w") as fh:
+        fh.write(source)
+    name = f"tritonforge_candidate_{job['serial']}"
+    guard.ctl(token, "own_file", path)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        cls = vars(module).get("ModelNew")
+        if not isinstance(cls, type):
+            return {"ok": False, "error": {"type": "missing", "message": "module defines no class ModelNew"}}
+        job.update(module=name, cls=cls)
+        return {"ok": True}
+    except BaseException as exc:  # noqa: BLE001 - import-time failures of any kind are compile errors
+        return {"ok": False, "error": calls.describe_error(exc)}
+
+
+def _run(job: dict, msg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
+         sync: Any, reply: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"construct_error": None, "calls": [], "blocked_ops": 0}
+    torch.manual_seed(msg["init_seed"])
+    try:
+        model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
+        model = model.to(device)
+        job["model"] = model
+    except BaseException as exc:  # noqa: BLE001
+        out["construct_error"] = calls.describe_error(exc)
+        return out
+    out["blocked_ops"] = block.install()
+    trials = msg["trials"]
+    for spec in msg["plan"]:
+        reply({"progress": f"call {spec['kind']} {spec['trial']}"})
+        torch.manual_seed(msg["call_seed"])
+        inputs = calls.stage(trials[spec["trial"]], device)
+        rep = calls.run_call(job["model"], inputs, token, spec["kind"] == "ablate", sync)
+        rep.update(kind=spec["kind"], trial=spec["trial"])
+        out["calls"].append(rep)
+        if rep["error"] is not None and rep["error"]["cuda_fault"]:
+            break
+        if rep["error"] is not None and spec["kind"] != "ablate":
+            break
+    return out
+
+
+def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:
+    sets = [calls.stage(s, device) for s in msg["sets"]]
+    bufs = calls.stage(sets[0], device)
+    model, checked = job["model"], {}
+
+    def prepare(i: int) -> None:
+        src = sets[i % len(sets)]
+        for b, s in zip(bufs, src):
+            if type(b) is torch.Tensor:
+                b.copy_(s)
+
+    def after(i: int, result: Any) -> None:
+        if i in msg["check"]:
+            tensors, _, problem = calls.check_structure(result)
+            checked[str(i)] = {"set": i % len(sets), "problem": problem,
+                               "outputs": [t.to("cpu", copy=True) for t in tensors] if tensors else None}
+
+    guard.ctl(token, "record", True)
+    err = None
+    samples = timing.Samples()
+    try:
+        samples = timing.time_calls(lambda i: model(*bufs), prepare, msg["warmup"], msg["trials"], flush, after)
+    except BaseException as exc:  # noqa: BLE001
+        err = calls.describe_error(exc)
+    finally:
+        guard.ctl(token, "record", False)
+    rec = guard.collect(token)
+    return {"error": err, "times_ms": samples.times_ms, "checked": checked, "launches": len(rec["launches"]),
+            "aten": rec["aten"], "blocked": rec["blocked"], "denials": rec["denials"]}
+
+
+def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, threads0: int,
+         device: torch.device) -> dict[str, Any]:
+    block.remove()
+    job.clear()
+    for name in [n for n in sys.modules if n.startswith("tritonforge_candidate_")]:
+        del sys.modules[name]
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return _hygiene({}, token, snap, threads0)
