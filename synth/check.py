@@ -49,17 +49,23 @@ def _spread_ok(t: torch.Tensor) -> bool:
 
 def run_checks(source: str, seed: int, out_shapes: list[list[int]], out_dtypes: list[str]) -> None:
     """Raise CheckFailed with a reason unless the program behaves as the sampler predicted."""
+    threads = torch.get_num_threads()
+    # these tensors are small: one thread is faster, and far faster when other processes load the
+    # machine (intra-op thread pools spin while they wait)
+    torch.set_num_threads(1)
     try:
         _run_checks(source, seed, out_shapes, out_dtypes)
     except CheckFailed:
         raise
     except Exception as exc:  # a catalog rule PyTorch disagrees with: repairable, but counted by kind
         raise CheckFailed("runtime error", f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _run_checks(source: str, seed: int, out_shapes: list[list[int]], out_dtypes: list[str]) -> None:
     ns = load_module(source)
-    torch.manual_seed(seed)
+    torch.random.default_generator.manual_seed(seed)  # CPU only: torch.manual_seed also seeds devices
     with torch.no_grad():
         model = ns["Model"](*ns["get_init_inputs"]())
         base_in = ns["get_inputs"]()

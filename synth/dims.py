@@ -44,6 +44,8 @@ class Derived:
     source: str
     code: Any
     env: dict[str, "Dim"] = field(default_factory=dict)
+    text: str | None = None           # expanded over free variables (synth.exprs), once bindings are final
+    vars: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"Derived({self.source})"

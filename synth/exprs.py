@@ -25,7 +25,13 @@ def dim_text(d: Dim, used: dict[int, Var]) -> str:
         return f"v{d.id}"
     if isinstance(d, Const):
         return repr(d.value)
-    return "(" + _substitute(d.source, d.env, used) + ")"
+    # a derived dim appears in many constraints: expand it once (its variables are recorded too)
+    if d.text is None:
+        inner: dict[int, Var] = {}
+        d.text = "(" + _substitute(d.source, d.env, inner) + ")"
+        d.vars = inner
+    used.update(d.vars)
+    return d.text
 
 
 def value_text(v: Any, used: dict[int, Var]) -> str:

@@ -58,8 +58,13 @@ class Program:
         return ins + outs + 4 * sum(o.params for o in self.ops)
 
 
+@functools.lru_cache(maxsize=4096)
+def _code(text: str):
+    return compile(text, "<catalog>", "eval")
+
+
 def _eval(text: str, values: dict[str, Any]) -> Any:
-    return eval(compile(text, "<catalog>", "eval"), {"__builtins__": SAFE_BUILTINS}, values)
+    return eval(_code(text), {"__builtins__": SAFE_BUILTINS}, values)
 
 
 def op_env(op, assign: dict[int, Any], memo: dict) -> dict[str, Any]:

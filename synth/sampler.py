@@ -3,8 +3,8 @@
 The op list of a level-k problem is k independent uniform draws from the (optionally restricted)
 catalog, fixed *before* anything can fail. Every later failure (infeasible wiring, a constraint
 problem with no solution within budget, a program that is not finite or not input-sensitive) is
-repaired by drawing a new wiring for the same op list, with fresh program inputs increasingly
-preferred, so the op-sequence law stays exactly uniform: no op is ever redrawn because it is hard.
+repaired by redrawing sizes or a new wiring for the same op list (fresh program inputs increasingly
+preferred), so the op-sequence law stays exactly uniform: no op is ever redrawn because it is hard.
 
 Seeds: problem i of `sample(seed=s)` uses `numpy.random.SeedSequence(s, spawn_key=(i,))`, the same
 stream `SeedSequence(s).spawn(...)[i]` gives, so any worker can draw any index range independently and
@@ -27,6 +27,7 @@ from synth.render import materialize, render
 from synth.wiring import WiringError, wire
 
 # Sizes include non-powers of two and primes; 1 lets broadcasting and degenerate dims appear.
+SIZE_TRIES = 3  # size redraws per wiring after a failed run check
 DEFAULT_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 24, 31, 32, 48, 61, 64, 96, 127, 128, 192, 256)
 
 
@@ -82,7 +83,11 @@ def draw_ops(rng: np.random.Generator, space: Sequence[OpSpec], level: int) -> l
 
 def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: SampleConfig, seed: int,
                   stats: Attempts | None = None) -> Problem:
-    """Wire, solve, render and check `op_list`, repairing the wiring until it works."""
+    """Wire, solve, render and check `op_list`, repairing until it works.
+
+    A failed run check first redraws the sizes for the same wiring (a rejection step, so sizes stay
+    uniform over the feasible programs that pass the checks); after `SIZE_TRIES` failures, or when
+    the constraints have no solution, the wiring itself is redrawn. The op list never changes."""
     stats = stats if stats is not None else Attempts()
     for attempt in range(config.max_attempts):
         fresh_bias = min(1.0, attempt / max(1, config.max_attempts // 2))
@@ -91,31 +96,33 @@ def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: Sampl
         except WiringError:
             stats.add("wiring")
             continue
-        assign = solve(s, rng, config.max_elements, config.flop_window, flops_function(s), config.max_op_flops)
-        if assign is None:
-            stats.add("constraints")
-            continue
-        prog = materialize(s, assign)
-        doc = f"Level {len(op_list)}: {', '.join(o.spec.name for o in prog.ops)}."
-        source = render(s, prog, doc)
-        out_shapes = [prog.shapes[o] for o in prog.outputs]
-        out_dtypes = [prog.dtypes[o] for o in prog.outputs]
-        if config.check:
-            try:
-                run_checks(source, seed, out_shapes, out_dtypes)
-            except CheckFailed as exc:
-                stats.add(exc.kind)
-                continue
-        graph = build_graph(prog)
-        h = dag_hash(graph)
-        return Problem(
-            problem_id=f"L{len(op_list)}-{h[:16]}", source=source, dag_hash=h, level=len(op_list),
-            ops=[o.spec.name for o in prog.ops], graph=graph, seed=seed, flops=prog.flops,
-            bytes_moved=prog.bytes_moved, dtype="float32",
-            input_shapes=[i["shape"] for i in prog.inputs], output_shapes=out_shapes,
-            input_dtypes=["float32" if i["dtype"] == "f32" else "int64" for i in prog.inputs],
-            output_dtypes=["float32" if d == "f32" else "int64" for d in out_dtypes],
-        )
+        flops = flops_function(s)
+        for _ in range(SIZE_TRIES):
+            assign = solve(s, rng, config.max_elements, config.flop_window, flops, config.max_op_flops)
+            if assign is None:
+                stats.add("constraints")
+                break
+            prog = materialize(s, assign)
+            doc = f"Level {len(op_list)}: {', '.join(o.spec.name for o in prog.ops)}."
+            source = render(s, prog, doc)
+            out_shapes = [prog.shapes[o] for o in prog.outputs]
+            out_dtypes = [prog.dtypes[o] for o in prog.outputs]
+            if config.check:
+                try:
+                    run_checks(source, seed, out_shapes, out_dtypes)
+                except CheckFailed as exc:
+                    stats.add(exc.kind)
+                    continue
+            graph = build_graph(prog)
+            h = dag_hash(graph)
+            return Problem(
+                problem_id=f"L{len(op_list)}-{h[:16]}", source=source, dag_hash=h, level=len(op_list),
+                ops=[o.spec.name for o in prog.ops], graph=graph, seed=seed, flops=prog.flops,
+                bytes_moved=prog.bytes_moved, dtype="float32",
+                input_shapes=[i["shape"] for i in prog.inputs], output_shapes=out_shapes,
+                input_dtypes=["float32" if i["dtype"] == "f32" else "int64" for i in prog.inputs],
+                output_dtypes=["float32" if d == "f32" else "int64" for d in out_dtypes],
+            )
     raise SamplingError(f"no valid program for ops {[o.name for o in op_list]} after {config.max_attempts} "
                         f"wirings ({stats.counts}); loosen max_elements/flop_window or drop an op")
 

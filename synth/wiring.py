@@ -93,6 +93,7 @@ class WiringError(Exception):
 
 class Wirer:
     def __init__(self, rng: np.random.Generator, dims_domain: tuple[int, ...], fresh_bias: float = 0.0):
+        self.next_spec: OpSpec | None = None
         self.rng = rng
         self.dims_domain = dims_domain
         self.fresh_bias = fresh_bias
@@ -125,6 +126,16 @@ class Wirer:
 
     def fresh_dims(self, rank: int, names: str = "D") -> list[Dim]:
         return [self.var(names) for _ in range(rank)]
+
+    def fresh_rank(self, spec: OpSpec) -> int:
+        """A rank for a fresh input of `spec`; half the time one whose output can feed the next op,
+        which keeps programs connected (chains rather than many small islands)."""
+        ranks = list(spec.ranks)
+        if self.next_spec is not None and self.rng.random() < 0.5:
+            good = [r for r in ranks if output_ranks(spec, r) & accepted_ranks(self.next_spec)]
+            if good:
+                return int(self.choice(good))
+        return int(self.choice(ranks))
 
     def pick_source(self, spec: OpSpec, slot: int, ranks: set[int]) -> Tensor | None:
         """An existing tensor for this slot, or None for a fresh input."""
@@ -176,7 +187,7 @@ class Wirer:
         spec = op.spec
         t = self.pick_source(spec, 0, ranks or set(spec.accept_ranks))
         if t is None:
-            t = self.fresh(self.fresh_dims(int(self.choice(spec.ranks))), "f32", self._fresh_range(spec, 0))
+            t = self.fresh(self.fresh_dims(self.fresh_rank(spec)), "f32", self._fresh_range(spec, 0))
         op.inputs.append(t)
         return t
 
@@ -239,7 +250,7 @@ class Wirer:
         spec = op.spec
         a = self.pick_source(spec, 0, set(spec.accept_ranks))
         if a is None:
-            a = self.fresh(self.fresh_dims(int(self.choice(spec.ranks))), "f32", spec.in_range[0])
+            a = self.fresh(self.fresh_dims(self.fresh_rank(spec)), "f32", spec.in_range[0])
         b = self.pick_source(spec, 1, {a.rank})
         op.inputs += [a, b]  # b may be None until created by the caller
         return a, b
@@ -285,7 +296,7 @@ class Wirer:
         a = self.pick_source(spec, 0, set(spec.accept_ranks))
         b = self.pick_source(spec, 1, set(spec.accept_ranks))
         if a is None and b is None:
-            a = self.fresh(self.fresh_dims(int(self.choice(spec.ranks))), "f32", spec.in_range[0])
+            a = self.fresh(self.fresh_dims(self.fresh_rank(spec)), "f32", spec.in_range[0])
         if a is None or b is None:
             known = a if a is not None else b
             # the fresh operand broadcasts against the existing one: same or fewer dims, some set to 1
@@ -350,6 +361,31 @@ class Wirer:
         return [Const(int(tok)) if tok.isdigit() else names[tok] for tok in spec.output.split()]
 
 
+def output_ranks(spec: OpSpec, rank: int) -> set[int]:
+    """Ranks an op's output can have when its first input has `rank`."""
+    if spec.kind == "reduce":
+        return {rank, rank - 1}
+    if spec.kind == "flatten":
+        return set(range(1, rank))
+    if spec.kind in ("split", "stack"):
+        return {rank + 1}
+    if spec.kind == "pair_reduce":
+        return {0}
+    if spec.kind == "pattern":
+        return {len(spec.output.split())}
+    return {rank}
+
+
+def accepted_ranks(spec: OpSpec) -> set[int]:
+    """Ranks of computed tensors some input slot of `spec` can take."""
+    if spec.kind == "pattern":
+        return {len(p.split()) for p, d, r in zip(spec.inputs, spec.in_dtype, spec.in_range)
+                if d == "f32" and RANGE_ACCEPTS[r]}
+    if spec.kind == "transpose":
+        return set(spec.accept_ranks) - {0, 1}
+    return set(spec.accept_ranks)
+
+
 def _derived(text: str, names: dict[str, Dim], where: str) -> Derived:
     code = compile(text, where, "eval")
     return Derived(text, code, {k: names[k] for k in code.co_names if k in names})
@@ -358,5 +394,8 @@ def _derived(text: str, names: dict[str, Dim], where: str) -> Derived:
 def wire(ops: list[OpSpec], rng: np.random.Generator, dims_domain: tuple[int, ...], fresh_bias: float = 0.0) -> Structure:
     """Wire `ops` in order into a Structure (raises WiringError if this attempt is infeasible)."""
     w = Wirer(rng, dims_domain, fresh_bias)
-    nodes = [w.wire(i, spec) for i, spec in enumerate(ops)]
+    nodes = []
+    for i, spec in enumerate(ops):
+        w.next_spec = ops[i + 1] if i + 1 < len(ops) else None
+        nodes.append(w.wire(i, spec))
     return Structure(nodes, w.inputs, w.vars, w.equalities)
