@@ -42,6 +42,22 @@ def stage(value: Any, device: torch.device) -> Any:
     return value
 
 
+def refill(buffers: list | None, values: list, device: torch.device) -> list:
+    """Copy `values` into `buffers` (same storage as last call) when shapes allow, else stage anew."""
+    if buffers is None or len(buffers) != len(values) or any(
+            type(b) is not type(v) or (type(v) is torch.Tensor and (b.shape != v.shape or b.dtype != v.dtype))
+            for b, v in zip(buffers, values)):
+        return stage(list(values), device)
+    out = []
+    for b, v in zip(buffers, values):
+        if type(v) is torch.Tensor:
+            b.copy_(v)
+            out.append(b)
+        else:
+            out.append(v)
+    return out
+
+
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.data_ptr() + s.nbytes()
@@ -106,7 +122,8 @@ def run_call(model: Any, inputs: list, token: object, ablate: bool, sync: Callab
         report["sequence"], report["bad_type"] = seq, problem
         if tensors is not None:
             report["aliases"] = aliasing(tensors, inputs)
+            # Copies now: a candidate may hand back the same buffer next call, or write it later.
             report["outputs"] = [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type,
-                                  "shape": list(t.shape), "data": t} for t in tensors]
-    report["inputs_after"] = [x if type(x) is torch.Tensor else None for x in inputs]
+                                  "shape": list(t.shape), "data": t.detach().to("cpu", copy=True)} for t in tensors]
+    report["inputs_after"] = [x.detach().to("cpu", copy=True) if type(x) is torch.Tensor else None for x in inputs]
     return report

@@ -223,6 +223,12 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             return None
         if event == "open":
             path, mode, flags = (list(args) + [None, None, None])[:3]
+            if type(path) is str and path.startswith("/proc/") and not path.startswith(("/proc/self/", "/proc/thread-self/")):
+                parts = path.split("/")
+                if len(parts) > 2 and parts[2].isdigit() and int(parts[2]) != os.getpid():
+                    untrusted, _ = stack_info(1)
+                    if untrusted:
+                        deny(event, "process", f"reading another process's {path}")
             writing = (type(mode) is str and any(c in mode for c in "wax+")) or (
                 type(flags) is int and flags & _WRITE_FLAGS)
             if writing and not inside_scratch(path):

@@ -174,6 +174,9 @@ def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, m
     kernel_ms = samples.median_ms
     info: dict[str, Any] = {"kernel_ms": kernel_ms, "floor_ms": floor_ms, "samples": len(samples.times_ms),
                             "launches": rep.get("launches"), "expected_launches": min_launches * n_calls}
+    if (rep.get("launches") or 0) < min_launches * n_calls:
+        return Finding("timing_invalid", f"{rep.get('launches')} own kernel launches while timed, expected "
+                       f"{min_launches * n_calls}: results were replayed, not computed"), info
     for idx, chk in (rep.get("checked") or {}).items():
         if chk.get("problem") or chk.get("outputs") is None:
             return Finding("wrong_output", f"timed call {idx}: {chk.get('problem') or 'no output'}"), info
@@ -182,9 +185,6 @@ def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, m
         bad = compare_outputs(call, sets[chk["set"]], device)
         if bad:
             return Finding("wrong_output", f"timed call {idx}: {bad.reason}"), info
-    if (rep.get("launches") or 0) < min_launches * n_calls:
-        return Finding("timing_invalid", f"{rep.get('launches')} own kernel launches while timed, expected "
-                       f"{min_launches * n_calls}: results were replayed, not computed"), info
     if samples.unstable():
         return Finding("timing_invalid", "timing unstable: the two halves of the run disagree by over 50%"), info
     if kernel_ms < 0.9 * floor_ms:

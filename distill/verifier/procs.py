@@ -18,18 +18,38 @@ from distill.verifier import codec
 
 _ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.worker", "distill.verifier.reference"]
 _ctx_lock = threading.Lock()
-_ctx: Any = None
+_zygote_device: str | None = None
 
 
-def zygote_context() -> Any:
-    global _ctx
+def zygote_context(device: str) -> Any:
+    """The forkserver context for `device`.
+
+    Triton decides at import time whether its own `@jit` library functions are interpreted, so
+    the zygote's TRITON_INTERPRET must match the device of the workers it forks. There is one
+    forkserver per process: the first device to ask gets it; a pool for the other device then
+    falls back to `spawn` (correct, only slower to start).
+    """
+    global _zygote_device
     with _ctx_lock:
-        if _ctx is None:
+        if _zygote_device is None:
             ctx = multiprocessing.get_context("forkserver")
             # Replace the default ['__main__'] so the zygote never imports the caller's script.
             ctx.set_forkserver_preload(list(_ZYGOTE_PRELOAD))
-            _ctx = ctx
-        return _ctx
+            saved = os.environ.get("TRITON_INTERPRET")
+            os.environ["TRITON_INTERPRET"] = "1" if device == "cpu" else "0"
+            try:
+                from multiprocessing import forkserver
+
+                forkserver.ensure_running()  # the zygote inherits the environment as it is now
+            finally:
+                if saved is None:
+                    os.environ.pop("TRITON_INTERPRET", None)
+                else:
+                    os.environ["TRITON_INTERPRET"] = saved
+            _zygote_device = device
+        if _zygote_device == device:
+            return multiprocessing.get_context("forkserver")
+        return multiprocessing.get_context("spawn")
 
 
 class ProcDied(RuntimeError):
@@ -60,10 +80,17 @@ class Proc:
     """One child process speaking the codec over a pipe."""
 
     def __init__(self, target: Callable, cfg: dict[str, Any], name: str) -> None:
-        ctx = zygote_context()
+        ctx = zygote_context(cfg["device"])
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=target, args=(child, cfg), name=name, daemon=True)
-        self.process.start()
+        saved = os.environ.get("TRITON_INTERPRET")
+        if ctx.get_start_method() == "spawn":  # a spawned child imports triton itself: set the mode first
+            os.environ["TRITON_INTERPRET"] = "1" if cfg["device"] == "cpu" else "0"
+        try:
+            self.process.start()
+        finally:
+            if ctx.get_start_method() == "spawn":
+                os.environ.pop("TRITON_INTERPRET", None) if saved is None else os.environ.update(TRITON_INTERPRET=saved)
         child.close()
         self.pid: int = self.process.pid
         self.started = time.monotonic()
