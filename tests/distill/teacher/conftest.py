@@ -2,6 +2,7 @@
 session, and (slow lane) one offline vLLM teacher and one `vllm serve` per session."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -116,3 +117,28 @@ def vllm_server(tiny_model, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def fence(code: str) -> str:
+    return f"```python\n{code}```"
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return path
+
+
+@pytest.fixture
+def recording(tmp_path) -> Path:
+    """relu: sample 0 wrong then fixed in round 1; sample 1 right at once. scale_add: truncated,
+    then fixed. row_sum: prose only (no code); no follow-up recorded."""
+    return write_jsonl(tmp_path / "answers.jsonl", [
+        {"problem_id": "kb_relu", "sample": 0, "completion": "<think>identity is enough?</think>\n" + fence(kernelbench_small.WRONG_RELU)},
+        {"problem_id": "kb_relu", "sample": 0, "round": 1, "completion": "Use max.\n" + fence(kernelbench_small.GOOD["kb_relu"])},
+        {"problem_id": "kb_relu", "sample": 1, "completion": fence(kernelbench_small.GOOD["kb_relu"]), "prompt_tokens": 900,
+         "completion_tokens": 210, "model": "recorded-model"},
+        {"problem_id": "kb_scale_add", "completion": "Plan: one pass.\n```python\nimport torch\n", "finish_reason": "length",
+         "model": "recorded-model"},
+        {"problem_id": "kb_scale_add", "round": 1, "completion": fence(kernelbench_small.GOOD["kb_scale_add"]), "model": "recorded-model"},
+        {"problem_id": "kb_row_sum", "completion": "I cannot do this one.", "model": "recorded-model"},
+    ])

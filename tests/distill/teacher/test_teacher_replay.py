@@ -16,29 +16,9 @@ from distill.teacher.verify_adapter import as_verifier
 from pipelines.cli import main
 
 
-def fence(code: str) -> str:
-    return f"```python\n{code}```"
-
-
 def write_jsonl(path: Path, records: list[dict]) -> Path:
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     return path
-
-
-@pytest.fixture
-def recording(tmp_path, kb) -> Path:
-    """relu: sample 0 wrong then fixed in round 1; sample 1 right at once. scale_add: truncated,
-    then fixed. row_sum: prose only (no code); no follow-up recorded."""
-    return write_jsonl(tmp_path / "answers.jsonl", [
-        {"problem_id": "kb_relu", "sample": 0, "completion": "<think>identity is enough?</think>\n" + fence(kb.WRONG_RELU)},
-        {"problem_id": "kb_relu", "sample": 0, "round": 1, "completion": "Use max.\n" + fence(kb.GOOD["kb_relu"])},
-        {"problem_id": "kb_relu", "sample": 1, "completion": fence(kb.GOOD["kb_relu"]), "prompt_tokens": 900,
-         "completion_tokens": 210, "model": "recorded-model"},
-        {"problem_id": "kb_scale_add", "completion": "Plan: one pass.\n```python\nimport torch\n", "finish_reason": "length",
-         "model": "recorded-model"},
-        {"problem_id": "kb_scale_add", "round": 1, "completion": fence(kb.GOOD["kb_scale_add"]), "model": "recorded-model"},
-        {"problem_id": "kb_row_sum", "completion": "I cannot do this one.", "model": "recorded-model"},
-    ])
 
 
 def test_replay_hands_back_records_verbatim_and_marks_missing(recording, problems):
