@@ -1,0 +1,145 @@
+"""The work a dask worker does for one shard. Every output is written atomically under a
+deterministic name, and a task whose outputs already exist only reads them back: reruns are exact.
+
+Teachers and verifier pools are expensive to start, so each worker process keeps one of each
+(module-level, created on first use, closed when the worker exits).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from curriculum.rows import rl_row, sft_rows
+from curriculum.schemas import RL_SCHEMA, SFT_SCHEMA
+from curriculum.shards import write_rows
+from pipelines.build.config import BuildConfig
+from pipelines.build.plan import Shard
+
+_TEACHERS: dict[str, Any] = {}
+_VERIFIERS: dict[tuple, Any] = {}
+
+
+def _close_all() -> None:
+    for obj in list(_TEACHERS.values()) + list(_VERIFIERS.values()):
+        try:
+            obj.close()
+        except Exception:
+            pass
+
+
+atexit.register(_close_all)
+
+
+def problems_path(out: Path, shard: Shard) -> Path:
+    return out / "problems" / f"{shard.name}.parquet"
+
+
+def transient_retry(fn):
+    """Retry a task body on I/O hiccups (a busy shared disk, a network filesystem); anything else is a
+    real error and surfaces at once. Worker deaths are rescheduled by dask itself."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        for attempt in range(3):
+            try:
+                return fn(*args, **kwargs)
+            except (ConnectionError, TimeoutError, BlockingIOError, InterruptedError):
+                if attempt == 2:
+                    raise
+                time.sleep(0.5 * 2 ** attempt)
+
+    return wrapper
+
+
+@transient_retry
+def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Draw the shard's problems; write problems/NAME and its RL rows. Returns a summary."""
+    import synth
+    from distill.teacher.prompts import load_prompts
+    from synth.shard import read_problems, write_problems
+
+    out = Path(out)
+    ppath, rpath = problems_path(out, shard), out / shard.rl_dir / f"{shard.name}.parquet"
+    t0 = time.perf_counter()
+    if ppath.exists() and rpath.exists():
+        problems = read_problems(ppath)
+        return {"shard": shard.name, "problems": len(problems), "dropped": None, "resumed": True,
+                "dag_hashes": [p.dag_hash for p in problems], "seconds": 0.0}
+    config = synth.SampleConfig() if cfg.sample.max_elements is None else synth.SampleConfig(
+        max_elements=cfg.sample.max_elements)
+    drawn = synth.sample(shard.count, levels=list(shard.levels), seed=shard.seed, start=shard.start,
+                         ops=cfg.sample.ops, config=config)
+    problems, seen = [], set(exclude)
+    for p in drawn:  # held-out problems never appear in training; duplicates inside a shard are dropped
+        if p.dag_hash not in seen:
+            seen.add(p.dag_hash)
+            problems.append(p)
+    prompts = load_prompts(cfg.teacher.prompt)
+    stage, split = (shard.group, "train") if shard.kind == "stage" else (0, "test")
+    rows = [rl_row(p, prompts.initial(p), stage, split, shard.start + i) for i, p in enumerate(problems)]
+    write_problems(problems, ppath)
+    write_rows(rows, RL_SCHEMA, rpath)
+    return {"shard": shard.name, "problems": len(problems), "dropped": len(drawn) - len(problems), "resumed": False,
+            "dag_hashes": [p.dag_hash for p in problems], "seconds": time.perf_counter() - t0}
+
+
+def _teacher(cfg: BuildConfig):
+    from distill.teacher.base import SamplingConfig, TeacherOptions, make_teacher
+
+    key = json.dumps([cfg.teacher.spec, cfg.teacher.max_tokens, cfg.teacher.temperature])
+    if key not in _TEACHERS:
+        sampling = SamplingConfig(max_tokens=cfg.teacher.max_tokens, temperature=cfg.teacher.temperature,
+                                  base_seed=cfg.seed)
+        _TEACHERS[key] = make_teacher(cfg.teacher.spec, TeacherOptions(sampling=sampling))
+    return _TEACHERS[key]
+
+
+def _verifier(cfg: BuildConfig):
+    from distill.teacher.verify_adapter import as_verifier
+    from distill.verifier import VerifierPool
+
+    key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout)
+    if key not in _VERIFIERS:
+        pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout)
+        pool.start()
+        _VERIFIERS[key] = pool
+    return as_verifier(_VERIFIERS[key], cfg.verify.workers)
+
+
+@transient_retry
+def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any = None) -> dict[str, Any]:
+    """Teach and verify the shard's problems; write samples/NAME (every attempt) and sft/NAME (passes)."""
+    from curriculum.rows import versions
+    from distill.teacher.base import SamplingConfig
+    from distill.teacher.prompts import load_prompts
+    from distill.teacher.records import samples_schema
+    from distill.teacher.refine import run_distill
+    from synth.shard import read_problems
+
+    out = Path(out)
+    spath, fpath = out / "samples" / f"{shard.name}.parquet", out / "sft" / f"{shard.name}.parquet"
+    t0 = time.perf_counter()
+    if spath.exists() and fpath.exists():
+        statuses = Counter(pq.read_table(spath, columns=["status"]).column("status").to_pylist())
+        return {"shard": shard.name, "statuses": dict(statuses), "sft": pq.read_metadata(fpath).num_rows,
+                "resumed": True, "seconds": 0.0}
+    problems = read_problems(problems_path(out, shard))
+    sampling = SamplingConfig(max_tokens=cfg.teacher.max_tokens, temperature=cfg.teacher.temperature,
+                              base_seed=cfg.seed)
+    attempts = run_distill(problems, _teacher(cfg), load_prompts(cfg.teacher.prompt), samples=cfg.teacher.samples,
+                           rounds=cfg.teacher.rounds, verifier=_verifier(cfg), sampling=sampling)
+    rows = [a.to_row() for a in attempts]
+    for r in rows:  # wall-clock figures differ between runs; the rows must not
+        r["teacher_latency_s"] = None
+    write_rows(rows, samples_schema(), spath)
+    sft = sft_rows(rows, {p.problem_id: p for p in problems}, versions())
+    write_rows(sft, SFT_SCHEMA, fpath)
+    return {"shard": shard.name, "statuses": dict(Counter(r["status"] for r in rows)), "sft": len(sft),
+            "resumed": False, "seconds": time.perf_counter() - t0}

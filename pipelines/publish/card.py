@@ -1,0 +1,130 @@
+"""The dataset card: README.md with YAML `configs` (one per loadable table) and three PNG plots."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pyarrow.parquet as pq
+
+from curriculum.shards import shard_files
+from synth.catalog import DATA_DIR, default_catalog
+
+
+def _configs(out: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each config lists only folders that hold shards, so every one of them loads."""
+    configs = []
+
+    def add(name: str, files: list[tuple[str, str]]) -> None:
+        files = [(split, pattern) for split, pattern in files if list(out.glob(pattern))]
+        if files:
+            configs.append({"name": name, "files": files})
+
+    add("sft", [("train", "sft/*.parquet")])
+    add("rl", [("train", "rl/*/*.parquet"), ("test", "heldout/*/*.parquet")])
+    for key in manifest["counts"]["rl"]:
+        add(f"stage{key.split('=')[1]}", [("train", f"rl/{key}/*.parquet")])
+    for key in manifest["counts"]["heldout"]:
+        add(f"heldout_level{key.split('=')[1]}", [("test", f"heldout/{key}/*.parquet")])
+    add("problems", [("train", "problems/*.parquet")])
+    add("attempts", [("train", "samples/*.parquet")])
+    return configs
+
+
+def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    levels: Counter = Counter()
+    op_level: Counter = Counter()
+    for f in shard_files(out / "problems"):
+        t = pq.read_table(f, columns=["level", "ops"]).to_pylist()
+        for row in t:
+            levels[row["level"]] += 1
+            for op in row["ops"]:
+                op_level[(op, row["level"])] += 1
+    made = []
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ks = sorted(levels)
+    ax.bar([str(k) for k in ks], [levels[k] for k in ks], color="#4c72b0")
+    ax.set_xlabel("level (compute ops)")
+    ax.set_ylabel("problems")
+    ax.set_title("Problems per level")
+    fig.tight_layout()
+    fig.savefig(plots / "levels.png", dpi=110)
+    plt.close(fig)
+    made.append(plots / "levels.png")
+
+    ops = sorted(default_catalog(), key=lambda n: (default_catalog()[n].family, n))
+    grid = np.array([[op_level[(op, k)] for k in ks] for op in ops], dtype=float) if ks else np.zeros((len(ops), 1))
+    fig, ax = plt.subplots(figsize=(2.5 + 0.6 * max(1, len(ks)), 0.12 * len(ops) + 1.5))
+    im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_yticks(range(len(ops)), [f"{default_catalog()[o].family}: {o}" for o in ops], fontsize=5)
+    ax.set_xticks(range(len(ks)), [str(k) for k in ks])
+    ax.set_xlabel("level")
+    ax.set_title(f"Operator coverage ({sum(1 for o in ops if any(op_level[(o, k)] for k in ks))}/{len(ops)} ops seen)",
+                 fontsize=9)
+    fig.colorbar(im, ax=ax, label="occurrences")
+    fig.tight_layout()
+    fig.savefig(plots / "operator_coverage.png", dpi=110)
+    plt.close(fig)
+    made.append(plots / "operator_coverage.png")
+
+    verdicts = manifest.get("verdicts", {})
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    names = sorted(verdicts, key=lambda k: -verdicts[k])
+    ax.barh(names or ["(no attempts)"], [verdicts[k] for k in names] or [0],
+            color=["#55a868" if k == "pass" else "#c44e52" for k in names] or None)
+    ax.invert_yaxis()
+    ax.set_xlabel("attempts")
+    ax.set_title("Verdicts")
+    fig.tight_layout()
+    fig.savefig(plots / "verdicts.png", dpi=110)
+    plt.close(fig)
+    made.append(plots / "verdicts.png")
+    return made
+
+
+def render_card(out: Path, manifest: dict[str, Any], repo_id: str | None = None) -> str:
+    cfg = manifest["config"]
+    configs = _configs(out, manifest)
+    what = {"sft": "verified (prompt, plan + code) conversations", "rl": "RL prompts with reference and verify spec",
+            "problems": "the sampled programs", "attempts": "every teacher attempt with its verdict"}
+    table = []
+    for c in configs:
+        for split, pattern in c["files"]:
+            rows = sum(pq.read_metadata(f).num_rows for f in sorted(out.glob(pattern)))
+            desc = what.get(c["name"]) or ("curriculum stage (RL)" if c["name"].startswith("stage") else "held-out evaluation prompts")
+            table.append({"config": c["name"], "split": split, "rows": rows, "what": desc})
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(DATA_DIR / "templates")), trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    verdicts = manifest.get("verdicts", {})
+    return env.get_template("card.md.j2").render(
+        license=cfg.get("license", "apache-2.0"), name=cfg.get("name", "tritonforge"), configs=configs, table=table,
+        repo_id=repo_id or f"ORG/{cfg.get('name', 'tritonforge')}", n_ops=len(default_catalog()),
+        teacher=cfg["teacher"]["spec"], samples=cfg["teacher"]["samples"], rounds=cfg["teacher"]["rounds"],
+        trials=5, device=cfg["verify"]["device"], attempts=sum(verdicts.values()),
+        verdicts=", ".join(f"{k} {v}" for k, v in verdicts.items()) or "none",
+        digest=manifest["config_digest"], config_json=json.dumps(cfg, indent=1, sort_keys=True, default=list),
+        versions=", ".join(f"{k} {v}" for k, v in manifest["versions"].items()),
+    )
+
+
+def write_card(out: str | Path, manifest: dict[str, Any] | None = None, repo_id: str | None = None) -> Path:
+    out = Path(out)
+    manifest = manifest or json.loads((out / "manifest.json").read_text())
+    plot_all(out, manifest)
+    text = render_card(out, manifest, repo_id)
+    tmp = out / ".README.md.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, out / "README.md")
+    return out / "README.md"

@@ -1,0 +1,31 @@
+"""`tritonforge publish DIR --repo-id ORG/NAME [--dry-run]`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", help="a folder made by `tritonforge build`")
+    p.add_argument("--repo-id", required=True, help="Hub dataset repo, ORG/NAME")
+    p.add_argument("--dry-run", action="store_true", help="print what would be uploaded and stop")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.publish.card import write_card
+    from pipelines.publish.hub import PublishError, make_plan, upload
+
+    try:
+        plan = make_plan(args.dir, args.repo_id)
+    except PublishError as exc:
+        print(f"tritonforge publish: error: {exc}", file=sys.stderr)
+        return 2
+    write_card(args.dir, repo_id=args.repo_id)  # the card's load examples name this repo
+    plan = make_plan(args.dir, args.repo_id)
+    print(plan.describe())
+    if args.dry_run:
+        print("dry run: nothing uploaded")
+        return 0
+    print(f"uploaded: {upload(plan, private=args.private)}")
+    return 0
