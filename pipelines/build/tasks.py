@@ -13,8 +13,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from curriculum.rows import rl_row, sft_rows
 from curriculum.schemas import RL_SCHEMA, SFT_SCHEMA
 from curriculum.shards import write_rows
@@ -38,6 +36,34 @@ atexit.register(_close_all)
 
 def problems_path(out: Path, shard: Shard) -> Path:
     return out / "problems" / f"{shard.name}.parquet"
+
+
+DONE = ".done"  # one marker per finished task, written after its outputs; hidden from readers and the Hub
+
+
+def _finished(out: Path, task: str) -> dict[str, Any] | None:
+    marker = out / DONE / f"{task}.json"
+    if marker.exists():
+        return {**json.loads(marker.read_text()), "resumed": True, "seconds": 0.0}
+    return None
+
+
+def _finish(out: Path, task: str, summary: dict[str, Any]) -> dict[str, Any]:
+    import os
+
+    (out / DONE).mkdir(parents=True, exist_ok=True)
+    tmp = out / DONE / f".{task}.tmp"
+    tmp.write_text(json.dumps(summary, sort_keys=True))
+    os.replace(tmp, out / DONE / f"{task}.json")
+    return {**summary, "resumed": False}
+
+
+def _write(rows: list[dict[str, Any]], schema, path: Path) -> None:
+    """Write a shard; an empty one is not written (empty Parquet files break `datasets`)."""
+    if rows:
+        write_rows(rows, schema, path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def transient_retry(fn):
@@ -68,10 +94,9 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     out = Path(out)
     ppath, rpath = problems_path(out, shard), out / shard.rl_dir / f"{shard.name}.parquet"
     t0 = time.perf_counter()
-    if ppath.exists() and rpath.exists():
-        problems = read_problems(ppath)
-        return {"shard": shard.name, "problems": len(problems), "dropped": None, "resumed": True,
-                "dag_hashes": [p.dag_hash for p in problems], "seconds": 0.0}
+    done = _finished(out, f"sample-{shard.name}")
+    if done is not None:
+        return done
     config = synth.SampleConfig() if cfg.sample.max_elements is None else synth.SampleConfig(
         max_elements=cfg.sample.max_elements)
     drawn = synth.sample(shard.count, levels=list(shard.levels), seed=shard.seed, start=shard.start,
@@ -84,10 +109,12 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     prompts = load_prompts(cfg.teacher.prompt)
     stage, split = (shard.group, "train") if shard.kind == "stage" else (0, "test")
     rows = [rl_row(p, prompts.initial(p), stage, split, shard.start + i) for i, p in enumerate(problems)]
-    write_problems(problems, ppath)
-    write_rows(rows, RL_SCHEMA, rpath)
-    return {"shard": shard.name, "problems": len(problems), "dropped": len(drawn) - len(problems), "resumed": False,
-            "dag_hashes": [p.dag_hash for p in problems], "seconds": time.perf_counter() - t0}
+    if problems:
+        write_problems(problems, ppath)
+    _write(rows, RL_SCHEMA, rpath)
+    return _finish(out, f"sample-{shard.name}", {
+        "shard": shard.name, "problems": len(problems), "dropped": len(drawn) - len(problems),
+        "dag_hashes": [p.dag_hash for p in problems], "seconds": time.perf_counter() - t0})
 
 
 def _teacher(cfg: BuildConfig):
@@ -126,11 +153,11 @@ def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any =
     out = Path(out)
     spath, fpath = out / "samples" / f"{shard.name}.parquet", out / "sft" / f"{shard.name}.parquet"
     t0 = time.perf_counter()
-    if spath.exists() and fpath.exists():
-        statuses = Counter(pq.read_table(spath, columns=["status"]).column("status").to_pylist())
-        return {"shard": shard.name, "statuses": dict(statuses), "sft": pq.read_metadata(fpath).num_rows,
-                "resumed": True, "seconds": 0.0}
-    problems = read_problems(problems_path(out, shard))
+    done = _finished(out, f"teach-{shard.name}")
+    if done is not None:
+        return done
+    ppath = problems_path(out, shard)
+    problems = read_problems(ppath) if ppath.exists() else []
     sampling = SamplingConfig(max_tokens=cfg.teacher.max_tokens, temperature=cfg.teacher.temperature,
                               base_seed=cfg.seed)
     attempts = run_distill(problems, _teacher(cfg), load_prompts(cfg.teacher.prompt), samples=cfg.teacher.samples,
@@ -138,8 +165,9 @@ def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any =
     rows = [a.to_row() for a in attempts]
     for r in rows:  # wall-clock figures differ between runs; the rows must not
         r["teacher_latency_s"] = None
-    write_rows(rows, samples_schema(), spath)
+    _write(rows, samples_schema(), spath)
     sft = sft_rows(rows, {p.problem_id: p for p in problems}, versions())
-    write_rows(sft, SFT_SCHEMA, fpath)
-    return {"shard": shard.name, "statuses": dict(Counter(r["status"] for r in rows)), "sft": len(sft),
-            "resumed": False, "seconds": time.perf_counter() - t0}
+    _write(sft, SFT_SCHEMA, fpath)
+    return _finish(out, f"teach-{shard.name}", {
+        "shard": shard.name, "statuses": dict(Counter(r["status"] for r in rows)), "sft": len(sft),
+        "seconds": time.perf_counter() - t0})
