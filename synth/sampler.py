@@ -35,7 +35,7 @@ DEFAULT_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 24, 31, 32, 48, 61, 
 class SampleConfig:
     dims: tuple[int, ...] = DEFAULT_DIMS
     max_elements: int = 1 << 15            # per tensor (inputs, intermediates, outputs, weights)
-    flop_window: tuple[float, float] = (1e3, 5e8)   # whole program: not trivial, not huge
+    flop_window: tuple[float, float] = (500, 5e8)   # whole program: not trivial, not huge
     max_op_flops: float = 2e7                        # per op, so large levels stay feasible
     max_attempts: int = 64                  # wiring repairs before giving up on an op list
     check: bool = True                      # run on the CPU: shapes, finiteness, sensitivity

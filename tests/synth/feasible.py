@@ -1,7 +1,9 @@
 """Which ordered op pairs (a -> b) a level-2 program can join by an edge, from the catalog's rules.
 
 At level 2 the first op reads only fresh inputs, so its output's possible (rank, range, dtype) follow
-from its declaration; the pair is feasible when some input slot of b accepts such a tensor.
+from its declaration; the pair is feasible when some input slot of b accepts such a tensor. (Sizes
+matter too: with the default FLOP window's floor of 1,000, reshape -> mv was infeasible, because a
+1-D input holds at most 256 elements; the floor is now 500. The tests check the analysis both ways.)
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def test_sampled_programs_run_with_predicted_shapes():
         outs, _ = _run(p.source, p.seed)
         assert [list(o.shape) for o in outs] == p.output_shapes
         assert all(torch.isfinite(o).all() for o in outs if o.dtype.is_floating_point)
-        assert p.flops >= 1e3 and p.bytes_moved > 0
+        assert p.flops >= 500 and p.bytes_moved > 0
 
 
 PROGRAM = """
