@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     with teacher:
         samples, rounds = args.samples or 1, 1 if args.rounds is None else args.rounds
+        # Replaying without --samples replays what was recorded: unrecorded samples are no rows.
+        keep_missing = args.samples is not None
         if backend == "replay":
             known = teacher.problem_ids
             skipped = sum(p.problem_id not in known for p in problems)
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             f"up to {rounds} follow-up round(s)")
         if args.no_verify:
             attempts = run_distill(problems, teacher, prompts, samples=samples, rounds=rounds,
-                                   sampling=options.sampling, progress=say)
+                                   sampling=options.sampling, progress=say, keep_missing=keep_missing)
         else:
             from distill.teacher.verify_adapter import default_verifier
 
@@ -160,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             try:
                 attempts = run_distill(problems, teacher, prompts, samples=samples, rounds=rounds,
-                                       verifier=verifier, sampling=options.sampling, progress=say)
+                                       verifier=verifier, sampling=options.sampling, progress=say,
+                                       keep_missing=keep_missing)
             finally:
                 ctx.__exit__(None, None, None)
     final = write_samples(out, attempts)

@@ -15,13 +15,14 @@ Contract for a backend (`vllm`, `openai`, `replay`, `lowering`, or your own):
 - optionally override `stream(requests)` to yield Completions as they finish (any order), so
   verification can overlap generation;
 - `provenance()` returns what is known about the model and software (revision/hash, versions);
+- set `supports_refinement = False` if a follow-up turn cannot change the answer;
 - expose a module-level `from_spec(arg: str, options: TeacherOptions) -> Teacher` in its module
   and register the module in `BACKENDS`.
 
 A non-LLM backend (the reference `lowering` compiler) fits the same shape: it ignores `messages`,
 reads `request.problem`, and returns its plan in `Completion.reasoning` (or as prose before the
-code) and the module in one ```python block in `Completion.text`, with `finish_reason="stop"` and
-no token counts.
+code) and the module in one ```python block in `Completion.text`, with `finish_reason="stop"`, no
+token counts, and `supports_refinement = False`.
 
 Seeds: `derive_seed(problem_id, sample, round)` is a pure function, so runs are reproducible and
 two workers given different samples never draw the same stream. Sample `s` of a request whose
@@ -140,6 +141,8 @@ class Teacher(ABC):
 
     backend: str = ""
     model: str = ""
+    # False for deterministic backends (the lowering): asking again would give the same answer.
+    supports_refinement: bool = True
 
     @abstractmethod
     def generate(self, requests: Sequence[TeacherRequest]) -> list[Completion]:

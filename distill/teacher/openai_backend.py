@@ -33,6 +33,28 @@ def _base_url(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
+def _run_sync(coro: Any) -> Any:
+    """asyncio.run, also from a thread that already runs a loop (a notebook): then on a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:
+            box["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class OpenAITeacher(Teacher):
     """Chat completions over HTTP with bounded concurrency, timeouts and 429/5xx-only retries."""
 
@@ -45,7 +67,7 @@ class OpenAITeacher(Teacher):
         self.sampling = self.options.sampling
         self.base = _base_url(url)
         self.api_key = self.options.api_key or os.environ.get("OPENAI_API_KEY")
-        models, self.server_version = asyncio.run(self._probe())
+        models, self.server_version = _run_sync(self._probe())
         if self.options.model:
             if models and self.options.model not in models:
                 raise ValueError(f"openai teacher: server at {self.base} serves {models}, not {self.options.model!r}")

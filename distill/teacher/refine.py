@@ -97,11 +97,14 @@ def run_distill(
     verifier: Verifier | None = None,
     sampling: SamplingConfig | None = None,
     progress: Progress | None = None,
+    keep_missing: bool = True,
 ) -> list[Attempt]:
     """Every attempt of every round, sorted by (problem order, sample, round).
 
     `rounds` counts follow-up rounds after the first attempt (rows carry round 0..rounds).
     Without a verifier, extracted candidates get status "unverified" and nothing is refined.
+    A backend's "missing" answer (a replay file without that record) is a `no_answer` row in
+    round 0 when `keep_missing`, and otherwise no row: the chain just ends.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -128,8 +131,8 @@ def run_distill(
         pending: list[_Pending] = []
         for c in teacher.stream(requests):
             req = by_key[c.key]
-            if rnd > 0 and c.finish_reason == "missing":
-                continue  # a replay file with no follow-up recorded: that chain simply ends
+            if c.finish_reason == "missing" and (rnd > 0 or not keep_missing):
+                continue  # a replay file with no such record: that chain simply ends
             a = _attempt(c, req, teacher, prov, sp_json, prompts.name)
             fut = None
             if a.status == "ok":

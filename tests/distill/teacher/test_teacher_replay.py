@@ -105,14 +105,18 @@ def test_cli_replay_writes_samples_parquet_with_the_schema(tmp_path, recording, 
                 "reason", "speedup_eager", "speedup_compile", "kernel_ms", "teacher", "teacher_model",
                 "sampling_params", "seed"):
         assert col in rows[0]
-    # replay defaults: as many samples as recorded; without a verifier nothing is refined
+    # replay defaults: what was recorded, no rows for unrecorded samples; no verifier, no refinement
     assert {(r["problem_id"], r["sample"], r["round"]) for r in rows} == {
-        ("kb_relu", 0, 0), ("kb_relu", 1, 0), ("kb_scale_add", 0, 0), ("kb_scale_add", 1, 0),
-        ("kb_row_sum", 0, 0), ("kb_row_sum", 1, 0)}
-    assert {r["status"] for r in rows} == {"unverified", "truncated", "no_answer", "no_code"}
+        ("kb_relu", 0, 0), ("kb_relu", 1, 0), ("kb_scale_add", 0, 0), ("kb_row_sum", 0, 0)}
+    assert {r["status"] for r in rows} == {"unverified", "truncated", "no_code"}
     assert json.loads(rows[0]["sampling_params"])["max_tokens"] == 4096
     assert not list(out.glob(".*tmp"))  # the atomic write left no temp file
-    assert "wrote 6 rows" in capsys.readouterr().err
+    # asked for explicitly, an unrecorded sample is a clear no_answer row
+    assert main(["distill", "--problems", str(probs), "--teacher", f"replay:{recording}", "--out", str(out),
+                 "--no-verify", "--samples", "2", "--quiet"]) == 0
+    rows = read_samples(out)
+    assert len(rows) == 6 and sum(r["status"] == "no_answer" for r in rows) == 2
+    assert "wrote 4 rows" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, msg", [
