@@ -22,13 +22,13 @@ KINDS = {
     "map": 1, "broadcast": 2, "reduce": 1, "along": 1, "transpose": 1, "permute": 1,
     "flatten": 1, "split": 1, "cat": 2, "stack": 2, "pair_reduce": 2, "pattern": None,
 }
-RANGES = {"any", "nonneg", "pos", "unit", "sign", "class"}
-OUT_RANGES = RANGES - {"class"} | {"same"}
+RANGES = {"any", "signed", "nonneg", "pos", "unit", "sign", "class"}
+OUT_RANGES = RANGES - {"class", "signed"} | {"same"}
 DTYPES = {"f32", "i64"}
 FIELDS = {
     "name", "family", "kind", "ranks", "inputs", "in_range", "in_dtype", "out_range", "out_dtype",
     "attrs", "structural", "let", "output", "constraints", "params", "flops", "bytes", "module",
-    "expr", "int_high", "doc", "accept_ranks",
+    "expr", "int_high", "doc", "accept_ranks", "distinct",
 }
 
 
@@ -60,6 +60,7 @@ class OpSpec:
     bytes: str = "4 * (numel_in + numel_out + numel_params)"
     module: str | None = None
     int_high: dict[int, str] = field(default_factory=dict)
+    distinct: bool = False          # inputs must be different tensors (x - x, mse(x, x) are constant)
     doc: str = ""
     source_file: str = ""
 
@@ -97,6 +98,12 @@ def _domain(path: Path, op: str, fld: str, value: Any) -> tuple:
     if not isinstance(value, list) or not value:
         raise _fail(path, op, fld, 'domain must be a non-empty list or "dims"')
     return tuple(value)
+
+
+def _flag(path: Path, op: str, fld: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(path, op, fld, "must be true or false")
+    return value
 
 
 def parse_op(raw: dict, path: Path, defaults: dict | None = None) -> OpSpec:
@@ -173,6 +180,7 @@ def parse_op(raw: dict, path: Path, defaults: dict | None = None) -> OpSpec:
         flops=_check_expr(path, name, "flops", entry.get("flops", "numel_out")),
         bytes=_check_expr(path, name, "bytes", entry.get("bytes", "4 * (numel_in + numel_out + numel_params)")),
         module=module, int_high=int_high, doc=entry.get("doc", ""), source_file=path.name,
+        distinct=_flag(path, name, "distinct", entry.get("distinct", False)),
     )
 
 

@@ -20,6 +20,7 @@ from synth.dims import Const, Derived, Dim, Var, resolve, unify
 
 RANGE_ACCEPTS = {
     "any": {"any", "nonneg", "pos", "unit", "sign"},
+    "signed": {"any", "sign"},  # ops that are constant on one-signed inputs (sign of a positive tensor)
     "nonneg": {"nonneg", "pos", "unit"},
     "pos": {"pos", "unit"},
     "unit": {"unit"},
@@ -94,6 +95,7 @@ class WiringError(Exception):
 class Wirer:
     def __init__(self, rng: np.random.Generator, dims_domain: tuple[int, ...], fresh_bias: float = 0.0):
         self.next_spec: OpSpec | None = None
+        self.current: list[Tensor] = []
         self.rng = rng
         self.dims_domain = dims_domain
         self.fresh_bias = fresh_bias
@@ -120,6 +122,7 @@ class Wirer:
             self.equalities.append(pending)
 
     def fresh(self, dims: list[Dim], dtype: str = "f32", rng_class: str = "any") -> Tensor:
+        rng_class = "any" if rng_class == "signed" else rng_class  # randn: both signs
         t = Tensor(f"x{len(self.inputs)}", dims, dtype, rng_class)
         self.inputs.append(t)
         return t
@@ -143,8 +146,10 @@ class Wirer:
         if spec.in_dtype[slot] != "f32" or not RANGE_ACCEPTS[need]:
             return None
 
+        taken = {id(t) for t in self.current if t is not None} if spec.distinct else set()
+
         def ok(t: Tensor) -> bool:
-            return t.dtype == "f32" and t.range in RANGE_ACCEPTS[need] and t.rank in ranks
+            return t.dtype == "f32" and t.range in RANGE_ACCEPTS[need] and t.rank in ranks and id(t) not in taken
 
         keep = 1.0 - self.fresh_bias
         r = self.rng.random()
@@ -165,6 +170,7 @@ class Wirer:
     # -- one op ------------------------------------------------------------------------------
     def wire(self, index: int, spec: OpSpec) -> OpNode:
         op = OpNode(index, spec, [])
+        self.current = op.inputs  # inputs chosen so far for this op (for `distinct`)
         build = getattr(self, f"_wire_{spec.kind}")
         out_dims = build(op)
         in_ranges = [t.range for t in op.inputs]
@@ -251,6 +257,7 @@ class Wirer:
         a = self.pick_source(spec, 0, set(spec.accept_ranks))
         if a is None:
             a = self.fresh(self.fresh_dims(self.fresh_rank(spec)), "f32", spec.in_range[0])
+        self.current = [a]
         b = self.pick_source(spec, 1, {a.rank})
         op.inputs += [a, b]  # b may be None until created by the caller
         return a, b
@@ -294,6 +301,7 @@ class Wirer:
     def _wire_broadcast(self, op: OpNode) -> list[Dim]:
         spec = op.spec
         a = self.pick_source(spec, 0, set(spec.accept_ranks))
+        self.current = [a]
         b = self.pick_source(spec, 1, set(spec.accept_ranks))
         if a is None and b is None:
             a = self.fresh(self.fresh_dims(self.fresh_rank(spec)), "f32", spec.in_range[0])
