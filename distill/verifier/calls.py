@@ -29,8 +29,10 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         or "misaligned address" in low or "device-side assert" in low
     compile_fail = name.startswith("triton.compiler") or name.rsplit(".", 1)[-1] in (
         "CompilationError", "CompileTimeAssertionFailure", "OutOfResources", "UnsupportedLanguageConstruct")
+    # The kernel-level sandbox (Landlock, seccomp) answers EPERM/EACCES, which C++ code reports as text.
+    sandbox = isinstance(exc, PermissionError) or "permission denied" in low or "operation not permitted" in low
     return {"type": name, "message": msg[:2000], "cuda_fault": cuda_fault, "compile": compile_fail,
-            "denied": name.endswith("guard.Denied")}
+            "denied": name.endswith("guard.Denied"), "sandbox": sandbox}
 
 
 def stage(value: Any, device: torch.device) -> Any:

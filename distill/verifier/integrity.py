@@ -62,6 +62,8 @@ def changed(before: dict[str, dict[str, Any]]) -> list[str]:
         for k, ref in attrs.items():
             if k not in now or now[k] is not ref:
                 out.append(f"{name}.{k}")
-                if len(out) >= 20:
-                    return out
+        if name in CLASSES:  # a class gaining an attribute (Tensor.__eq__ set on the subclass) is a patch
+            out += [f"{name}.{k}" for k in now if k not in attrs and k not in _VOLATILE]
+        if len(out) >= 20:
+            return out[:20]
     return out

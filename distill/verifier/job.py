@@ -171,12 +171,13 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         if found.status is None and spec.device == "cuda":
             phase = "timing"
             found = _time(pool, slot, spec, ref, found, fields) if found.status is None else found
+        if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
+            return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
-        end = proc.request({"cmd": "end"}, t, phase)
-        tainted = judge.hygiene(end)
-        status = found.status or (tainted.status if tainted else "pass")
-        reason = found.reason or (tainted.reason if tainted else "every check held")
-        return verdict(status, reason, found.checks), status == "pass" and tainted is None
+        tainted = judge.hygiene(proc.request({"cmd": "end"}, max(t, 30.0), phase))
+        if tainted is not None:
+            return verdict(tainted.status, tainted.reason, {**found.checks, **tainted.checks}), False
+        return verdict("pass", "every check held", found.checks), True
     except procs.ProcTimeout as exc:
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:

@@ -55,6 +55,8 @@ def error_status(err: dict[str, Any], call: dict[str, Any]) -> Finding:
     if ops:
         return Finding("not_triton", f"ATen compute ran inside forward: {', '.join(ops[:5])}")
     msg = f"{err.get('type')}: {err.get('message', '')}".strip()[:300]
+    if err.get("sandbox"):
+        return Finding("forbidden", f"at run time: the sandbox refused an operation: {msg}")
     if err.get("cuda_fault"):
         return Finding("crash", f"CUDA fault: {msg}")
     if err.get("compile"):

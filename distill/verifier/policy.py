@@ -42,6 +42,11 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
     "triton.compiler": "harness", "triton.backends": "harness", "triton.tools": "harness",
 }
 
+# Library modules re-exported as attributes (`torch.os`, `torch.ctypes`, `torch.nn.functional.np`):
+# reaching them through torch is the same as importing them.
+REEXPORTED_MODULES: dict[str, str] = {**{m: c for m, c in MODULE_CATEGORY.items() if "." not in m},
+                                      "np": "foreign compute"}
+
 # Builtin calls refused outright (dynamic code, files, introspection).
 FORBIDDEN_CALLS: dict[str, str] = {
     "eval": "dynamic code", "exec": "dynamic code", "compile": "dynamic code", "__import__": "dynamic code",

@@ -159,6 +159,9 @@ class VerifierPool:
             shutil.copytree(self.template, os.path.join(scratch, "triton"), dirs_exist_ok=True)
         cfg = {"device": self.device, "gpu": slot.gpu, "scratch": scratch, "trusted_roots": self.trusted,
                "exec_files": self.exec_files, "lockdown": self.lockdown}
+        slot.scratch = scratch
+        if self._closed:
+            return
         try:
             proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}")
             self.memory.add(proc.pid, self.max_memory_mb)
@@ -167,18 +170,27 @@ class VerifierPool:
             self.stats["started"] += 1
         except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
             slot.proc, slot.info = None, {"start_error": str(exc)}
-        slot.scratch = scratch
+        if self._closed and slot.proc is not None:  # the pool closed while this worker started
+            slot.proc.kill()
+            self.memory.remove(slot.proc.pid)
+            return
         self._free.put(slot)
 
     def _recycle(self, slot: _Slot) -> None:
-        if slot.proc is not None:
-            self.memory.remove(slot.proc.pid)
-            slot.proc.kill()
-            slot.proc = None
-        shutil.rmtree(getattr(slot, "scratch", ""), ignore_errors=True)
+        """Kill the slot's worker and refill the slot, all off the caller's thread."""
+        old, scratch = slot.proc, getattr(slot, "scratch", "")
+        slot.proc = None
         self.stats["recycled"] += 1
-        if not self._closed:
-            threading.Thread(target=self._fill, args=(slot,), daemon=True).start()
+
+        def work() -> None:
+            if old is not None:
+                old.kill()
+                self.memory.remove(old.pid)
+            shutil.rmtree(scratch, ignore_errors=True)
+            if not self._closed:
+                self._fill(slot)
+
+        threading.Thread(target=work, name=f"tritonforge-recycle-{slot.index}", daemon=True).start()
 
     # -- verification ---------------------------------------------------------------------------
     @property

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from distill.verifier import codec
 
-_ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.worker", "distill.verifier.reference"]
+_ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
 
@@ -83,14 +83,17 @@ class Proc:
         ctx = zygote_context(cfg["device"])
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=target, args=(child, cfg), name=name, daemon=True)
-        saved = os.environ.get("TRITON_INTERPRET")
-        if ctx.get_start_method() == "spawn":  # a spawned child imports triton itself: set the mode first
-            os.environ["TRITON_INTERPRET"] = "1" if cfg["device"] == "cpu" else "0"
-        try:
-            self.process.start()
-        finally:
-            if ctx.get_start_method() == "spawn":
-                os.environ.pop("TRITON_INTERPRET", None) if saved is None else os.environ.update(TRITON_INTERPRET=saved)
+        with _ctx_lock:  # a (re)started zygote or a spawned child takes Triton's mode from the environment
+            saved = os.environ.get("TRITON_INTERPRET")
+            os.environ["TRITON_INTERPRET"] = "1" if (_zygote_device if ctx.get_start_method() == "forkserver"
+                                                     else cfg["device"]) == "cpu" else "0"
+            try:
+                self.process.start()
+            finally:
+                if saved is None:
+                    os.environ.pop("TRITON_INTERPRET", None)
+                else:
+                    os.environ["TRITON_INTERPRET"] = saved
         child.close()
         self.pid: int = self.process.pid
         self.started = time.monotonic()

@@ -48,7 +48,7 @@ _BACKEND_ALLOWED = {n.split("::", 1)[1] for n in ALLOWED_OPS} | {"_reshape_copy"
 
 def is_compute(op: str) -> bool:
     """Whether a recorded op name counts as compute (not the candidate's own work)."""
-    return op.split("(", 1)[0] not in ALLOWED_OPS
+    return op.endswith("(dtype)") or op not in ALLOWED_OPS
 
 
 def poison_(t: Any) -> None:
@@ -89,17 +89,26 @@ class AuditMode(TorchDispatchMode):
         return out
 
 
+_NAMES: dict[str, list[str]] = {}
+
+
+def backend_names(keys: tuple[str, ...]) -> dict[str, list[str]]:
+    """ATen ops with a kernel for each dispatch key, minus the allowed ones (cached per process)."""
+    for key in keys:
+        if key not in _NAMES:
+            regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
+            _NAMES[key] = sorted(r[6:] for r in regs if r.startswith("aten::")
+                                 and r[6:].split(".", 1)[0] not in _BACKEND_ALLOWED)
+    return {k: _NAMES[k] for k in keys}
+
+
 class BackendBlock:
     """Replaces CPU/CUDA kernels of ATen compute ops with raising ones until `remove()`."""
 
     def __init__(self, keys: tuple[str, ...]) -> None:
         self.lib: Any = None
         self.keys = keys
-        self.names: dict[str, list[str]] = {}
-        for key in keys:
-            regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
-            self.names[key] = sorted(r[6:] for r in regs if r.startswith("aten::")
-                                     and r[6:].split(".", 1)[0] not in _BACKEND_ALLOWED)
+        self.names = backend_names(keys)
 
     def install(self) -> int:
         lib = torch.library.Library("aten", "IMPL")
@@ -134,7 +143,10 @@ def _raiser(name: str) -> Callable:
 
 # (owner, attribute, guarded name, category): callables only the harness may use.
 def _guarded_targets() -> list[tuple[Any, str, str, str]]:
+    import _thread
     import ctypes
+    import signal
+    import threading
 
     out = [(torch.Tensor, a, f"Tensor.{a}", "foreign compute")
            for a in ("numpy", "tolist", "__array__", "__dlpack__", "__array_wrap__")]
@@ -146,6 +158,14 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
             (torch.jit, "trace", "torch.jit.trace", "torch.compile")]
     out += [(ctypes, a, f"ctypes.{a}", "ctypes")
             for a in ("cast", "memmove", "memset", "string_at", "wstring_at", "addressof")]
+    # Starting threads is not an audit event before Python 3.13; these are the two entry points.
+    out += [(_thread, "start_new_thread", "_thread.start_new_thread", "threads"),
+            (_thread, "start_joinable_thread", "_thread.start_joinable_thread", "threads"),
+            (threading, "_start_new_thread", "threading._start_new_thread", "threads"),
+            (threading, "_start_joinable_thread", "threading._start_joinable_thread", "threads")]
+    # A signal handler receives the interrupted frame; timers deliver signals later.
+    out += [(signal, a, f"signal.{a}", "signal")
+            for a in ("signal", "setitimer", "alarm", "raise_signal", "pthread_kill", "set_wakeup_fd")]
     return [t for t in out if hasattr(t[0], t[1])]
 
 

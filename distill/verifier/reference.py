@@ -114,6 +114,7 @@ class RefTimer:
 
 def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
     os.setsid()
+    os.dup2(2, 1)  # library chatter must not reach a `verify --json` caller's stdout
     os.environ.pop("TRITON_INTERPRET", None) if cfg["device"] == "cuda" else None
     device = torch.device("cuda", cfg.get("gpu", 0)) if cfg["device"] == "cuda" else torch.device("cpu")
     cache: dict[str, types.ModuleType] = {}

@@ -137,6 +137,8 @@ class _Walker(ast.NodeVisitor):
         dotted = _dotted(node, self.aliases)
         if dotted is not None:
             cat = policy.module_category(dotted)
+            if cat is None and attr in policy.REEXPORTED_MODULES:
+                cat = policy.REEXPORTED_MODULES[attr]  # torch.os, torch.cuda.graphs.gc, F.np, ...
             if cat is not None and dotted.split(".", 1)[0] in ("torch", "triton"):
                 self.flag(node, cat, f"use of {dotted}")
         self.generic_visit(node)

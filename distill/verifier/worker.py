@@ -46,7 +46,7 @@ def _setup_env(cfg: dict[str, Any]) -> None:
     os.close(log)
 
 
-def _warm_up(device: torch.device) -> torch.Tensor | None:
+def _warm_up(device: torch.device, threads: bool = True) -> torch.Tensor | None:
     """Pay Triton's first-use costs (backend import, launcher build) before the sandbox closes."""
     kernel = triton.jit(_warm_kernel_src)
     x = torch.zeros(1000, device=device)
@@ -54,15 +54,30 @@ def _warm_up(device: torch.device) -> torch.Tensor | None:
         y = torch.empty_like(x)
         kernel[(4,)](y, 1000, BLOCK=256)
         y.t() if y.dim() == 2 else y.view(-1).clone()
-    torch.ones(64, 64) @ torch.ones(64, 64)  # start torch's CPU thread pool now
+    if threads:
+        torch.ones(256, 256) @ torch.ones(256, 256)  # start torch's CPU thread pool now
     if device.type == "cuda":
         torch.cuda.synchronize()
         return timing.flush_buffer(device)
     return None
 
 
+def _close_inherited_fds(keep: int) -> None:
+    """Close every descriptor but stdio and our pipe: multiprocessing hands children the
+    forkserver's liveness pipe and the resource tracker's pipe, which candidate code could
+    otherwise write into (and take the zygote down for every worker)."""
+    fds = [int(fd) for fd in os.listdir("/proc/self/fd") if fd.isdigit()]
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     os.setsid()  # one process group: the parent kills children (ptxas, cc) with the worker
+    _close_inherited_fds(conn.fileno())
     netns = lockdown.unshare_network() if cfg.get("lockdown", True) else "disabled"
     _setup_env(cfg)
     device = torch.device("cuda", cfg.get("gpu", 0)) if cfg["device"] == "cuda" else torch.device("cpu")

@@ -1,0 +1,22 @@
+"""Imported by the forkserver (the zygote) once: pays every first-use cost workers would repeat.
+
+Triton's interpreter, torch's lazily imported dispatch machinery (sympy & co.) and the list of
+ATen kernels to block are all set up here, so a fresh worker is a fork plus its own confinement.
+No CUDA call is made: forking a process that initialised CUDA is unsafe.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from distill.verifier import provenance, reference, worker  # noqa: F401 - preloaded for the forks
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    # Small sizes on purpose: no torch/OpenMP thread pool may exist in a process that forks.
+    worker._warm_up(torch.device("cpu"), threads=False)
+else:
+    with provenance.AuditMode():
+        torch.empty(8).view(2, 4).t().clone()
+provenance.backend_names(("CPU", "CUDA"))

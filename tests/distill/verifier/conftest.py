@@ -1,0 +1,31 @@
+"""Fixtures of the verifier tests: the hand-written problems and candidates, and one CPU pool."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[3] / "data" / "fixtures" / "verifier"
+MANIFEST = json.loads((FIXTURES / "cases.json").read_text())
+
+
+def problem(name: str) -> str:
+    return (FIXTURES / "problems" / f"{name}.py").read_text()
+
+
+def honest(name: str) -> str:
+    return (FIXTURES / "candidates" / "honest" / f"{name}.py").read_text()
+
+
+def hostile(name: str) -> str:
+    return (FIXTURES / "candidates" / "hostile" / f"{name}.py").read_text()
+
+
+@pytest.fixture(scope="session")
+def pool():
+    """One worker, so every hostile case is followed by an honest one on the same slot."""
+    from distill.verifier import VerifierPool
+
+    with VerifierPool(workers=1, device="cpu", timeout=8, max_memory_mb=2048) as p:
+        yield p

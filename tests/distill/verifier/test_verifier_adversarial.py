@@ -1,0 +1,58 @@
+"""The adversarial suite: every hostile candidate gets its exact status, and the honest candidate
+verified right after it (on the same single-worker pool) still passes.
+
+Cases come from data/fixtures/verifier/cases.json. Each runs with the static layer on; cases the
+static layer stops are run again with it off, to show the run-time defences catch them alone.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
+
+CASES = MANIFEST["cases"]
+RUNTIME = [c for c in CASES if "runtime" in c]
+# Cases that must run into a limit: short phases keep the suite fast.
+TIMEOUT = {"loop_at_import": 3.0, "loop_in_forward": 3.0}
+
+
+def _check(pool, case, static_checks, expected):
+    verdict = pool.verify(problem(case["problem"]), hostile(case["name"]), static_checks=static_checks,
+                          timeout=TIMEOUT.get(case["name"]))
+    assert verdict.status == expected, f"{case['name']}: {verdict.status}: {verdict.reason}"
+    assert verdict.reason
+    after = pool.verify(problem("add"), honest("add"))
+    assert after.status == "pass", f"honest candidate after {case['name']}: {after.status}: {after.reason}"
+    return verdict
+
+
+def test_suite_covers_every_family_with_enough_cases():
+    families = {c["family"] for c in CASES}
+    assert {"substitution", "semantic", "caching", "harness", "sandbox"} <= families
+    assert len(CASES) >= 50 and len(MANIFEST["honest"]) >= 5
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
+def test_hostile_case(pool, case):
+    _check(pool, case, True, case["status"])
+
+
+@pytest.mark.parametrize("case", RUNTIME, ids=lambda c: c["name"])
+def test_hostile_case_without_static_layer(pool, case):
+    _check(pool, case, False, case["runtime"])
+
+
+def test_sandboxed_writes_and_processes_left_no_trace(pool):
+    for name in ("os_system_obfuscated", "subprocess_obfuscated", "write_outside_scratch", "torch_save_outside"):
+        pool.verify(problem("add"), hostile(name), static_checks=False)
+    for leftover in ("/tmp/tritonforge_pwned_system", "/tmp/tritonforge_pwned_subprocess",
+                     "/tmp/tritonforge_pwned_write", "/tmp/tritonforge_pwned_save.pt"):
+        assert not os.path.exists(leftover), leftover
+
+
+def test_denials_say_where_and_what(pool):
+    v = pool.verify(problem("add"), hostile("gc_scan_obfuscated"), static_checks=False)
+    denial = v.checks["denials"][0]
+    assert denial["event"] == "gc.get_objects" and "candidate" in denial["where"]

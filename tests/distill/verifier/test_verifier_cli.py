@@ -1,0 +1,45 @@
+"""`tritonforge verify`: exit codes, exactly one JSON object, clear usage errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pipelines.cli import main
+from tests.distill.verifier.conftest import FIXTURES
+
+P = str(FIXTURES / "problems" / "add.py")
+GOOD = str(FIXTURES / "candidates" / "honest" / "add.py")
+BAD = str(FIXTURES / "candidates" / "hostile" / "decoy_kernel.py")
+
+
+def test_pass_prints_one_json_object_and_exits_0(capsys):
+    rc = main(["verify", "--problem", P, "--candidate", GOOD, "--json", "--timeout", "30"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    verdict = json.loads(out)
+    assert verdict["status"] == "pass" and out.strip().count("\n") == 0
+
+
+def test_other_status_exits_1_with_a_readable_line(capsys):
+    rc = main(["verify", "--problem", P, "--candidate", BAD, "--max-memory", "2048"])
+    out = capsys.readouterr().out
+    assert rc == 1 and out.startswith("not_triton: ATen compute ran inside forward")
+
+
+def test_missing_file_is_bad_usage_naming_the_file(tmp_path):
+    missing = tmp_path / "nope.py"
+    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "verify", "--problem", P,
+                           "--candidate", str(missing)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[3], timeout=120)
+    assert proc.returncode == 2
+    assert str(missing) in proc.stderr and "not found" in proc.stderr
+
+
+def test_missing_flag_is_bad_usage(capsys):
+    try:
+        rc = main(["verify", "--problem", P])
+    except SystemExit as exc:
+        rc = exc.code
+    assert rc == 2

@@ -1,0 +1,91 @@
+"""The pool as its users see it: honest controls, batches, threads, Problem objects, recycling."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from distill.verifier import ProblemError, VerifierPool
+from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
+
+
+@pytest.mark.parametrize("name", MANIFEST["honest"])
+def test_honest_controls_pass(pool, name):
+    v = pool.verify(problem(name), honest(name))
+    assert v.status == "pass", v.reason
+    assert v.device == "cpu" and v.kernel_ms is None and v.speedup_eager is None
+    assert v.checks["ablation"] == "outputs depend on its kernels"
+    assert v.checks["determinism"] == "identical within rounding"
+    assert all(t["launches"] >= 1 for t in v.checks["trials"])
+    assert v.versions["torch"] and v.versions["triton"]
+
+
+def test_several_kernels_are_all_recorded(pool):
+    v = pool.verify(problem("linear_relu"), honest("linear_relu"))
+    assert v.status == "pass" and v.checks["trials"][0]["kernels"] == ["linear_kernel", "relu_kernel"]
+
+
+def test_problem_objects_are_duck_typed(pool):
+    obj = SimpleNamespace(source=problem("add"), problem_id="add-1000", flops=1000, bytes_moved=12000)
+    v = pool.verify(obj, honest("add"))
+    assert v.status == "pass" and v.checks["problem_id"] == "add-1000"
+
+
+def test_a_real_synth_problem_record_works(pool):
+    problem_mod = pytest.importorskip("synth.problem")
+    nx = pytest.importorskip("networkx")
+    rec = problem_mod.Problem(problem_id="p-add", source=problem("add"), dag_hash="h", level=1, ops=["add"],
+                              graph=nx.DiGraph(), seed=0, flops=1000, bytes_moved=12000, dtype="float32",
+                              input_shapes=[[1000], [1000]], output_shapes=[[1000]])
+    assert pool.verify(rec, honest("add")).status == "pass"
+
+
+def test_a_broken_problem_raises_problem_error(pool):
+    with pytest.raises(ProblemError, match="get_inputs"):
+        pool.verify("import torch\nclass Model(torch.nn.Module):\n    pass\n", honest("add"))
+
+
+def test_sandbox_facts_are_reported(pool):
+    v = pool.verify(problem("add"), honest("add"))
+    box = v.checks["sandbox"]
+    for key in ("netns", "landlock", "seccomp", "capabilities", "memory"):
+        assert isinstance(box[key], str) and box[key]
+
+
+def test_verify_many_is_concurrent_and_keeps_order():
+    names = ["add", "relu_pos", "softmax", "transpose_add"]
+    pairs = [(problem(n), honest(n)) for n in names]
+    pairs += [(problem("add"), hostile("decoy_kernel")), (problem("add"), hostile("os_system_obfuscated")),
+              (problem("add"), hostile("unwritten_output"))]
+    with VerifierPool(workers=2, device="cpu", timeout=20) as pool:
+        verdicts = pool.verify_many(pairs)
+        assert [v.status for v in verdicts] == ["pass"] * 4 + ["not_triton", "forbidden", "wrong_output"]
+        # The static layer stops os_system_obfuscated before any worker; the two others cost a worker each.
+        assert pool.stats["recycled"] == 2
+
+
+def test_threads_may_share_one_pool():
+    results: list[str] = []
+    lock = threading.Lock()
+    with VerifierPool(workers=2, device="cpu", timeout=20) as pool:
+        def work(name: str) -> None:
+            status = pool.verify(problem(name), honest(name)).status
+            with lock:
+                results.append(status)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in ("add", "relu_pos", "add", "relu_pos")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert results == ["pass"] * 4
+
+
+def test_module_level_verify():
+    import distill
+    from distill.verifier import verify
+
+    assert distill.verify is verify
+    v = verify(problem("add"), honest("add"), device="cpu")
+    assert v.status == "pass"

@@ -1,0 +1,63 @@
+"""The static layer on its own: statuses and the findings a person can act on."""
+from __future__ import annotations
+
+import pytest
+
+from distill.verifier.static import check_source
+from tests.distill.verifier.conftest import MANIFEST, honest, hostile
+
+HEAD = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
+KERNEL = "@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n    pass\n"
+MODEL = "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+
+
+@pytest.mark.parametrize("name", MANIFEST["honest"])
+def test_honest_candidates_clear_the_static_layer(name):
+    rep = check_source(honest(name))
+    assert rep.status is None, rep.findings
+    assert rep.kernels
+
+
+def test_syntax_error_names_the_line():
+    rep = check_source("def f(:\n    pass\n")
+    assert rep.status == "syntax_error" and "line 1" in rep.reason
+
+
+@pytest.mark.parametrize("src", [HEAD + MODEL, HEAD + KERNEL])
+def test_missing_kernel_or_model_is_no_kernel(src):
+    assert check_source(src).status == "no_kernel"
+
+
+def test_kernel_forms_are_recognised():
+    src = HEAD + "from triton import jit\n@jit\ndef a(x):\n    pass\n@triton.jit(do_not_specialize=['x'])\ndef b(x):\n" \
+          "    pass\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef c(x):\n    pass\n" + MODEL
+    assert check_source(src).kernels == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("snippet,category", [
+    ("import os", "process"), ("import subprocess", "process"), ("import socket", "network"),
+    ("import ctypes", "ctypes"), ("import threading", "threads"), ("import signal", "signal"),
+    ("import time", "timer"), ("import gc", "introspection"), ("import numpy", "foreign compute"),
+    ("from torch import compile", "torch.compile"), ("import torch._dynamo", "torch.compile"),
+    ("x = torch.os.getpid()", "process"), ("y = torch.cuda.graphs.gc", "introspection"),
+    ("torch.allclose = None", "torch patching"), ("z = getattr(torch, 'com' + 'pile')", "introspection"),
+    ("w = torch._C", "introspection"), ("f = open('x')", "file"), ("eval('1')", "dynamic code"),
+    ("m = Model", "reference reuse"), ("q = __builtins__", "introspection"),
+    ("try:\n    pass\nexcept Exception:\n    pass", "try/except fallback"),
+])
+def test_policy_denylist(snippet, category):
+    rep = check_source(HEAD + snippet + "\n" + KERNEL + MODEL)
+    assert rep.status == "forbidden"
+    assert any(f.category == category for f in rep.findings), [str(f) for f in rep.findings]
+
+
+def test_plain_getattr_and_private_self_attributes_are_fine():
+    src = HEAD + KERNEL + "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+          "        self._cache = None\n    def forward(self, x):\n        return getattr(x, 'shape')\n"
+    assert check_source(src).status is None
+
+
+@pytest.mark.parametrize("case", [c for c in MANIFEST["cases"] if c["status"] in ("syntax_error", "no_kernel")],
+                         ids=lambda c: c["name"])
+def test_manifest_static_statuses(case):
+    assert check_source(hostile(case["name"])).status == case["status"]

@@ -1,0 +1,116 @@
+"""Trusted-side building blocks: the wire codec, tolerances, the Verdict record, op classification."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from distill.verifier import STATUSES, Verdict, codec, provenance, tolerance
+
+
+def test_codec_roundtrips_every_supported_dtype_and_structure():
+    msg = {"a": [1, 2.5, float("nan"), None, True, "s"], "t": (b"raw",),
+           "x": [torch.randn(3, 4), torch.arange(5), torch.tensor(3.0), torch.zeros(0, 2),
+                 torch.randn(2).to(torch.bfloat16), torch.tensor([True, False]), torch.randn(2, dtype=torch.complex64)]}
+    out = codec.decode(codec.encode(msg))
+    assert out["t"] == (b"raw",) and math.isnan(out["a"][2]) and out["a"][3:] == [None, True, "s"]
+    for a, b in zip(msg["x"], out["x"]):
+        assert a.dtype == b.dtype and a.shape == b.shape and tolerance.bitwise_equal(a, b)
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x00" * 3, b"\xff\xff\xff\x7f\x00\x00\x00\x00",
+                                  codec.encode({"k": 1})[:-1] + b"}x"])
+def test_codec_rejects_malformed_bytes(blob):
+    with pytest.raises(codec.CodecError):
+        codec.decode(blob)
+
+
+def test_codec_rejects_lying_tensor_headers():
+    good = codec.encode({"t": torch.ones(4)})
+    hlen = int.from_bytes(good[:4], "little")
+    header = json.loads(good[8:8 + hlen])
+    header["__dict__"]["t"]["shape"] = [5]
+    bad_header = json.dumps(header).encode()
+    forged = len(bad_header).to_bytes(4, "little") + good[4:8] + bad_header + good[8 + hlen:]
+    with pytest.raises(codec.CodecError, match="size mismatch"):
+        codec.decode(forged)
+    header["__dict__"]["t"].update(shape=[4], dtype="object")
+    bad_header = json.dumps(header).encode()
+    with pytest.raises(codec.CodecError, match="bad tensor header"):
+        codec.decode(len(bad_header).to_bytes(4, "little") + good[4:8] + bad_header + good[8 + hlen:])
+
+
+def test_codec_never_encodes_tensor_subclasses():
+    class Sub(torch.Tensor):
+        pass
+
+    with pytest.raises(codec.CodecError):
+        codec.encode({"x": torch.ones(2).as_subclass(Sub)})
+
+
+def test_tf32_level_error_passes_float32_and_bf16_level_fails():
+    torch.manual_seed(0)
+    a, b = torch.randn(128, 512), torch.randn(512, 96)
+    ref = a.double() @ b.double()
+
+    def round_mantissa(x, bits):
+        drop = 23 - bits
+        i = x.view(torch.int32)
+        return ((i + (1 << (drop - 1))) & ~((1 << drop) - 1)).view(torch.float32)
+
+    tf32 = (round_mantissa(a, 10).double() @ round_mantissa(b, 10).double()).float()
+    bf16 = (round_mantissa(a, 7).double() @ round_mantissa(b, 7).double()).float()
+    assert tolerance.compare(tf32, ref.float())[0]
+    ok, info = tolerance.compare(bf16, ref.float())
+    assert not ok and info["norm_rel_err"] > tolerance.TOLERANCES[torch.float32].norm_rel
+
+
+def test_nonfinite_values_must_match_the_reference_exactly():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
+    assert tolerance.compare(ref.clone(), ref)[0]
+    assert not tolerance.compare(torch.tensor([1.0, 0.0, float("inf"), 2.0]), ref)[0]
+    assert not tolerance.compare(torch.tensor([1.0, float("nan"), float("inf"), float("nan")]), ref)[0]
+    assert not tolerance.compare(torch.tensor([1.0, float("nan"), -float("inf"), 2.0]), ref)[0]
+
+
+def test_one_bad_element_fails_even_when_the_norm_is_fine():
+    ref = torch.randn(10000)
+    out = ref.clone()
+    out[17] += 0.1
+    ok, info = tolerance.compare(out, ref)
+    assert not ok and info["elements_out_of_tol"] == 1 and info["norm_rel_err"] < 2e-3
+
+
+def test_integers_compare_exactly_and_bitwise_sees_nan_payloads():
+    assert not tolerance.compare(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 4]))[0]
+    a = torch.tensor([float("nan")])
+    b = a.view(torch.int32).add(1).view(torch.float32)
+    assert tolerance.bitwise_equal(a, a.clone()) and not tolerance.bitwise_equal(a, b)
+
+
+def test_determinism_tolerance_is_tighter_than_correctness():
+    ref = torch.randn(1000)
+    noisy = ref * (1 + 5e-4 * (torch.rand(1000) - 0.5))
+    assert tolerance.compare(noisy, ref)[0]
+    assert not tolerance.compare(noisy, ref, det=True)[0]
+
+
+def test_verdict_has_the_design_fields_and_rejects_unknown_statuses():
+    v = Verdict("pass", "ok")
+    d = v.to_dict()
+    for key in ("status", "reason", "checks", "device", "ref_eager_ms", "ref_compile_ms", "kernel_ms",
+                "speedup_eager", "speedup_compile", "versions"):
+        assert key in d
+    assert Verdict.from_dict(json.loads(json.dumps(d))) == v
+    assert len(STATUSES) == 14
+    with pytest.raises(ValueError):
+        Verdict("passed")
+
+
+@pytest.mark.parametrize("op,compute", [("aten::empty_like", False), ("aten::view", False), ("aten::clone", False),
+                                        ("aten::add", True), ("aten::mm", True), ("aten::_to_copy", False),
+                                        ("aten::_to_copy(dtype)", True), ("aten::_local_scalar_dense", True)])
+def test_op_classification(op, compute):
+    assert provenance.is_compute(op) is compute
