@@ -262,7 +262,7 @@ class Wirer:
         op.inputs += [a, b]  # b may be None until created by the caller
         return a, b
 
-    def _wire_pair_reduce(self, op: OpNode) -> list[Dim]:
+    def _pair_same_shape(self, op: OpNode) -> Tensor:
         a, b = self._pair_same_rank(op)
         if b is None:
             b = self.fresh(list(a.dims), "f32", op.spec.in_range[1])
@@ -270,16 +270,14 @@ class Wirer:
             for x, y in zip(a.dims, b.dims):
                 self.unify(x, y)
         op.inputs[1] = b
+        return a
+
+    def _wire_pair_reduce(self, op: OpNode) -> list[Dim]:
+        self._pair_same_shape(op)
         return []
 
     def _wire_stack(self, op: OpNode) -> list[Dim]:
-        a, b = self._pair_same_rank(op)
-        if b is None:
-            b = self.fresh(list(a.dims), "f32", op.spec.in_range[1])
-        else:
-            for x, y in zip(a.dims, b.dims):
-                self.unify(x, y)
-        op.inputs[1] = b
+        a = self._pair_same_shape(op)
         d = int(self.rng.integers(a.rank + 1))
         op.structural["dim"] = d
         return a.dims[:d] + [Const(2)] + a.dims[d:]
