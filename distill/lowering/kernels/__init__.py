@@ -1,0 +1,16 @@
+"""Kernel families of the reference lowering: one emitter and one jinja2 template per family."""
+from __future__ import annotations
+
+from distill.lowering.kernels.base import Family
+
+FAMILIES: dict[str, Family] = {}
+
+
+def _register() -> None:
+    from distill.lowering.kernels import matmul, rows, spatial
+
+    for fam in (*rows.FAMILIES, *matmul.FAMILIES, *spatial.FAMILIES):
+        FAMILIES[fam.name] = fam
+
+
+_register()

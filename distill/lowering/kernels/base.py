@@ -1,0 +1,264 @@
+"""Shared codegen for kernel families: parameters, view variables, offsets, the template engine.
+
+Each family turns a planned `Kernel` into (kernel source, launch lines) through its jinja2 template
+under data/lowering/. What they share lives here: `Forward` names the views `forward` builds,
+`Launch` collects a kernel's parameters with the forward-side value feeding each, and
+`Launch.offset` writes the address arithmetic of a leaf for given coordinates, leaving out
+broadcast (stride 0) and size-1 dims and using the flat index where the leaf is dense.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+
+from distill.lowering import exprs, views
+from distill.lowering.exprs import Leaf
+from distill.lowering.ir import Op, Program
+from distill.lowering.planner import Kernel
+from distill.lowering.views import Step
+from synth.catalog import DATA_DIR
+
+
+@dataclass
+class OperandSpec:
+    """An anchor's operand: a program value or parameter (`value`) viewed into kernel space."""
+
+    role: str
+    value: str
+    steps: tuple[Step, ...]
+    space: tuple[int, ...]
+
+
+class Family:
+    """Base of the anchor families (reduction, matmul, conv, ...)."""
+
+    name = ""
+    epilogue = True
+    fused_roles: tuple[str, ...] = ()  # operand roles that may be fused elementwise expressions
+
+    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
+        raise NotImplementedError
+
+    def out_steps(self, op: Op) -> list[Step]:
+        return []
+
+    def accepts_fused(self, op: Op, slot: int) -> bool:
+        roles = self.slot_roles(op)
+        return slot < len(roles) and roles[slot] in self.fused_roles
+
+    def slot_roles(self, op: Op) -> list[str]:
+        return ["x"] * len(op.inputs)
+
+    def emit(self, k: Kernel, name: str, fwd: "Forward") -> tuple[str, list[str]]:
+        raise NotImplementedError
+
+
+@functools.lru_cache(maxsize=1)
+def env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(DATA_DIR / "lowering")),
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined, autoescape=False,
+    )
+
+
+def render(template: str, **ctx: Any) -> str:
+    return env().get_template(template).render(**ctx)
+
+
+def pow2(n: int, lo: int = 1, hi: int | None = None) -> int:
+    p = 1 << max(0, math.ceil(math.log2(max(n, 1))))
+    p = max(p, lo)
+    return min(p, hi) if hi is not None else p
+
+
+class Forward:
+    """Lines of `forward` and the names of the views it builds (one variable per distinct view)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._views: dict[tuple[str, tuple], str] = {}
+        self._taken: set[str] = set()
+
+    def fresh(self, base: str) -> str:
+        base = base.replace("self.", "").replace(".", "_")
+        name, k = base, 1
+        while name in self._taken:
+            name, k = f"{base}_{k}", k + 1
+        self._taken.add(name)
+        return name
+
+    def view(self, leaf: Leaf) -> str:
+        if not leaf.steps:
+            return leaf.code
+        key = (leaf.code, leaf.steps)
+        if key not in self._views:
+            name = self.fresh(f"{leaf.value}_v")
+            self.lines.append(f"{name} = {views.render(leaf.code, list(leaf.steps))}")
+            self._views[key] = name
+        return self._views[key]
+
+
+@dataclass
+class Launch:
+    """A kernel's parameter list and the launch arguments, built together so they cannot drift."""
+
+    fwd: Forward
+    params: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+    kwargs: list[tuple[str, str]] = field(default_factory=list)
+    names: dict[Leaf, str] = field(default_factory=dict)
+    view_of: dict[str, str] = field(default_factory=dict)  # kernel-side name -> forward variable
+    _taken: set[str] = field(default_factory=set)
+
+    def pointer(self, leaf: Leaf, hint: str | None = None) -> str:
+        """Kernel-side name of a leaf (its pointer parameter is `<name>_ptr`)."""
+        if leaf in self.names:
+            return self.names[leaf]
+        base = (hint or leaf.value).replace(".", "_")
+        name, k = base, 1
+        while name in self._taken:
+            name, k = f"{base}_{k}", k + 1
+        self._taken.add(name)
+        self.names[leaf] = name
+        self.params.append(f"{name}_ptr")
+        self.view_of[name] = self.fwd.view(leaf)
+        self.args.append(self.view_of[name])
+        return name
+
+    def scalar(self, name: str, value: Any) -> str:
+        if name not in self._taken:
+            self._taken.add(name)
+            self.kwargs.append((name, str(value)))
+        return name
+
+    def offset(self, leaf: Leaf, coords: list[str | None], flat: str | None = None, full: str | None = None) -> str:
+        """Address offset of `leaf` at `coords` (one expression per dim; None = always 0).
+
+        Broadcast (stride 0) and size-1 dims drop out of the sum. When that leaves the offsets
+        narrower than the tile (`full`, e.g. "(BLOCK_M, BLOCK_N)"), they are broadcast to it: loads
+        and stores need pointers of the mask's shape.
+        """
+        name = self.pointer(leaf)
+        if flat is not None and leaf.is_dense and all(c is not None for c, d in zip(coords, leaf.shape) if d > 1):
+            return flat
+        terms, partial = [], False
+        for d, (c, size, stride) in enumerate(zip(coords, leaf.shape, leaf.strides)):
+            if c is None:
+                continue
+            if size == 1 or stride == 0:
+                partial = True
+                continue
+            sname = self.scalar(f"{name}_stride{d}", f"{self.view_of[name]}.stride({d})")
+            terms.append(f"{c} * {sname}")
+        if not terms:
+            return "0"
+        off = " + ".join(terms)
+        return f"tl.broadcast_to({off}, {full})" if (partial and full) else off
+
+    def signature(self, constexprs: list[str]) -> str:
+        params = self.params + [k for k, _ in self.kwargs] + [f"{c}: tl.constexpr" for c in constexprs]
+        return ", ".join(params)
+
+    def call(self, kernel: str, grid: str, consts: dict[str, Any]) -> list[str]:
+        """Launch lines. A constexpr given as (gpu, cpu) sizes is chosen at run time by `on_cpu`:
+        the CPU interpreter pays per program and per operation, not per element, so it gets larger
+        tiles. `grid` refers to constexprs by name."""
+        lines = []
+        varying = {k: v for k, v in consts.items() if isinstance(v, tuple) and v[0] != v[1]}
+        fixed = {k: (v[0] if isinstance(v, tuple) else v) for k, v in consts.items() if k not in varying}
+        if varying:
+            names = ", ".join(varying)
+            gpu = ", ".join(str(v[0]) for v in varying.values())
+            cpu = ", ".join(str(v[1]) for v in varying.values())
+            if len(varying) == 1:
+                lines.append(f"{names} = {cpu} if on_cpu else {gpu}")
+            else:
+                lines.append(f"{names} = ({cpu}) if on_cpu else ({gpu})")
+        for k, v in fixed.items():
+            grid = re.sub(rf"\b{k}\b", str(v), grid)
+        parts = list(self.args) + [f"{k}={v}" for k, v in self.kwargs] + \
+            [f"{k}={k if k in varying else fixed[k]}" for k in consts]
+        lines.append(f"{kernel}[{grid}]({', '.join(parts)})")
+        return lines
+
+
+def sizes(fn: Any, *args: Any) -> tuple[Any, Any]:
+    """`fn(*args, cpu=False)` and `fn(*args, cpu=True)`: a family's tile choice for each device."""
+    return fn(*args, cpu=False), fn(*args, cpu=True)
+
+
+def store_offset(launch: Launch, leaf: Leaf, coords: list[str | None], flat: str | None, full: str) -> str:
+    """Offset for a store: always a block of the tile's shape (a 1-element result included)."""
+    off = launch.offset(leaf, coords, flat, full)
+    return off if off != "0" else f"tl.zeros({full}, dtype=tl.int32)"
+
+
+def load_line(var: str, ptr: str, off: str, mask: str | None, other: str | None = None) -> str:
+    if off == "0":
+        return f"{var} = tl.load({ptr}_ptr)"  # one value, broadcast by the arithmetic
+    m = f", mask={mask}" if mask else ""
+    o = f", other={other}" if (mask and other is not None) else ""
+    return f"{var} = tl.load({ptr}_ptr + {off}{m}{o})"
+
+
+def operand_lines(launch: Launch, expr: exprs.Node, coords: list[str | None], mask: str | None,
+                  flat: str | None = None, other: str | None = None, acc: str = "acc", var: str | None = None,
+                  full: str | None = None) -> tuple[list[str], str]:
+    """Loads of every leaf of `expr` at `coords`, then the expression lines; returns (lines, result).
+
+    When `expr` is a single stored tensor and `var` is given, it is loaded straight into `var`.
+    """
+    if var is not None and isinstance(expr, exprs.Load):
+        name = launch.pointer(expr.leaf)
+        return [load_line(var, name, launch.offset(expr.leaf, coords, flat, full), mask, other)], var
+    lines = []
+    for leaf in exprs.leaves(expr):
+        name = launch.pointer(leaf)
+        off = launch.offset(leaf, coords, flat, full)
+        lines.append(load_line(name, name, off, mask, other))
+    body, result = exprs.render(expr, lambda lf: launch.names[lf], acc)
+    return lines + body, result
+
+
+def coord_names(shape: tuple[int, ...], index: str, prefix: str) -> list[str | None]:
+    """Per-dim coordinate names `<prefix><d>` of a flat row-major `index` (None for size-1 dims)."""
+    dims = [d for d, s in enumerate(shape) if s > 1]
+    if len(dims) == 1:
+        return [index if d == dims[0] else None for d in range(len(shape))]
+    return [f"{prefix}{d}" if d in dims else None for d in range(len(shape))]
+
+
+def coord_lines(shape: tuple[int, ...], index: str, prefix: str, launch: Launch, used: str) -> list[str]:
+    """Lines decomposing `index` into the coordinates that `used` (the code that follows) refers to.
+
+    Coordinates come out last dim first; the walk stops once every referenced one is known, and
+    sizes become `<prefix>_size<d>` arguments only when needed.
+    """
+    dims = [d for d, s in enumerate(shape) if s > 1]
+    if len(dims) < 2:
+        return []
+    need = {d for d in dims if re.search(rf"\b{prefix}{d}\b", used)}
+    lines: list[str] = []
+    rest = index
+    for j, d in enumerate(reversed(dims)):
+        if not need:
+            break
+        var = f"{prefix}{d}"
+        if j == len(dims) - 1:
+            lines.append(f"{var} = {rest}")
+        else:
+            size = launch.scalar(f"{prefix}_size{d}", shape[d])
+            if d in need:
+                lines.append(f"{var} = {rest} % {size}")
+            need.discard(d)
+            if need:
+                lines.append(f"{prefix}_rest = {rest} // {size}")
+                rest = f"{prefix}_rest"
+        need.discard(d)
+    return lines

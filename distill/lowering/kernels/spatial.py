@@ -1,0 +1,222 @@
+"""Convolutions (1-3 spatial dims, grouped, dilated, transposed) and pooling (max, avg, adaptive).
+
+Spatial dims are named as torch documents them (L; H, W; D, H, W) and each gets its own
+constexpr stride, padding and dilation, so a conv2d kernel reads like a conv2d kernel. Parameters
+(`weight`, `bias`) are the reference module's own tensors.
+"""
+from __future__ import annotations
+
+from distill.lowering import exprs, views
+from distill.lowering.ir import Op, Program
+from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
+                                           operand_lines, pow2, render, store_offset)
+from distill.lowering.planner import Kernel
+
+NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _col(c: str | None, axis: str) -> str | None:
+    return None if c is None else f"{c}{axis}"
+
+
+class Conv(Family):
+    name = "conv"
+
+    def slot_roles(self, op: Op) -> list[str]:
+        return ["x"]
+
+    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
+        x = op.inputs[0]
+        specs = [OperandSpec("x", x, (), prog.values[x].shape),
+                 OperandSpec("w", "weight", (), op.params["weight"].shape)]
+        if "bias" in op.params:
+            steps = views.along(1, op.shape[1], op.shape, op.name)
+            specs.append(OperandSpec("bias", "bias", tuple(steps), op.shape))
+        return specs
+
+    def describe(self, k: Kernel) -> str:
+        a = k.op.attrs
+        what = (f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, weight, bias, stride={a['stride']}, "
+                f"padding={a['padding']}, dilation={a['dilation']}, groups={a['groups']})")
+        return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
+
+    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
+        op, a = k.op, k.op.attrs
+        transposed = op.op.startswith("conv_transpose")
+        x_shape, out_shape = k.operands["x"].space, op.shape
+        nd = len(x_shape) - 2
+        dims = NAMES[nd]
+        n, c = x_shape[0], x_shape[1]
+        groups, ks = a["groups"], a["kernel_size"]
+        cg, ocg = c // groups, op.shape[1] // groups
+        launch = Launch(fwd)
+        p_shape = (n,) + tuple(out_shape[2:])
+        launch.scalar("P", _prod(p_shape))
+        launch.scalar("OCG", ocg)
+        launch.scalar("RED", cg * ks ** nd)
+        consts = {}
+        for d in dims:
+            consts.update({f"STRIDE_{d}": a["stride"], f"PAD_{d}": a["padding"], f"DIL_{d}": a["dilation"]})
+        p = coord_names(p_shape, "rp", "p")
+        r = coord_names((cg,) + (ks,) * nd, "rr", "r")
+        in_lines, in_mask = [], ["p_mask[:, None]", "r_mask[None, :]"]
+        ins: list[str | None] = []
+        for j, d in enumerate(dims):
+            o, kd, low = _col(p[1 + j], "[:, None]"), _col(r[1 + j], "[None, :]"), d.lower()
+            size = launch.scalar(f"IN_{d}", x_shape[2 + j])
+            if transposed:
+                # out = in * stride - pad + tap * dilation: an input index only where it divides evenly
+                tap = f" - {kd} * DIL_{d}" if kd else ""
+                in_lines += [f"t_{low} = {o or '0'} + PAD_{d}{tap}", f"i{low} = t_{low} // STRIDE_{d}"]
+                in_mask += [f"(t_{low} >= 0)", f"(t_{low} % STRIDE_{d} == 0)", f"(i{low} < {size})"]
+                ins.append(f"i{low}")
+                continue
+            terms = [t for t in (f"{o} * STRIDE_{d}" if o else None, f"{kd} * DIL_{d}" if kd else None) if t]
+            if not terms and not a["padding"]:
+                ins.append(None)  # a single position: index 0
+                continue
+            in_lines.append(f"i{low} = {' + '.join(terms) or '0'}" + (f" - PAD_{d}" if a["padding"] else ""))
+            if a["padding"]:
+                in_mask += [f"(i{low} >= 0)", f"(i{low} < {size})"]
+            ins.append(f"i{low}")
+        in_lines.append("in_mask = " + " & ".join(in_mask))
+        if groups > 1:
+            launch.scalar("CG", cg)
+        # the input channel of each reduction lane (g * CG + c within the group)
+        if r[0]:
+            c_in = f"(g * CG + {r[0]})" if groups > 1 else r[0]
+            x_c, w_c = _col(c_in, "[None, :]"), _col(c_in, "[:, None]")
+        else:
+            x_c = w_c = ("g * CG" if cg > 1 else "g") if groups > 1 else None
+        x_coords = [_col(p[0], "[:, None]"), x_c] + ins
+        load_x, _ = operand_lines(launch, k.operands["x"].expr, x_coords, "in_mask", other="0.0", var="xv",
+                                  full="(BLOCK_P, BLOCK_R)")
+        oc = "(g * OCG + roc)" if groups > 1 else "roc"
+        taps = [_col(r[1 + j], "[:, None]") for j in range(nd)]
+        if transposed:
+            w_coords = [w_c, "roc[None, :]"] + taps
+        else:
+            w_coords = [f"{oc}[None, :]", _col(r[0], "[:, None]")] + taps
+        load_w, _ = operand_lines(launch, k.operands["w"].expr, w_coords, "r_mask[:, None] & oc_mask[None, :]",
+                                  other="0.0", var="wv", full="(BLOCK_R, BLOCK_OC)")
+        out_coords = [_col(p[0], "[:, None]"), f"{oc}[None, :]"] + [_col(p[1 + j], "[:, None]") for j in range(nd)]
+        bias: list[str] = []
+        if "bias" in k.operands:
+            body, res = operand_lines(launch, k.operands["bias"].expr, out_coords, "mask", other="0.0",
+                                      full="(BLOCK_P, BLOCK_OC)")
+            bias = body + [f"acc += {res}"]
+        epi, value = operand_lines(launch, k.expr, out_coords, "mask", other="0.0", full="(BLOCK_P, BLOCK_OC)")
+        target = k.target.leaf()
+        out = launch.pointer(target, hint="out")
+        off = store_offset(launch, target, out_coords, None, "(BLOCK_P, BLOCK_OC)")
+        used = "\n".join(in_lines + load_x + load_w + bias + epi + [off])
+        p_lines = coord_lines(p_shape, "rp", "p", launch, used)
+        r_lines = coord_lines((cg,) + (ks,) * nd, "rr", "r", launch, used)
+        bp = (pow2(_prod(p_shape), 16, 64), pow2(_prod(p_shape), 16, 256))
+        boc = pow2(ocg, 16, 64)
+        br = (pow2(cg * ks ** nd, 16, 64), pow2(cg * ks ** nd, 16, 256))
+        src = render("conv.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_OC", "BLOCK_R"]),
+                     comment=self.describe(k), p_lines=p_lines, r_lines=r_lines, in_lines=in_lines,
+                     load_x=load_x[0], load_w=load_w[0], bias=bias, epilogue=epi, out=out, out_off=off, value=value)
+        grid = f"(triton.cdiv({_prod(p_shape)}, BLOCK_P), triton.cdiv({ocg}, BLOCK_OC), {groups})"
+        return src, launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_OC": boc, "BLOCK_R": br})
+
+
+def _adaptive_window(size_in: int, size_out: int) -> int:
+    return max(-(-((o + 1) * size_in) // size_out) - (o * size_in) // size_out for o in range(size_out))
+
+
+class Pool(Family):
+    name = "pool"
+    fused_roles = ("x",)
+
+    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
+        x = op.inputs[0]
+        return [OperandSpec("x", x, (), prog.values[x].shape)]
+
+    def describe(self, k: Kernel) -> str:
+        args = ", ".join(f"{key}={v}" for key, v in sorted(k.op.attrs.items()))
+        what = f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, {args})"
+        return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
+
+    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
+        op, a = k.op, k.op.attrs
+        x_shape, out_shape = k.operands["x"].space, op.shape
+        nd = len(x_shape) - 2
+        dims = NAMES[nd]
+        adaptive = op.op.startswith("adaptive")
+        is_max = "max" in op.op
+        pad = 0 if adaptive else a["padding"]
+        windows = tuple(_adaptive_window(x_shape[2 + j], out_shape[2 + j]) for j in range(nd)) if adaptive \
+            else (a["kernel_size"],) * nd
+        launch = Launch(fwd)
+        launch.scalar("P", _prod(out_shape))
+        launch.scalar("WINDOW", _prod(windows))
+        consts = {} if adaptive else {f"STRIDE_{d}": a["stride"] for d in dims} | {f"PAD_{d}": pad for d in dims}
+        p = coord_names(out_shape, "rp", "p")
+        w = coord_names(windows, "rw", "w")
+        in_lines: list[str] = []
+        valid = ["p_mask[:, None]", "w_mask[None, :]"]
+        ins: list[str | None] = []
+        divisor = []
+        for j, d in enumerate(dims):
+            o, kd, low = p[2 + j], _col(w[j], "[None, :]"), d.lower()
+            size = launch.scalar(f"IN_{d}", x_shape[2 + j])
+            if adaptive and o is None:
+                # a single output along this dim: its window is the whole input dim
+                if kd:
+                    in_lines.append(f"i{low} = {kd}")
+                divisor.append(str(x_shape[2 + j]))
+                if not kd:
+                    ins.append(None)
+                    continue
+            elif adaptive:
+                osz = launch.scalar(f"OUT_{d}", out_shape[2 + j])
+                in_lines += [f"start_{low} = ({o} * {size}) // {osz}",
+                             f"end_{low} = (({o} + 1) * {size} + {osz} - 1) // {osz}",
+                             f"i{low} = start_{low}[:, None]" + (f" + {kd}" if kd else "")]
+                valid.append(f"(i{low} < end_{low}[:, None])")
+                divisor.append(f"(end_{low} - start_{low})")
+            else:
+                parts = [t for t in (f"{o}[:, None] * STRIDE_{d}" if o else None, kd) if t]
+                if not parts and not pad:
+                    ins.append(None)
+                    continue
+                in_lines.append(f"i{low} = {' + '.join(parts) or '0'}" + (f" - PAD_{d}" if pad else ""))
+                if pad:
+                    valid += [f"(i{low} >= 0)", f"(i{low} < {size})"]
+            ins.append(f"i{low}")
+        in_lines.append("valid = " + " & ".join(valid))
+        x_coords = [_col(p[0], "[:, None]"), _col(p[1], "[:, None]")] + ins
+        fill = 'float("-inf")' if is_max else "0.0"
+        x = k.operands["x"].expr
+        load, res = operand_lines(launch, x, x_coords, "valid", other=fill, var="xv", full="(BLOCK_P, BLOCK_W)")
+        if not isinstance(x, exprs.Load):
+            load.append(f"xv = tl.where(valid, {res}, {fill})")
+        out_coords = list(p)
+        epi, value = operand_lines(launch, k.expr, out_coords, "p_mask", flat="rp", other="0.0")
+        target = k.target.leaf()
+        out = launch.pointer(target, hint="out")
+        off = store_offset(launch, target, out_coords, "rp", "(BLOCK_P,)")
+        div = ("(" + " * ".join(divisor) + ")" if len(divisor) > 1 else divisor[0]) if adaptive \
+            else str(_prod(windows))
+        used = "\n".join(in_lines + load + epi + [off, div])
+        p_lines = coord_lines(out_shape, "rp", "p", launch, used)
+        w_lines = coord_lines(windows, "rw", "w", launch, used)
+        bw = pow2(_prod(windows))
+        bp = tuple(max(1, min(pow2(_prod(out_shape)), max(16, tile // bw))) for tile in (4096, 16384))
+        src = render("pool.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_W"]),
+                     comment=self.describe(k), p_lines=p_lines, w_lines=w_lines, in_lines=in_lines, load=load,
+                     is_max=is_max, divisor=div, padded=bool(pad), epilogue=epi, out=out, out_off=off, value=value)
+        grid = f"(triton.cdiv({_prod(out_shape)}, BLOCK_P),)"
+        return src, launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_W": bw})
+
+
+FAMILIES = (Conv(), Pool())

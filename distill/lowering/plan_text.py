@@ -1,0 +1,2 @@
+def plan_text(plan, module):
+    return ""
