@@ -1,0 +1,49 @@
+"""`tritonforge train-grpo CONFIG.toml [--out DIR]`: the GRPO trainer's command line.
+
+Exit codes: 0 done, 2 bad config or usage (the message names the key), 1 a failure while training.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="TOML config (see data/configs/grpo-tiny.toml)")
+    parser.add_argument("--out", default=None, help="output folder (overrides the config's `out`; "
+                        "default out/NAME); a folder with a checkpoint is resumed")
+    parser.add_argument("--steps", type=int, default=None, help="train to this many steps (overrides `steps`)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.grpo.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config, args.out)
+        if args.steps is not None:
+            if args.steps < 1:
+                raise ConfigError("--steps", "must be >= 1")
+            cfg.steps = args.steps
+    except ConfigError as exc:
+        print(f"tritonforge train-grpo: bad config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"tritonforge train-grpo: cannot read {args.config}: {exc}", file=sys.stderr)
+        return 2
+
+    from pipelines.grpo.trainer import GRPOTrainer
+
+    try:
+        trainer = GRPOTrainer(cfg, progress=not args.no_progress)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"tritonforge train-grpo: {exc}", file=sys.stderr)
+        return 2
+    records = trainer.train()
+    last = records[-1] if records else {}
+    summary = {"out": cfg.out, "step": trainer.step, "stage": trainer.curriculum.stage.index,
+               "reward_mean": last.get("reward_mean"), "pass_rate": last.get("pass_rate"),
+               "speed_term": trainer.rewarder.speed_term}
+    print(json.dumps(summary))
+    return 0

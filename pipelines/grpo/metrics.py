@@ -1,0 +1,114 @@
+"""Run records: OUT/metrics.jsonl (one object per step), a progress bar, and the reward/pass-rate plot.
+
+On resume the file is cut back to the checkpoint's step first, so steps that are replayed after a
+crash appear once, with the values of the run that continued.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
+
+
+class MetricsLog:
+    """Append-only JSON Lines, flushed per step."""
+
+    def __init__(self, path: str | Path, resume_step: int = 0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line torn by a kill
+                if int(rec.get("step", 0)) <= resume_step:
+                    kept.append(line)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(k + "\n" for k in kept))
+        os.replace(tmp, self.path)
+        self._fh = self.path.open("a")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(_clean(record), sort_keys=True) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def read(path: str | Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+class Progress:
+    """A tqdm bar when tqdm is there and enabled; silent otherwise."""
+
+    def __init__(self, total: int, initial: int, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, initial=initial, desc="train-grpo", unit="step", dynamic_ncols=True)
+            except ImportError:
+                self.bar = None
+
+    def update(self, rec: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(stage=rec["stage"], reward=f"{rec['reward_mean']:.3f}",
+                                 pass_rate=f"{rec['pass_rate']:.2f}", zero_std=f"{rec['frac_zero_std']:.2f}")
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def plot(metrics_path: str | Path, out_png: str | Path) -> Path | None:
+    """Reward and pass rate over steps, held-out pass@1 as points, promotions as vertical lines.
+
+    Returns None (and draws nothing) when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    recs = read(metrics_path)
+    if not recs:
+        return None
+    steps = [r["step"] for r in recs]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    ax.plot(steps, [r["reward_mean"] for r in recs], label="reward (mean)", color="#1f77b4")
+    ax.plot(steps, [r["pass_rate"] for r in recs], label="pass rate (train samples)", color="#2ca02c")
+    ev = [(r["step"], r["eval_pass_at_1"]) for r in recs if r.get("eval_pass_at_1") is not None]
+    if ev:
+        ax.scatter(*zip(*ev), label="held-out pass@1", color="#d62728", zorder=3, s=18)
+    for r in recs:
+        if r.get("promoted"):
+            ax.axvline(r["step"], color="#7f7f7f", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_title(f"GRPO: reward and pass rate ({recs[-1].get('scheme', '')} reward)")
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png)
+    plt.close(fig)
+    return out_png
