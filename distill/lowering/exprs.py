@@ -153,9 +153,7 @@ def render(node: Node, leaf_name: Callable[[Leaf], str], acc: str = "acc") -> tu
 def describe(node: Node, acc: str = "acc") -> str:
     """Readable formula, e.g. `relu(add(x0, x1))`, for comments and the plan."""
     if isinstance(node, Load):
-        base = node.leaf.value
-        return base if not node.leaf.steps or all(s.method in ("expand", "view") for s in node.leaf.steps) \
-            else f"{base}{''.join(s.render() for s in node.leaf.steps if s.method not in ('expand', 'view'))}"
+        return node.leaf.value + "".join(s.render() for s in node.leaf.steps if s.shown)
     if isinstance(node, Acc):
         return acc
     parts = [describe(a, acc) for k, a in node.args.items() if k in ("a", "b")]

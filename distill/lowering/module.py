@@ -36,8 +36,8 @@ def _kernel_name(k: Kernel, taken: set[str]) -> tuple[str, list[str], list[str]]
     names = ([k.op.op] if k.op is not None else []) + [o.op for o in ops]
     values = ([k.op.name] if k.op is not None else []) + [o.name for o in ops]
     words = names[:3] + (["etc"] if len(names) > 3 else [])
-    if not words:
-        words = ["copy"]
+    if k.label:
+        words = words[:2] + [k.label] if k.op is not None else [k.label] + words[:2]
     base = re.sub(r"\W", "_", "_".join(words)) + "_kernel"
     name, i = base, 2
     while name in taken:

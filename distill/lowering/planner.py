@@ -60,6 +60,7 @@ class Kernel:
     operands: dict[str, Operand] = field(default_factory=dict)
     fused: list[str] = field(default_factory=list)  # op names this kernel computes
     note: str = ""  # why this kernel exists, for the plan ("copy into a slice of y4", ...)
+    label: str = ""  # a name for kernels that compute no op of their own (copies)
 
 
 @dataclass
@@ -77,10 +78,10 @@ class Plan:
 def view_step(op: Op) -> Step:
     a, on = op.attrs, op.inputs[0]
     if op.op == "transpose":
-        return Step("transpose", (a["dim0"], a["dim1"]), on)
+        return Step("transpose", (a["dim0"], a["dim1"]), on, shown=True)
     if op.op == "permute":
-        return Step("permute", tuple(a["perm"]), on)
-    return Step("view", tuple(op.shape), on)  # flatten, reshape
+        return Step("permute", tuple(a["perm"]), on, shown=True)
+    return Step("view", tuple(op.shape), on, shown=True)  # flatten, reshape
 
 
 class Planner:
@@ -176,7 +177,7 @@ class Planner:
                 ks.append(Kernel("pointwise", op.name, op.index, target, self.apply(op, [])))
             elif op.template == "view":
                 ks.append(Kernel("pointwise", op.name, op.index, target, self.build(op.inputs[0], [view_step(op)]),
-                                 note=f"copy of the {op.op} view"))
+                                 note=f"copy of the {op.op} view", label=f"{op.op}_copy"))
             elif op.template == "concat":
                 ks.extend(self._concat(op))
             else:
@@ -196,7 +197,7 @@ class Planner:
                 offset += size[dim]
             target = Target(op.name, op.name, op.shape, (step,), op.dtype)
             out.append(Kernel("pointwise", op.name, op.index, target, self.build(src, []),
-                              note=f"slot {slot} of the {op.op}"))
+                              note=f"slot {slot} of the {op.op}", label=f"{op.op}_slot{slot}"))
         return out
 
     def _anchor(self, op: Op) -> Kernel:
@@ -236,6 +237,7 @@ class Planner:
                 anchor.fused = [o for o in _pointwise_ops(k.expr)]
                 anchor.position = k.position
                 anchor.note = k.note
+                anchor.label = k.label
                 ks.remove(k)
                 break
         return ks

@@ -8,18 +8,23 @@ raises there, and the planner stores the tensor it applies to instead.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 
 @dataclass(frozen=True)
 class Step:
-    """One view method call; `on` names the program value it is applied to (for planner repairs)."""
+    """One view method call; `on` names the program value it is applied to (for planner repairs).
+
+    `shown` marks the views the program itself asked for (a transpose, a reshape), which comments
+    mention; broadcasting and kernel-space views are bookkeeping and stay out of them.
+    """
 
     method: str
     args: tuple
     on: str = ""
+    shown: bool = field(default=False, compare=False)
 
     def render(self) -> str:
         if self.method == "expand" or self.method == "view":

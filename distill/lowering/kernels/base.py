@@ -120,7 +120,8 @@ class Launch:
         """Kernel-side name of a leaf (its pointer parameter is `<name>_ptr`)."""
         if leaf in self.names:
             return self.names[leaf]
-        base = (hint or leaf.value).replace(".", "_")
+        # parameters go by their own name ("weight"), values by theirs ("x0", "y3")
+        base = (hint or leaf.value.rsplit(".", 1)[-1])
         name, k = base, 1
         while name in self._taken:
             name, k = f"{base}_{k}", k + 1
@@ -137,7 +138,8 @@ class Launch:
             self.kwargs.append((name, str(value)))
         return name
 
-    def offset(self, leaf: Leaf, coords: list[str | None], flat: str | None = None, full: str | None = None) -> str:
+    def offset(self, leaf: Leaf, coords: list[str | None], flat: str | None = None, full: str | None = None,
+               exact: bool = False) -> str:
         """Address offset of `leaf` at `coords` (one expression per dim; None = always 0).
 
         Broadcast (stride 0) and size-1 dims drop out of the sum. When that leaves the offsets
@@ -157,7 +159,8 @@ class Launch:
             sname = self.scalar(f"{name}_stride{d}", f"{self.view_of[name]}.stride({d})")
             terms.append(f"{c} * {sname}")
         if not terms:
-            return "0"
+            # one element: a scalar load broadcasts, but a tl.dot operand must have the tile's shape
+            return f"tl.zeros({full}, dtype=tl.int32)" if (exact and full) else "0"
         off = " + ".join(terms)
         return f"tl.broadcast_to({off}, {full})" if (partial and full) else off
 
@@ -209,14 +212,14 @@ def load_line(var: str, ptr: str, off: str, mask: str | None, other: str | None 
 
 def operand_lines(launch: Launch, expr: exprs.Node, coords: list[str | None], mask: str | None,
                   flat: str | None = None, other: str | None = None, acc: str = "acc", var: str | None = None,
-                  full: str | None = None) -> tuple[list[str], str]:
+                  full: str | None = None, exact: bool = False) -> tuple[list[str], str]:
     """Loads of every leaf of `expr` at `coords`, then the expression lines; returns (lines, result).
 
     When `expr` is a single stored tensor and `var` is given, it is loaded straight into `var`.
     """
     if var is not None and isinstance(expr, exprs.Load):
         name = launch.pointer(expr.leaf)
-        return [load_line(var, name, launch.offset(expr.leaf, coords, flat, full), mask, other)], var
+        return [load_line(var, name, launch.offset(expr.leaf, coords, flat, full, exact), mask, other)], var
     lines = []
     for leaf in exprs.leaves(expr):
         name = launch.pointer(leaf)

@@ -94,10 +94,10 @@ class Matmul(Family):
         batch, c0, c1 = _batch_lines(launch, b0, b1)
         load_a, _ = operand_lines(launch, a.expr, [_b(c0), _b(c1), "rm[None, :, None]", "rk[None, None, :]"],
                                   "(rb[:, None, None] < BATCH) & (rm[None, :, None] < M) & (rk[None, None, :] < K)",
-                                  other="0.0", var="a", full="(BLOCK_B, BLOCK_M, BLOCK_K)")
+                                  other="0.0", var="a", exact=True, full="(BLOCK_B, BLOCK_M, BLOCK_K)")
         load_b, _ = operand_lines(launch, b.expr, [_b(c0), _b(c1), "rk[None, :, None]", "rn[None, None, :]"],
                                   "(rb[:, None, None] < BATCH) & (rk[None, :, None] < K) & (rn[None, None, :] < N)",
-                                  other="0.0", var="b", full="(BLOCK_B, BLOCK_K, BLOCK_N)")
+                                  other="0.0", var="b", exact=True, full="(BLOCK_B, BLOCK_K, BLOCK_N)")
         out_coords = [_b(c0), _b(c1), "rm[None, :, None]", "rn[None, None, :]"]
         full = "(BLOCK_B, BLOCK_M, BLOCK_N)"
         bias: list[str] = []
@@ -142,13 +142,13 @@ class Attention(Family):
             launch.scalar(sym, val)
         batch, c0, c1 = _batch_lines(launch, b, h)
         load_q, _ = operand_lines(launch, q.expr, [_b(c0), _b(c1), "rl[None, :, None]", "re[None, None, :]"],
-                                  "b_ok & (rl[None, :, None] < L) & (re[None, None, :] < E)", other="0.0", var="q",
+                                  "b_ok & (rl[None, :, None] < L) & (re[None, None, :] < E)", other="0.0", var="q", exact=True,
                                   full="(BLOCK_B, BLOCK_L, BLOCK_E)")
         load_k, _ = operand_lines(launch, kk.expr, [_b(c0), _b(c1), "rs[None, None, :]", "re[None, :, None]"],
-                                  "b_ok & (re[None, :, None] < E) & (rs[None, None, :] < S)", other="0.0", var="kt",
+                                  "b_ok & (re[None, :, None] < E) & (rs[None, None, :] < S)", other="0.0", var="kt", exact=True,
                                   full="(BLOCK_B, BLOCK_E, BLOCK_S)")
         load_v, _ = operand_lines(launch, v.expr, [_b(c0), _b(c1), "rs[None, :, None]", "rv[None, None, :]"],
-                                  "b_ok & (rs[None, :, None] < S) & (rv[None, None, :] < EV)", other="0.0", var="v",
+                                  "b_ok & (rs[None, :, None] < S) & (rv[None, None, :] < EV)", other="0.0", var="v", exact=True,
                                   full="(BLOCK_B, BLOCK_S, BLOCK_V)")
         out_coords = [_b(c0), _b(c1), "rl[None, :, None]", "rv[None, None, :]"]
         full = "(BLOCK_B, BLOCK_L, BLOCK_V)"

@@ -97,7 +97,7 @@ class Conv(Family):
             x_c = w_c = ("g * CG" if cg > 1 else "g") if groups > 1 else None
         x_coords = [_col(p[0], "[:, None]"), x_c] + ins
         load_x, _ = operand_lines(launch, k.operands["x"].expr, x_coords, "in_mask", other="0.0", var="xv",
-                                  full="(BLOCK_P, BLOCK_R)")
+                                  full="(BLOCK_P, BLOCK_R)", exact=True)
         oc = "(g * OCG + roc)" if groups > 1 else "roc"
         taps = [_col(r[1 + j], "[:, None]") for j in range(nd)]
         if transposed:
@@ -105,7 +105,7 @@ class Conv(Family):
         else:
             w_coords = [f"{oc}[None, :]", _col(r[0], "[:, None]")] + taps
         load_w, _ = operand_lines(launch, k.operands["w"].expr, w_coords, "r_mask[:, None] & oc_mask[None, :]",
-                                  other="0.0", var="wv", full="(BLOCK_R, BLOCK_OC)")
+                                  other="0.0", var="wv", exact=True, full="(BLOCK_R, BLOCK_OC)")
         out_coords = [_col(p[0], "[:, None]"), f"{oc}[None, :]"] + [_col(p[1 + j], "[:, None]") for j in range(nd)]
         bias: list[str] = []
         if "bias" in k.operands:
@@ -197,7 +197,8 @@ class Pool(Family):
         x_coords = [_col(p[0], "[:, None]"), _col(p[1], "[:, None]")] + ins
         fill = 'float("-inf")' if is_max else "0.0"
         x = k.operands["x"].expr
-        load, res = operand_lines(launch, x, x_coords, "valid", other=fill, var="xv", full="(BLOCK_P, BLOCK_W)")
+        load, res = operand_lines(launch, x, x_coords, "valid", other=fill, var="xv", full="(BLOCK_P, BLOCK_W)",
+                                  exact=True)
         if not isinstance(x, exprs.Load):
             load.append(f"xv = tl.where(valid, {res}, {fill})")
         out_coords = list(p)
