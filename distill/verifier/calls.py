@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from distill.verifier import guard, provenance
+from distill.verifier import codec, guard, provenance
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
 _DESCR_MODULE = type.__dict__["__module__"]
@@ -98,8 +98,10 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
     return found
 
 
-def run_call(model: Any, inputs: list, token: object, ablate: bool, sync: Callable[[], None]) -> dict[str, Any]:
-    """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors."""
+def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bool,
+             sync: Callable[[], None]) -> dict[str, Any]:
+    """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
+    `pristine` are host copies of `inputs` as made, to tell whether forward changed them."""
     guard.ctl(token, "ablate", ablate)
     guard.ctl(token, "record", True)
     out: Any = None
@@ -127,5 +129,10 @@ def run_call(model: Any, inputs: list, token: object, ablate: bool, sync: Callab
             # Copies now: a candidate may hand back the same buffer next call, or write it later.
             report["outputs"] = [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type,
                                   "shape": list(t.shape), "data": t.detach().to("cpu", copy=True)} for t in tensors]
-    report["inputs_after"] = [x.detach().to("cpu", copy=True) if type(x) is torch.Tensor else None for x in inputs]
+    try:
+        report["inputs_changed"] = [i for i, (x, p) in enumerate(zip(inputs, pristine))
+                                    if type(x) is torch.Tensor and codec.tensor_bytes(x) != codec.tensor_bytes(p)]
+    except BaseException as exc:  # noqa: BLE001 - e.g. a CUDA fault left the context unusable
+        report["inputs_changed"] = []
+        report["error"] = report["error"] or describe_error(exc)
     return report

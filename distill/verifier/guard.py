@@ -135,6 +135,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             return True  # an fd already opened under these same rules
         if type(path) is not str:
             return False
+        if path == os.devnull:
+            return True  # subprocess.DEVNULL when Triton runs its compilers
         return (os.path.realpath(path) + os.sep).startswith(scratch_root)
 
     def launch(args: tuple) -> None:
@@ -198,6 +200,9 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                     deny("import", args[1], f"import of {args[0]}")
                 return None
             return None
+        if event in ("os.posix_spawn", "os.exec") and args and type(args[0]) in (str, bytes) \
+                and os.path.realpath(os.fsdecode(args[0])) in exec_ok:
+            return None  # subprocess starting an allowed tool (Triton's ptxas through posix_spawn)
         if event in _INTROSPECTION or event.startswith(("ctypes.", "socket.")) or event in _PROCESS:
             untrusted, direct = stack_info(1)
             if event == "sys._getframe" and trusted(direct):

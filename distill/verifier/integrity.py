@@ -46,7 +46,11 @@ def snapshot() -> dict[str, dict[str, Any]]:
             obj = _resolve(name)
         except (ImportError, AttributeError):
             continue
-        snap[name] = {k: v for k, v in vars(obj).items() if k not in _VOLATILE}
+        # Modules: public names only (libraries keep private caches and flags that change as they
+        # run; the static layer refuses private names). Classes: everything.
+        is_class = name in CLASSES
+        snap[name] = {k: v for k, v in vars(obj).items()
+                      if k not in _VOLATILE and (is_class or not k.startswith("_") or k.startswith("__"))}
     return snap
 
 

@@ -118,13 +118,13 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
 def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
           verdict: dict[str, Any]) -> judge.Finding:
     reft = _ref_timing(pool, spec, slot.gpu)
-    sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]
+    sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
     peaks = pool.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
     with pool.timing_locks[slot.gpu]:
-        rep = slot.proc.request({"cmd": "time", "sets": [s["inputs"] for s in sets], "warmup": spec.warmup,
-                                 "trials": spec.timing_trials, "check": checks}, spec.timeout, "timing")
+        rep = slot.proc.request({"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials,
+                                 "check": checks}, spec.timeout, "timing")
     hyg = judge.hygiene(rep)
     f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
                                  spec.warmup + spec.timing_trials, floor, reft)
@@ -164,9 +164,9 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
         run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
-                            "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62),
-                            "trials": [tr["inputs"] for tr in ref["trials"][:spec.trials]], "plan": spec.plan()},
-                           t, phase, total=t * (len(spec.plan()) + 2))
+                            "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62), "problem": spec.source,
+                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
+                            "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         if found.status is None and spec.device == "cuda":
             phase = "timing"

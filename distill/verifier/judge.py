@@ -90,18 +90,21 @@ def compare_outputs(call: dict[str, Any], expected: dict[str, Any], device: str)
     return None
 
 
-def inputs_changed(call: dict[str, Any], original: list[Any]) -> str | None:
-    after = call.get("inputs_after") or []
-    for i, x in enumerate(original):
-        if isinstance(x, torch.Tensor):
-            y = after[i] if i < len(after) else None
-            if not isinstance(y, torch.Tensor) or not tolerance.bitwise_equal(x, y):
-                return f"input {i} changed during forward"
-    return None
+def inputs_changed(call: dict[str, Any]) -> str | None:
+    changed = call.get("inputs_changed")
+    if changed is None:
+        return "the worker did not report whether inputs changed"
+    return f"input {changed[0]} changed during forward" if changed else None
 
 
 def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str) -> Finding:
     """Statuses in DESIGN §4 order for each call; then determinism and the ablation run."""
+    prints = run.get("fingerprints")
+    if prints is not None and prints != [t["fingerprint"] for t in trials][:len(prints)]:
+        from distill.verifier.problemio import ProblemError
+
+        raise ProblemError("get_inputs() made different inputs from the same seed in the reference and the "
+                           "worker: inputs must come from torch/random/numpy RNGs seeded by the harness")
     if run.get("construct_error"):
         err = run["construct_error"]
         f = error_status(err, {"denials": (run.get("hygiene") or {}).get("denials")})
@@ -129,7 +132,7 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str) 
             if call.get("foreign"):
                 why += f" (only foreign kernels: {', '.join(call['foreign'][:3])})"
             return Finding("not_triton", why, checks)
-        changed = inputs_changed(call, trials[t]["inputs"])
+        changed = inputs_changed(call)
         if changed:
             return Finding("mutates_input", changed, checks)
         if call.get("aliases"):

@@ -204,15 +204,25 @@ def drop_capabilities() -> str:
         return f"failed: {exc.strerror}"
 
 
-def lock_down(scratch: str, exec_files: list[str], no_children: bool) -> LockdownReport:
-    """Apply every layer that this kernel allows, in an order where each still has its privileges."""
-    rep = LockdownReport()
-    rep.netns = unshare_network()
+LAYERS = ("netns", "landlock", "seccomp", "capabilities")
+
+
+def lock_down(scratch: str, exec_files: list[str], no_children: bool, layers: tuple[str, ...] = LAYERS,
+              netns: str | None = None) -> LockdownReport:
+    """Apply the requested layers that this kernel allows, each while it still has its privileges.
+
+    `netns` is the outcome of an `unshare_network()` done earlier (it must precede any thread).
+    """
+    rep = LockdownReport(**{k: "disabled" for k in LAYERS if k not in layers})
+    rep.netns = netns if netns is not None else (unshare_network() if "netns" in layers else "disabled")
     rep.no_new_privs = _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-    try:
-        rep.landlock = landlock([scratch], [f for f in exec_files if os.path.exists(f)], default_device_files())
-    except OSError as exc:
-        rep.landlock = f"failed: {exc.strerror}"
-    rep.seccomp = seccomp(no_children=no_children, no_signal_handlers=no_children)
-    rep.capabilities = drop_capabilities()
+    if "landlock" in layers:
+        try:
+            rep.landlock = landlock([scratch], [f for f in exec_files if os.path.exists(f)], default_device_files())
+        except OSError as exc:
+            rep.landlock = f"failed: {exc.strerror}"
+    if "seccomp" in layers:
+        rep.seccomp = seccomp(no_children=no_children, no_signal_handlers=no_children)
+    if "capabilities" in layers:
+        rep.capabilities = drop_capabilities()
     return rep

@@ -39,6 +39,11 @@ def _toolchain() -> list[str]:
     for name in ("ptxas", "ptxas-blackwell"):
         if os.path.exists(os.path.join(nv, name)):
             found.append(os.path.join(nv, name))
+    for knob in ("ptxas", "ptxas_blackwell"):
+        try:
+            found.append(getattr(triton.knobs.nvidia, knob).path)
+        except Exception:  # noqa: BLE001 - a missing tool only means that tool is not allowed
+            continue
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
     if cc:
         found.append(cc)
@@ -72,7 +77,8 @@ class VerifierPool:
     def __init__(self, workers: int | None = None, device: str = "cpu", timeout: float | None = None,
                  max_memory_mb: int | None = None, gpus: list[int] | None = None, trials: int = 5,
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
-                 lockdown: bool = True, references: int | None = None, start_timeout: float = 300.0) -> None:
+                 lockdown: bool | tuple[str, ...] = True, references: int | None = None,
+                 start_timeout: float = 300.0) -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
         self.device = device
@@ -82,7 +88,10 @@ class VerifierPool:
         self.max_memory_mb = max_memory_mb if max_memory_mb is not None else DEFAULT_MEMORY_MB[device]
         self.spec_defaults = dict(trials=trials, timing_trials=timing_trials, warmup=warmup,
                                   static_checks=static_checks)
-        self.lockdown = lockdown
+        from distill.verifier.lockdown import LAYERS
+
+        # True: every kernel layer; False: none; or a tuple naming the layers (for diagnosis).
+        self.layers = LAYERS if lockdown is True else () if lockdown is False else tuple(lockdown)
         self.start_timeout = start_timeout
         self.root = tempfile.mkdtemp(prefix="tritonforge-verify-")
         self.memory = limits.MemoryGuard()
@@ -93,7 +102,7 @@ class VerifierPool:
         self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._refs: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
-        self._n_refs = references or (2 if device == "cuda" else 1)
+        self._n_refs = references or (4 if device == "cuda" else 1)
         self.timing_locks = {g: threading.Lock() for g in self.gpus}
         self.ref_cache: dict[tuple, dict[str, Any]] = {}
         self.ref_cache_locks: dict[tuple, threading.Lock] = {}
@@ -115,9 +124,11 @@ class VerifierPool:
             if self._started:
                 return self
             self._started = True
-        for g in self.gpus:  # references first: on GPU they build the workers' warm Triton cache
-            for k in range(self._n_refs):
-                self._refs[g].put(self._start_reference(g, k))
+        # References first: on GPU they build the warm Triton cache the workers start from.
+        jobs = [(g, k) for g in self.gpus for k in range(self._n_refs)]
+        with ThreadPoolExecutor(max_workers=len(jobs)) as ex:
+            for (g, _), proc in zip(jobs, ex.map(lambda gk: self._start_reference(*gk), jobs)):
+                self._refs[g].put(proc)
         with ThreadPoolExecutor(max_workers=len(self._slots)) as ex:
             list(ex.map(self._fill, self._slots))
         return self
@@ -158,7 +169,7 @@ class VerifierPool:
         if self.device == "cuda":
             shutil.copytree(self.template, os.path.join(scratch, "triton"), dirs_exist_ok=True)
         cfg = {"device": self.device, "gpu": slot.gpu, "scratch": scratch, "trusted_roots": self.trusted,
-               "exec_files": self.exec_files, "lockdown": self.lockdown}
+               "exec_files": self.exec_files, "layers": list(self.layers)}
         slot.scratch = scratch
         if self._closed:
             return

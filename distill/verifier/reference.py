@@ -1,4 +1,4 @@
-"""The trusted reference process: runs the problem's own `Model` to make inputs and expected outputs.
+"""The trusted reference process: runs the problem's own `Model` to make the expected outputs.
 
 It is a separate process from every worker, so expected values never exist where candidate code
 runs. It also times the reference (eager and under torch.compile, GPU only) and measures the
@@ -6,7 +6,6 @@ device's copy bandwidth and matmul peak for the physical floor.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import types
 from typing import Any
@@ -14,22 +13,9 @@ from typing import Any
 import torch
 
 from distill.verifier import codec, timing
+from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
 
-
-class ProblemError(ValueError):
-    """The problem itself (not the candidate) could not be built or run."""
-
-
-def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.ModuleType:
-    key = hashlib.sha256(source.encode()).hexdigest()
-    if key not in cache:
-        mod = types.ModuleType(f"tritonforge_problem_{key[:12]}")
-        exec(compile(source, f"<problem {key[:12]}>", "exec"), mod.__dict__)  # trusted: synth's own text
-        for name in ("Model", "get_inputs", "get_init_inputs"):
-            if name not in mod.__dict__:
-                raise ProblemError(f"problem defines no {name}")
-        cache[key] = mod
-    return cache[key]
+__all__ = ["ProblemError", "RefTimer", "make_trials", "reference_main"]
 
 
 def _to(x: Any, device: torch.device) -> Any:
@@ -57,10 +43,10 @@ def _nbytes(values: Any) -> int:
 
 
 def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple[Any, list, dict]:
-    torch.manual_seed(init_seed)
+    seed_all(init_seed)
     init = mod.get_init_inputs()
     args, kwargs = (list(init), {}) if isinstance(init, (list, tuple)) else ([], dict(init or {}))
-    torch.manual_seed(init_seed)
+    seed_all(init_seed)
     model = mod.Model(*args, **kwargs).to(device)
     return model, args, kwargs
 
@@ -68,18 +54,18 @@ def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device) -> dict[str, Any]:
     model, args, kwargs = _build(mod, init_seed, device)
     trials = []
+    in_bytes = 0
     for seed in seeds:
-        torch.manual_seed(seed)
-        inputs = list(mod.get_inputs())
-        host = [x.detach().to("cpu") if isinstance(x, torch.Tensor) else x for x in inputs]
+        host = make_inputs(mod, seed)
+        in_bytes = _nbytes(host)
         with torch.no_grad():
-            out = model(*_to(inputs, device))
+            out = model(*_to(host, device))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         outs, seq = _outputs(out)
-        trials.append({"inputs": host, "outputs": outs, "sequence": seq})
+        trials.append({"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)})
     params = sum(p.numel() * p.element_size() for p in model.parameters())
-    io_bytes = _nbytes(trials[0]["inputs"]) + _nbytes(trials[0]["outputs"]) + params if trials else params
+    io_bytes = in_bytes + _nbytes(trials[0]["outputs"]) + params if trials else params
     return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes}
 
 
@@ -88,8 +74,7 @@ class RefTimer:
 
     def __init__(self, mod: types.ModuleType, init_seed: int, seed: int, device: torch.device) -> None:
         self.model, _, _ = _build(mod, init_seed, device)
-        torch.manual_seed(seed)
-        self.inputs = _to(list(mod.get_inputs()), device)
+        self.inputs = _to(make_inputs(mod, seed), device)
         self.compiled: Any = None
         self.compile_error = ""
         with torch.no_grad():

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import calls, codec, guard, integrity, lockdown, provenance, timing
+from distill.verifier import calls, codec, guard, integrity, lockdown, problemio, provenance, timing
 
 
 def _warm_kernel_src(x_ptr, n, BLOCK: tl.constexpr):  # noqa: ANN001 - a Triton kernel signature
@@ -78,7 +78,8 @@ def _close_inherited_fds(keep: int) -> None:
 def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     os.setsid()  # one process group: the parent kills children (ptxas, cc) with the worker
     _close_inherited_fds(conn.fileno())
-    netns = lockdown.unshare_network() if cfg.get("lockdown", True) else "disabled"
+    layers = tuple(cfg.get("layers", lockdown.LAYERS))
+    netns = lockdown.unshare_network() if "netns" in layers else "disabled"
     _setup_env(cfg)
     device = torch.device("cuda", cfg.get("gpu", 0)) if cfg["device"] == "cuda" else torch.device("cpu")
     if device.type == "cuda":
@@ -90,10 +91,8 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     token = guard.install(cfg["trusted_roots"], cfg["scratch"], cfg.get("exec_files", []), real, kinds,
                           stop_at=(worker_main.__code__,))
     block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
-    report = lockdown.LockdownReport(netns=netns)
-    if cfg.get("lockdown", True):
-        report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []), no_children=device.type == "cpu")
-        report.netns = netns
+    report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []), no_children=device.type == "cpu",
+                                layers=layers, netns=netns)
     snap = integrity.snapshot()
     threads0 = _thread._count()
     versions = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
@@ -165,7 +164,7 @@ def _load(job: dict, source: str, scratch: str, token: object) -> dict[str, Any]
 def _run(job: dict, msg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
          sync: Any, reply: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"construct_error": None, "calls": [], "blocked_ops": 0}
-    torch.manual_seed(msg["init_seed"])
+    problemio.seed_all(msg["init_seed"])
     try:
         model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
         model = model.to(device)
@@ -173,26 +172,29 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     except BaseException as exc:  # noqa: BLE001
         out["construct_error"] = calls.describe_error(exc)
         return out
+    # Inputs are made here from the job's seeds, exactly as the reference makes them (before the
+    # block: generating them takes RNG kernels); the parent compares the fingerprints.
+    mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
+    made = [problemio.make_inputs(mod, seed) for seed in msg["seeds"]]
+    out["fingerprints"] = [problemio.fingerprint(m) for m in made]
+    trials, job["timing_sets"] = made[:msg["n_trials"]], made[msg["n_trials"]:]
     out["blocked_ops"] = block.install()
-    trials = msg["trials"]
     inputs = None
     for spec in msg["plan"]:
         reply({"progress": f"call {spec['kind']} {spec['trial']}"})
         torch.manual_seed(msg["call_seed"])
         # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
         inputs = calls.refill(inputs, trials[spec["trial"]], device)
-        rep = calls.run_call(job["model"], inputs, token, spec["kind"] == "ablate", sync)
+        rep = calls.run_call(job["model"], inputs, trials[spec["trial"]], token, spec["kind"] == "ablate", sync)
         rep.update(kind=spec["kind"], trial=spec["trial"])
         out["calls"].append(rep)
-        if rep["error"] is not None and rep["error"]["cuda_fault"]:
-            break
-        if rep["error"] is not None and spec["kind"] != "ablate":
+        if rep["error"] is not None and (rep["error"]["cuda_fault"] or spec["kind"] != "ablate"):
             break
     return out
 
 
 def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:
-    sets = [calls.stage(s, device) for s in msg["sets"]]
+    sets = [calls.stage(s, device) for s in job["timing_sets"]]
     bufs = calls.stage(sets[0], device)
     model, checked = job["model"], {}
 

@@ -1,0 +1,57 @@
+"""A problem's module and its seeded inputs, made the same way in the reference and in a worker.
+
+Inputs never travel between processes: each side regenerates them from the secret per-job seed
+and both report a fingerprint, which the parent compares (a problem whose `get_inputs` ignores the
+seed is reported, not silently mis-verified).
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import types
+import zlib
+from typing import Any
+
+import numpy
+import torch
+
+from distill.verifier import codec
+
+
+class ProblemError(ValueError):
+    """The problem itself (not the candidate) could not be built or run."""
+
+
+def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.ModuleType:
+    key = hashlib.sha256(source.encode()).hexdigest()
+    if key not in cache:
+        mod = types.ModuleType(f"tritonforge_problem_{key[:12]}")
+        exec(compile(source, f"<problem {key[:12]}>", "exec"), mod.__dict__)  # trusted: synth's own text
+        for name in ("Model", "get_inputs", "get_init_inputs"):
+            if name not in mod.__dict__:
+                raise ProblemError(f"problem defines no {name}")
+        cache[key] = mod
+    return cache[key]
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy.random.seed(seed % (1 << 32))
+
+
+def make_inputs(mod: types.ModuleType, seed: int) -> list[Any]:
+    """The problem's inputs for `seed`, on the host."""
+    seed_all(seed)
+    values = list(mod.get_inputs())
+    return [v.detach().to("cpu") if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def fingerprint(values: list[Any]) -> list[str]:
+    out = []
+    for v in values:
+        if type(v) is torch.Tensor:
+            out.append(f"{v.dtype}{list(v.shape)}:{zlib.crc32(codec.tensor_bytes(v)):08x}")
+        else:
+            out.append(repr(v)[:200])
+    return out

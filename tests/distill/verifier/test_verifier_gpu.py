@@ -1,0 +1,73 @@
+"""The GPU lane (`-m gpu`, run through the device tool): timing, CUDA faults and the timing attacks.
+
+Never collected in CI (no GPU there); every test asserts an exact status like the CPU suite.
+"""
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
+
+pytestmark = pytest.mark.gpu
+
+HONEST = ["add", "softmax", "matmul", "linear_relu", "cross_entropy", "scale_rowmax", "transpose_add"]
+GPU_CASES = [c for c in MANIFEST["cases"] if c.get("lane") == "gpu" or c["family"] == "timing"]
+# A cross-section of the CPU suite, to show the same defences hold with CUDA in the worker.
+ALSO = ["decoy_kernel", "token_kernel_torch", "disable_dispatch", "unwritten_output", "in_place",
+        "noisy_nondeterministic", "cache_by_pointer", "deferred_thread_obfuscated", "os_system_obfuscated",
+        "gc_scan_obfuscated", "forge_pipe_message", "ctypes_segfault_obfuscated", "cublas_matmul"]
+
+
+@pytest.fixture(scope="module")
+def gpu_pool():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from distill.verifier import VerifierPool
+
+    with VerifierPool(workers=4, device="cuda", timeout=120, timing_trials=50) as p:
+        yield p
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_honest_controls_pass_and_are_timed(gpu_pool, name):
+    v = gpu_pool.verify(problem(name), honest(name))
+    assert v.status == "pass", v.reason
+    assert v.device == "cuda" and v.versions["gpu"]
+    assert v.kernel_ms > 0 and v.ref_eager_ms > 0 and v.speedup_eager > 0
+    t = v.checks["timing"]
+    assert t["samples"] == 50 and t["kernel_ms"] >= 0.9 * t["floor_ms"]
+    assert t["peaks"]["bandwidth_bytes_per_s"] > 1e11 and t["peaks"]["peak_flops"] > 1e13
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c["name"])
+def test_timing_and_fault_cases(gpu_pool, case):
+    v = gpu_pool.verify(problem(case["problem"]), hostile(case["name"]), static_checks=False)
+    expected = case.get("runtime", case["status"])
+    assert v.status == expected, f"{case['name']}: {v.status}: {v.reason}"
+    after = gpu_pool.verify(problem("add"), honest("add"))
+    assert after.status == "pass", after.reason
+
+
+def test_side_stream_work_is_inside_the_timed_window(gpu_pool):
+    plain = gpu_pool.verify(problem("add"), honest("add"))
+    side = gpu_pool.verify(problem("add"), hostile("side_stream"))
+    assert side.status == "pass"
+    # twenty launches on a side stream cannot look cheaper than one on the default stream
+    assert side.kernel_ms > plain.kernel_ms
+
+
+@pytest.mark.parametrize("name", ALSO)
+def test_cpu_suite_cross_section_on_gpu(gpu_pool, name):
+    case = next(c for c in MANIFEST["cases"] if c["name"] == name)
+    v = gpu_pool.verify(problem(case["problem"]), hostile(name), static_checks=False)
+    assert v.status == case.get("runtime", case["status"]), f"{name}: {v.status}: {v.reason}"
+    assert gpu_pool.verify(problem("add"), honest("add")).status == "pass"
+
+
+def test_same_kernel_timed_twice_agrees(gpu_pool):
+    times = [gpu_pool.verify(problem("softmax"), honest("softmax")).kernel_ms for _ in range(4)]
+    med = statistics.median(times)
+    assert max(times) - min(times) <= 0.25 * med, times
