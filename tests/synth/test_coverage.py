@@ -17,7 +17,7 @@ from tests.synth.feasible import feasible
 SUBSET = ["relu", "exp", "log", "add", "sum", "softmax", "cumsum", "matmul", "linear", "conv2d", "max_pool2d",
           "layer_norm", "mse_loss", "transpose", "cat", "sdpa"]
 SUBSET_N = 8_000         # 215 feasible pairs of 256; all seen by 5,000 with seed 77
-FULL_N = 600_000         # full catalog: 10,381 feasible pairs of 13,225
+FULL_N = 600_000         # full catalog: 10,381 feasible pairs of 13,225; all seen by 297,541 with seed 5
 
 
 def _feasible_pairs(space):
