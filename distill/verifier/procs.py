@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -87,9 +88,18 @@ class Proc:
             saved = os.environ.get("TRITON_INTERPRET")
             os.environ["TRITON_INTERPRET"] = "1" if (_zygote_device if ctx.get_start_method() == "forkserver"
                                                      else cfg["device"]) == "cpu" else "0"
+            main = sys.modules.get("__main__")
+            hidden = {k: getattr(main, k) for k in ("__file__", "__spec__") if hasattr(main, k)}
             try:
+                # Children run functions of this package and never need the caller's script; without
+                # this, multiprocessing re-imports it as __mp_main__ in every child, which re-runs an
+                # unguarded script (a notebook export, a quick example) and kills the child at start-up.
+                for k in hidden:
+                    delattr(main, k) if k == "__file__" else setattr(main, k, None)
                 self.process.start()
             finally:
+                for k, v in hidden.items():
+                    setattr(main, k, v)
                 if saved is None:
                     os.environ.pop("TRITON_INTERPRET", None)
                 else:
