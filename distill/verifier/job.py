@@ -73,8 +73,9 @@ def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: flo
     ref = pool.acquire_reference(gpu)
     broken = False
     try:
-        ref.send(msg)
-        out = ref.receive(seconds, "reference")
+        with pool.gates[gpu].shared():
+            ref.send(msg)
+            out = ref.receive(seconds, "reference")
     except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
         broken = True
         raise reference.ProblemError(f"reference process failed: {exc}") from None
@@ -96,13 +97,11 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
         ref = pool.acquire_reference(gpu)
         broken = False
         try:
-            ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
-                      "seed": spec.seeds[-2], "key": spec.key})
-            prep = ref.receive(600, "reference compile")
-            with pool.timing_locks[gpu]:
-                if gpu not in pool.peaks:
-                    ref.send({"cmd": "peaks"})
-                    pool.peaks[gpu] = ref.receive(300, "device peaks")
+            with pool.gates[gpu].shared():
+                ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
+                          "seed": spec.seeds[-2], "key": spec.key})
+                prep = ref.receive(600, "reference compile")
+            with pool.gates[gpu].exclusive():
                 ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
                 out = ref.receive(600, "reference timing")
             out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
@@ -115,23 +114,44 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
         return out
 
 
+def prefetch_ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> None:
+    """Start compiling and timing the reference in the background (torch.compile takes seconds)."""
+    key = (spec.key, gpu)
+    with pool._lock:
+        if key in pool.ref_cache or key in pool.ref_prefetch:
+            return
+        pool.ref_prefetch.add(key)
+    threading.Thread(target=_ref_timing, args=(pool, spec, gpu), name="tritonforge-ref-timing", daemon=True).start()
+
+
+def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
+    """Fill the reference medians and speedups of a timed verdict (after its worker is released)."""
+    eager, comp = reft.get("eager_ms"), reft.get("compile_ms")
+    v.ref_eager_ms, v.ref_compile_ms = eager, comp
+    if v.kernel_ms:
+        v.speedup_eager = eager / v.kernel_ms if eager else None
+        v.speedup_compile = comp / v.kernel_ms if comp else None
+    t = v.checks.setdefault("timing", {})
+    t["reference"] = reft
+    if (v.speedup_eager or 0) > 10 or (v.speedup_compile or 0) > 10:
+        t["flag"] = "speedup over 10x: check by hand before trusting it"
+    return v
+
+
 def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
           verdict: dict[str, Any]) -> judge.Finding:
-    reft = _ref_timing(pool, spec, slot.gpu)
     sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
     peaks = pool.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
-    with pool.timing_locks[slot.gpu]:
+    with pool.gates[slot.gpu].exclusive():
         rep = slot.proc.request({"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials,
                                  "check": checks}, spec.timeout, "timing")
     hyg = judge.hygiene(rep)
     f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
-                                 spec.warmup + spec.timing_trials, floor, reft)
-    verdict.update(ref_eager_ms=reft.get("eager_ms"), ref_compile_ms=reft.get("compile_ms"),
-                   kernel_ms=info.get("kernel_ms"), speedup_eager=info.get("speedup_eager"),
-                   speedup_compile=info.get("speedup_compile"))
-    found.checks["timing"] = {**info, "reference": reft, "peaks": peaks}
+                                 spec.warmup + spec.timing_trials, floor)
+    verdict.update(kernel_ms=info.get("kernel_ms"))
+    found.checks["timing"] = {**info, "peaks": peaks}
     return hyg or f
 
 
@@ -151,6 +171,8 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                        versions=slot.info.get("versions", {}), **fields)
 
     try:
+        if spec.device == "cuda":
+            prefetch_ref_timing(pool, spec, slot.gpu)
         nonce = proc.begin({"cmd": "load", "source": spec.candidate})
         ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
                                           "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS]}, max(t, 120))
@@ -163,10 +185,11 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         if f is not None:
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
-        run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
-                            "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62), "problem": spec.source,
-                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
-                            "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
+        with pool.gates[slot.gpu].shared():
+            run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
+                                "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62), "problem": spec.source,
+                                "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
+                                "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         if found.status is None and spec.device == "cuda":
             phase = "timing"

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from distill.verifier import limits, procs, reference, worker
-from distill.verifier.job import JobSpec, run_job
+from distill.verifier.gate import GpuGate
+from distill.verifier.job import JobSpec, _ref_timing, apply_ref_timing, run_job
 from distill.verifier.verdict import Verdict
 
 DEFAULT_TIMEOUT = {"cpu": 60.0, "cuda": 60.0}
@@ -103,9 +104,10 @@ class VerifierPool:
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._refs: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
         self._n_refs = references or (4 if device == "cuda" else 1)
-        self.timing_locks = {g: threading.Lock() for g in self.gpus}
+        self.gates = {g: GpuGate() for g in self.gpus}  # timing alone on its GPU, the rest shared
         self.ref_cache: dict[tuple, dict[str, Any]] = {}
         self.ref_cache_locks: dict[tuple, threading.Lock] = {}
+        self.ref_prefetch: set[tuple] = set()
         self.peaks: dict[int, dict[str, float]] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -131,6 +133,15 @@ class VerifierPool:
                 self._refs[g].put(proc)
         with ThreadPoolExecutor(max_workers=len(self._slots)) as ex:
             list(ex.map(self._fill, self._slots))
+        if self.device == "cuda":  # the physical floor needs the measured ceilings: once, GPU idle
+            for g in self.gpus:
+                ref = self.acquire_reference(g)
+                try:
+                    with self.gates[g].exclusive():
+                        ref.send({"cmd": "peaks"})
+                        self.peaks[g] = ref.receive(300, "device peaks")
+                finally:
+                    self.release_reference(g, ref, False)
         return self
 
     def __enter__(self) -> "VerifierPool":
@@ -174,9 +185,10 @@ class VerifierPool:
         if self._closed:
             return
         try:
-            proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}")
-            self.memory.add(proc.pid, self.max_memory_mb)
-            slot.info = proc.wait_ready(self.start_timeout)
+            with self.gates[slot.gpu].shared():  # CUDA start-up must not disturb a timing run
+                proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}")
+                self.memory.add(proc.pid, self.max_memory_mb)
+                slot.info = proc.wait_ready(self.start_timeout)
             slot.proc = proc
             self.stats["started"] += 1
         except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
@@ -236,16 +248,20 @@ class VerifierPool:
                 return Verdict("crash", f"worker could not start: {slot.info.get('start_error')}",
                                device=self.device)
             verdict, keep = run_job(self, slot, spec)
-            return verdict
         finally:
             if keep:
                 self._free.put(slot)
             else:
                 self._recycle(slot)
+        if verdict.status == "pass" and self.device == "cuda":  # worker already released
+            apply_ref_timing(verdict, _ref_timing(self, spec, slot.gpu))
+        return verdict
 
     def verify_many(self, pairs: Iterable[tuple[Any, str]]) -> list[Verdict]:
         """Verify many pairs concurrently (one thread per worker); results in input order."""
         pairs = list(pairs)
         self.start()
-        with ThreadPoolExecutor(max_workers=max(1, len(self._slots))) as ex:
+        # More threads than workers: a thread waiting for its reference's torch.compile timing has
+        # already given its worker back, and others should use it meanwhile.
+        with ThreadPoolExecutor(max_workers=max(1, 4 * len(self._slots))) as ex:
             return list(ex.map(lambda p: self.verify(p[0], p[1]), pairs))
