@@ -1,0 +1,251 @@
+"""Broken variants of lowered solutions, for testing the verifier (each one a bug a model might write).
+
+`mutants(problem, lowering)` derives, where it applies, one module per kind:
+
+| kind | the bug | the verifier should say |
+|---|---|---|
+| `drop_mask` | a kernel whose tiles hang over its data loses every mask (tails run off the tensors) | `crash` (or any rejection) |
+| `off_by_one` | one load reads one element further | `wrong_output` |
+| `torch_op` | one kernel launch is replaced by the reference's own torch statements | `not_triton` |
+| `first_block` | one launch runs only its first program (grid axis 0 = 1) | `wrong_output` |
+| `wrong_dtype` | a returned buffer is allocated as float16 | `wrong_output` |
+| `write_input` | a buffer is an input of the same shape: the kernel writes into the input | `mutates_input` |
+| `cached_output` | forward returns the outputs of its first call forever after | `wrong_output` |
+
+Mutations are AST rewrites of the generated module (comments are lost; nothing else changes). A
+kind that cannot apply to a program (no launch with more than one program, no input of a buffer's
+shape, ...) is left out rather than faked.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import triton
+
+from distill.lowering.ir import read_program
+
+
+@dataclass(frozen=True)
+class Mutant:
+    kind: str
+    source: str
+    expected: str  # the status a correct verifier gives
+    also_ok: tuple[str, ...] = ()  # other rejections that are still right for this bug
+    detail: str = ""
+
+
+EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
+    # an out-of-bounds write: a segfault under the interpreter, a fault or silent corruption on a GPU
+    "drop_mask": ("crash", ("wrong_output", "runtime_error", "mutates_input", "nondeterministic", "timeout")),
+    "off_by_one": ("wrong_output", ()),
+    "torch_op": ("not_triton", ()),
+    "first_block": ("wrong_output", ()),
+    "wrong_dtype": ("wrong_output", ()),
+    "write_input": ("mutates_input", ()),
+    "cached_output": ("wrong_output", ()),
+}
+
+
+def _is_kernel(node: ast.AST) -> bool:
+    return isinstance(node, ast.FunctionDef) and any(
+        ast.unparse(d) in ("triton.jit", "jit") for d in node.decorator_list) and node.name.endswith("_kernel")
+
+
+def _call_name(node: ast.AST) -> str:
+    return ast.unparse(node.func) if isinstance(node, ast.Call) else ""
+
+
+def _forward(tree: ast.Module) -> ast.FunctionDef:
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
+    return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+
+
+def _launches(fwd: ast.FunctionDef) -> list[tuple[int, ast.Call]]:
+    """(statement index, call) of each `kernel[grid](...)` statement in forward."""
+    out = []
+    for i, st in enumerate(fwd.body):
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Subscript):
+            out.append((i, st.value))
+    return out
+
+
+def _cpu_consts(fwd: ast.FunctionDef, upto: int) -> dict[str, int]:
+    """Tile sizes in force before statement `upto` on the CPU (`A, B = (..) if on_cpu else (..)`)."""
+    env: dict[str, int] = {}
+    for st in fwd.body[:upto]:
+        if isinstance(st, ast.Assign) and isinstance(st.value, ast.IfExp) and ast.unparse(st.value.test) == "on_cpu":
+            names = [ast.unparse(t) for t in (st.targets[0].elts if isinstance(st.targets[0], ast.Tuple)
+                                              else [st.targets[0]])]
+            vals = ast.literal_eval(st.value.body)
+            env.update(zip(names, vals if isinstance(vals, tuple) else (vals,)))
+    return env
+
+
+def _programs_axis0(fwd: ast.FunctionDef, index: int, call: ast.Call) -> int:
+    grid = call.func.slice
+    first = grid.elts[0] if isinstance(grid, ast.Tuple) else grid
+    env = {**_cpu_consts(fwd, index), "triton": triton}
+    for kw in call.keywords:  # constexprs passed as literals
+        if isinstance(kw.value, ast.Constant):
+            env.setdefault(kw.arg, kw.value.value)
+    return int(eval(compile(ast.Expression(first), "<grid>", "eval"), env))  # noqa: S307 - our own generated text
+
+
+# -- the mutations ----------------------------------------------------------------------------------
+# extent argument -> the tile constexpr that covers it, in every kernel family
+EXTENT_BLOCK = {"n_elements": "BLOCK", "n_rows": "BLOCK_ROWS", "R": "BLOCK_R", "M": "BLOCK_M", "N": "BLOCK_N",
+                "K": "BLOCK_K", "BATCH": "BLOCK_B", "P": "BLOCK_P", "OCG": "BLOCK_OC", "RED": "BLOCK_R",
+                "WINDOW": "BLOCK_W", "L": "BLOCK_L", "S": "BLOCK_S", "E": "BLOCK_E", "EV": "BLOCK_V"}
+
+
+# extents along which each family's stores are masked
+STORE_EXTENTS = {"pointwise": ("n_elements",), "reduce": ("n_rows",), "normalize": ("n_rows", "R"),
+                 "scan": ("n_rows", "R"), "matmul": ("M", "N", "BATCH"), "attention": ("L", "EV", "BATCH"),
+                 "conv": ("P", "OCG"), "pool": ("P",), "loss": ("n_rows",)}
+
+
+def _ragged(fwd: ast.FunctionDef, index: int, call: ast.Call, extents: tuple[str, ...]) -> bool:
+    """Whether a tile of this launch hangs over one of `extents` on the CPU (so its masks matter)."""
+    env = _cpu_consts(fwd, index)
+    args = {k.arg: k.value for k in call.keywords}
+    for extent in extents:
+        block = EXTENT_BLOCK[extent]
+        if extent in args and block in args and isinstance(args[extent], ast.Constant):
+            b = args[block].value if isinstance(args[block], ast.Constant) else env.get(ast.unparse(args[block]))
+            if b and args[extent].value % b:
+                return True
+    return False
+
+
+def drop_mask(tree: ast.Module, ctx: dict) -> str | None:
+    fwd = _forward(tree)
+    family = {k.name: k.template for k in ctx["kernels"]}
+    for i, call in _launches(fwd):
+        name = ast.unparse(call.func.value)
+        if not _ragged(fwd, i, call, STORE_EXTENTS.get(family.get(name, ""), ())):
+            continue
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+        stores = [n for n in ast.walk(fn) if _call_name(n) == "tl.store" and any(k.arg == "mask" for k in n.keywords)]
+        if not stores:
+            continue
+        for node in ast.walk(fn):
+            if _call_name(node) in ("tl.load", "tl.store"):
+                node.keywords = [k for k in node.keywords if k.arg not in ("mask", "other")]
+        return f"{name}: masks removed from every load and store (its last tile writes past the end)"
+    return None
+
+
+def off_by_one(tree: ast.Module, ctx: dict) -> str | None:
+    for fn in (n for n in tree.body if _is_kernel(n)):
+        for node in ast.walk(fn):
+            if _call_name(node) == "tl.load" and node.args and isinstance(node.args[0], ast.BinOp):
+                node.args[0] = ast.BinOp(node.args[0], ast.Add(), ast.Constant(1))
+                return f"{fn.name}: first strided load reads one element further"
+    return None
+
+
+def torch_op(tree: ast.Module, ctx: dict) -> str | None:
+    fwd = _forward(tree)
+    prog = ctx["program"]
+    for i, call in _launches(fwd):
+        kernel = ast.unparse(call.func.value)
+        info = next((k for k in ctx["kernels"] if k.name == kernel), None)
+        if info is None or not info.values or info.root not in info.values:
+            continue
+        last = max(prog.op(v).index for v in info.values)
+        stmts = [s for s in ctx["statements"] if int(re.match(r"y(\d+)", s).group(1)) <= last]
+        body = [ast.parse(s).body[0] for s in stmts]
+        fwd.body[i:i + 1] = body
+        if not any(isinstance(n, ast.Import) and n.names[0].name == "torch.nn.functional" for n in tree.body):
+            tree.body.insert(0, ast.parse("import torch.nn.functional as F").body[0])
+        return f"{kernel} replaced by the reference's torch statements up to {info.root}"
+    return None
+
+
+def first_block(tree: ast.Module, ctx: dict) -> str | None:
+    fwd = _forward(tree)
+    for i, call in _launches(fwd):
+        if _programs_axis0(fwd, i, call) > 1:
+            grid = call.func.slice
+            if isinstance(grid, ast.Tuple):
+                grid.elts[0] = ast.Constant(1)
+            else:
+                call.func.slice = ast.Tuple([ast.Constant(1)], ast.Load())
+            return f"{ast.unparse(call.func.value)} launched with one program on axis 0"
+    return None
+
+
+def _allocs(fwd: ast.FunctionDef) -> list[tuple[int, str, ast.Call]]:
+    out = []
+    for i, st in enumerate(fwd.body):
+        if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) and _call_name(st.value) == "torch.empty":
+            out.append((i, ast.unparse(st.targets[0]), st.value))
+    return out
+
+
+def wrong_dtype(tree: ast.Module, ctx: dict) -> str | None:
+    fwd = _forward(tree)
+    returned = set(ctx["program"].outputs)
+    for _, name, call in _allocs(fwd):
+        kw = next((k for k in call.keywords if k.arg == "dtype"), None)
+        if name in returned and kw is not None and ast.unparse(kw.value) == "torch.float32":
+            kw.value = ast.parse("torch.float16", mode="eval").body
+            return f"{name} allocated as float16"
+    return None
+
+
+def write_input(tree: ast.Module, ctx: dict) -> str | None:
+    fwd = _forward(tree)
+    prog = ctx["program"]
+    for i, name, call in _allocs(fwd):
+        val = prog.values.get(name)
+        if val is None or val.dtype != "f32":
+            continue
+        for x in prog.inputs:
+            if x.shape == val.shape and x.dtype == "f32":
+                fwd.body[i] = ast.parse(f"{name} = {x.name}").body[0]
+                return f"{name} is written into input {x.name}"
+    return None
+
+
+def cached_output(tree: ast.Module, ctx: dict) -> str | None:
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    init.body.append(ast.parse("self.first_result = None").body[0])
+    fwd = _forward(tree)
+    ret = fwd.body[-1]
+    fwd.body[-1:] = ast.parse(
+        f"if self.first_result is None:\n    self.first_result = {ast.unparse(ret.value)}\n"
+        "return self.first_result").body
+    return "forward returns its first result forever"
+
+
+MUTATIONS: dict[str, Callable[[ast.Module, dict], str | None]] = {
+    "drop_mask": drop_mask, "off_by_one": off_by_one, "torch_op": torch_op, "first_block": first_block,
+    "wrong_dtype": wrong_dtype, "write_input": write_input, "cached_output": cached_output,
+}
+
+
+def _statements(problem_source: str) -> list[str]:
+    """The reference forward's `yK = ...` statements, as text."""
+    tree = ast.parse(problem_source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    fwd = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    return [ast.unparse(s) for s in fwd.body if isinstance(s, ast.Assign)]
+
+
+def mutants(problem: Any, lowering: Any, kinds: list[str] | None = None) -> list[Mutant]:
+    """Every applicable mutant of `lowering` (a distill.lowering.Lowering of `problem`)."""
+    ctx = {"program": read_program(problem), "kernels": lowering.kernels, "statements": _statements(problem.source)}
+    out = []
+    for kind in kinds or list(MUTATIONS):
+        tree = ast.parse(lowering.source)
+        detail = MUTATIONS[kind](tree, ctx)
+        if detail is None:
+            continue
+        expected, also = EXPECTED[kind]
+        out.append(Mutant(kind, ast.unparse(tree) + "\n", expected, also, detail))
+    return out
