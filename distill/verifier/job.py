@@ -97,10 +97,11 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
         ref = pool.acquire_reference(gpu)
         broken = False
         try:
-            with pool.gates[gpu].shared():
-                ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
-                          "seed": spec.seeds[-2], "key": spec.key})
-                prep = ref.receive(600, "reference compile")
+            # Not gated: torch.compile is seconds of CPU work with a few short GPU warm-up calls;
+            # holding the GPU shared that long would stall every candidate's timing.
+            ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
+                      "seed": spec.seeds[-2], "key": spec.key})
+            prep = ref.receive(600, "reference compile")
             with pool.gates[gpu].exclusive():
                 ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
                 out = ref.receive(600, "reference timing")
