@@ -29,7 +29,7 @@ class Step:
     def render(self) -> str:
         if self.method == "expand" or self.method == "view":
             inner = ", ".join(str(a) for a in self.args)
-            if self.method == "view" and len(self.args) == 0:
+            if len(self.args) == 0:
                 inner = "()"
             return f".{self.method}({inner})"
         return f".{self.method}({', '.join(repr(a) if isinstance(a, tuple) else str(a) for a in self.args)})"
@@ -55,7 +55,10 @@ def apply(shape: tuple[int, ...], steps: list[Step], strides: tuple[int, ...] | 
     t = torch.empty_strided(shape, strides or contiguous_strides(shape), device="meta")
     for step in steps:
         try:
-            t = getattr(t, step.method)(*step.args)
+            if step.method in ("view", "expand"):
+                t = getattr(t, step.method)(tuple(step.args))  # a shape tuple: () is a valid 0-d shape
+            else:
+                t = getattr(t, step.method)(*step.args)
         except RuntimeError:
             raise ViewFailed(step) from None
     return tuple(t.shape), tuple(t.stride())

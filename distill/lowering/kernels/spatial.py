@@ -74,18 +74,18 @@ class Conv(Family):
             if transposed:
                 # out = in * stride - pad + tap * dilation: an input index only where it divides evenly
                 tap = f" - {kd} * DIL_{d}" if kd else ""
-                in_lines += [f"t_{low} = {o or '0'} + PAD_{d}{tap}", f"i{low} = t_{low} // STRIDE_{d}"]
-                in_mask += [f"(t_{low} >= 0)", f"(t_{low} % STRIDE_{d} == 0)", f"(i{low} < {size})"]
-                ins.append(f"i{low}")
+                in_lines += [f"t_{low} = {o or '0'} + PAD_{d}{tap}", f"in_{low} = t_{low} // STRIDE_{d}"]
+                in_mask += [f"(t_{low} >= 0)", f"(t_{low} % STRIDE_{d} == 0)", f"(in_{low} < {size})"]
+                ins.append(f"in_{low}")
                 continue
             terms = [t for t in (f"{o} * STRIDE_{d}" if o else None, f"{kd} * DIL_{d}" if kd else None) if t]
             if not terms and not a["padding"]:
                 ins.append(None)  # a single position: index 0
                 continue
-            in_lines.append(f"i{low} = {' + '.join(terms) or '0'}" + (f" - PAD_{d}" if a["padding"] else ""))
+            in_lines.append(f"in_{low} = {' + '.join(terms) or '0'}" + (f" - PAD_{d}" if a["padding"] else ""))
             if a["padding"]:
-                in_mask += [f"(i{low} >= 0)", f"(i{low} < {size})"]
-            ins.append(f"i{low}")
+                in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
+            ins.append(f"in_{low}")
         in_lines.append("in_mask = " + " & ".join(in_mask))
         if groups > 1:
             launch.scalar("CG", cg)
@@ -172,7 +172,7 @@ class Pool(Family):
             if adaptive and o is None:
                 # a single output along this dim: its window is the whole input dim
                 if kd:
-                    in_lines.append(f"i{low} = {kd}")
+                    in_lines.append(f"in_{low} = {kd}")
                 divisor.append(str(x_shape[2 + j]))
                 if not kd:
                     ins.append(None)
@@ -181,18 +181,18 @@ class Pool(Family):
                 osz = launch.scalar(f"OUT_{d}", out_shape[2 + j])
                 in_lines += [f"start_{low} = ({o} * {size}) // {osz}",
                              f"end_{low} = (({o} + 1) * {size} + {osz} - 1) // {osz}",
-                             f"i{low} = start_{low}[:, None]" + (f" + {kd}" if kd else "")]
-                valid.append(f"(i{low} < end_{low}[:, None])")
+                             f"in_{low} = start_{low}[:, None]" + (f" + {kd}" if kd else "")]
+                valid.append(f"(in_{low} < end_{low}[:, None])")
                 divisor.append(f"(end_{low} - start_{low})")
             else:
                 parts = [t for t in (f"{o}[:, None] * STRIDE_{d}" if o else None, kd) if t]
                 if not parts and not pad:
                     ins.append(None)
                     continue
-                in_lines.append(f"i{low} = {' + '.join(parts) or '0'}" + (f" - PAD_{d}" if pad else ""))
+                in_lines.append(f"in_{low} = {' + '.join(parts) or '0'}" + (f" - PAD_{d}" if pad else ""))
                 if pad:
-                    valid += [f"(i{low} >= 0)", f"(i{low} < {size})"]
-            ins.append(f"i{low}")
+                    valid += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
+            ins.append(f"in_{low}")
         in_lines.append("valid = " + " & ".join(valid))
         x_coords = [_col(p[0], "[:, None]"), _col(p[1], "[:, None]")] + ins
         fill = 'float("-inf")' if is_max else "0.0"

@@ -1,0 +1,21 @@
+"""Fixtures of the lowering tests: one CPU verifier pool (the real, sandboxed verifier) per session."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def vpool():
+    from distill.verifier import VerifierPool
+
+    # two workers: the interpreter is single-threaded, and CI machines have two cores
+    with VerifierPool(workers=2, device="cpu", timeout=60) as p:
+        yield p
+
+
+def verify_all(pool, problems, sources):
+    """Verdicts for (problem, source) pairs; a failure message that names every non-pass."""
+    verdicts = pool.verify_many(list(zip(problems, sources)))
+    bad = [f"{p.problem_id} {p.ops}: {v.status}: {v.reason[:200]}" for p, v in zip(problems, verdicts)
+           if v.status != "pass"]
+    return verdicts, bad
