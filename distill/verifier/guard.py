@@ -34,13 +34,15 @@ _PROCESS = frozenset({"os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.
                       "os.kill", "os.killpg", "pty.spawn", "os.putenv", "os.unsetenv", "os.startfile",
                       "_thread.start_new_thread", "signal.pthread_kill", "resource.setrlimit",
                       "resource.prlimit"})
-_PATH_EVENTS = {  # event -> indices of path arguments that must stay inside scratch
-    "os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,),
-    "os.chown": (0,), "os.link": (0, 1), "os.symlink": (0, 1), "os.truncate": (0,), "os.utime": (0,),
-    "os.mkfifo": (0,), "os.mknod": (0,), "os.setxattr": (0,), "os.removexattr": (0,),
-    "shutil.copyfile": (1,), "shutil.copymode": (1,), "shutil.copystat": (1,), "shutil.copytree": (1,),
-    "shutil.rmtree": (0,), "shutil.move": (0, 1), "shutil.chown": (0,), "shutil.make_archive": (0,),
-    "shutil.unpack_archive": (1,),
+# event -> (index of a path argument that must stay inside scratch, index of its dir_fd or None)
+_PATH_EVENTS = {
+    "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),), "os.rename": ((0, 2), (1, 3)),
+    "os.link": ((1, 3),), "os.symlink": ((1, 2),), "os.chmod": ((0, 2),), "os.chown": ((0, 3),),
+    "os.utime": ((0, 3),), "os.truncate": ((0, None),), "os.mkfifo": ((0, 2),), "os.mknod": ((0, 3),),
+    "os.setxattr": ((0, None),), "os.removexattr": ((0, None),),
+    "shutil.copyfile": ((1, None),), "shutil.copymode": ((1, None),), "shutil.copystat": ((1, None),),
+    "shutil.copytree": ((1, None),), "shutil.rmtree": ((0, None),), "shutil.move": ((0, None), (1, None)),
+    "shutil.chown": ((0, None),), "shutil.make_archive": ((0, None),), "shutil.unpack_archive": ((1, None),),
 }
 # Stdlib/torch modules whose functions return frames to their caller: calling them is introspection.
 _FRAME_LEAKERS = ("/inspect.py", "/traceback.py", "/pdb.py", "/bdb.py", "/logging/__init__.py", "/trace.py",
@@ -128,7 +130,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                                   "where": st.get("where", "?")})
         raise Denied(f"tritonforge sandbox: {detail} is not allowed ({category})")
 
-    def inside_scratch(path: Any) -> bool:
+    def inside_scratch(path: Any, dir_fd: Any = None) -> bool:
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if type(path) is int:
@@ -137,6 +139,11 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             return False
         if path == os.devnull:
             return True  # subprocess.DEVNULL when Triton runs its compilers
+        if type(dir_fd) is int and not os.path.isabs(path):  # shutil.rmtree works through dir fds
+            try:
+                path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+            except OSError:
+                return False
         return (os.path.realpath(path) + os.sep).startswith(scratch_root)
 
     def launch(args: tuple) -> None:
@@ -242,8 +249,9 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                     deny(event, "file", f"writing {path!r}")
             return None
         if event in _PATH_EVENTS:
-            paths = [args[i] for i in _PATH_EVENTS[event] if i < len(args)]
-            if not all(inside_scratch(p) for p in paths):
+            where = [(args[i], args[d] if d is not None and d < len(args) else None)
+                     for i, d in _PATH_EVENTS[event] if i < len(args)]
+            if not all(inside_scratch(p, fd) for p, fd in where):
                 untrusted, _ = stack_info(1)
                 if untrusted:
                     deny(event, "file", f"{event} outside scratch")

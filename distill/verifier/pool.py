@@ -98,6 +98,7 @@ class VerifierPool:
         self.memory = limits.MemoryGuard()
         self.trusted = _trusted_roots()
         self.exec_files = _toolchain() if device == "cuda" else []
+        self.children = device == "cuda"  # Triton on GPU runs ptxas and cc; the interpreter runs nothing
         self.template = os.path.join(self.root, "triton-template")
         os.makedirs(self.template, exist_ok=True)
         self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
@@ -180,7 +181,7 @@ class VerifierPool:
         if self.device == "cuda":
             shutil.copytree(self.template, os.path.join(scratch, "triton"), dirs_exist_ok=True)
         cfg = {"device": self.device, "gpu": slot.gpu, "scratch": scratch, "trusted_roots": self.trusted,
-               "exec_files": self.exec_files, "layers": list(self.layers)}
+               "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children}
         slot.scratch = scratch
         if self._closed:
             return

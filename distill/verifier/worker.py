@@ -13,6 +13,7 @@ import gc
 import importlib.util
 import os
 import sys
+import tempfile
 from typing import Any
 
 import torch
@@ -40,6 +41,9 @@ def _setup_env(cfg: dict[str, Any]) -> None:
     else:
         os.environ.pop("TRITON_INTERPRET", None)
     sys.dont_write_bytecode = True
+    # tempfile caches its directory the first time anything asks (here: in the zygote, as /tmp).
+    tempfile.tempdir = os.path.join(scratch, "tmp")
+    os.chdir(scratch)  # relative paths land in scratch
     log = os.open(os.path.join(scratch, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)  # the candidate's prints land here; the parent never parses them
     os.dup2(log, 2)
@@ -48,6 +52,12 @@ def _setup_env(cfg: dict[str, Any]) -> None:
 
 def _warm_up(device: torch.device, threads: bool = True) -> torch.Tensor | None:
     """Pay Triton's first-use costs (backend import, launcher build) before the sandbox closes."""
+    try:  # Triton's build key runs `file` on the interpreter once per process: before the sandbox
+        from triton.runtime.build import platform_key
+
+        platform_key()
+    except Exception:  # noqa: BLE001 - only a cache warm-up
+        pass
     kernel = triton.jit(_warm_kernel_src)
     x = torch.zeros(1000, device=device)
     with provenance.AuditMode():  # torch imports sympy & co. lazily on a mode's first use
@@ -91,8 +101,8 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     token = guard.install(cfg["trusted_roots"], cfg["scratch"], cfg.get("exec_files", []), real, kinds,
                           stop_at=(worker_main.__code__,))
     block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
-    report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []), no_children=device.type == "cpu",
-                                layers=layers, netns=netns)
+    report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []),
+                                no_children=not cfg.get("children", device.type == "cuda"), layers=layers, netns=netns)
     snap = integrity.snapshot()
     threads0 = _thread._count()
     versions = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
