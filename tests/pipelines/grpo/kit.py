@@ -43,18 +43,19 @@ BASE: dict[str, Any] = {
 }
 
 
-def config(model: Path, data: Path, out: Path, **sections: dict[str, Any]):
+def config(model_path: Path, data_dir: Path, out_dir: Path, **sections: Any):
+    """A checked config: BASE, the given paths, then each keyword as a section update or a top-level value."""
     from pipelines.grpo.config import parse_config
 
     raw = copy.deepcopy(BASE)
-    raw["model"]["path"] = str(model)
-    raw["data"]["dir"] = str(data)
+    raw["model"]["path"] = str(model_path)
+    raw["data"]["dir"] = str(data_dir)
     for name, values in sections.items():
         if isinstance(values, dict):
             raw.setdefault(name, {}).update(values)
         else:
             raw[name] = values
-    return parse_config(raw, str(out))
+    return parse_config(raw, str(out_dir))
 
 
 def fixture_shards(root: Path, names: list[str], prompt: str = "Write a Triton ModelNew for: {name}") -> Path:

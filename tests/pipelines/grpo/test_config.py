@@ -52,3 +52,8 @@ def test_cli_missing_model_exits_2(tmp_path, shards, capsys):
     cfg.write_text(f'[model]\npath = "{tmp_path}/nothing"\n[data]\ndir = "{shards}"\n')
     assert main(["train-grpo", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "model.path" in capsys.readouterr().err
+
+
+def test_grpo_verifier_loads():
+    cfg = load_config(REPO / "data" / "configs" / "grpo-verifier.toml")
+    assert cfg.reward.scheme == "hrd" and cfg.model.lora.r == 16 and cfg.data.dir == "out/demo"
