@@ -81,6 +81,7 @@ def start_pool(pairs: list, device: str, workers: int, lockdown) -> tuple:
         pool.start()
         startup = time.perf_counter() - t0
         v = pool.verify(probe[2], probe[3])
+        print(f"start-up {startup:.1f} s, probe {probe[1]}: {v.status} {v.reason[:120]}", flush=True)
         if v.status == "pass":
             return pool, startup, notes
         notes.append(f"lockdown={layers}: probe {probe[1]} got {v.status}: {v.reason[:200]}")

@@ -114,3 +114,32 @@ def test_verdict_has_the_design_fields_and_rejects_unknown_statuses():
                                         ("aten::_to_copy(dtype)", True), ("aten::_local_scalar_dense", True)])
 def test_op_classification(op, compute):
     assert provenance.is_compute(op) is compute
+
+
+def _timing_rep(times, launches, outputs):
+    return {"error": None, "times_ms": times, "launches": launches, "aten": {}, "blocked": {}, "denials": [],
+            "checked": {"4": {"set": 0, "problem": "", "outputs": outputs}}}
+
+
+def test_timing_judge_floor_replay_instability_and_timed_outputs():
+    from distill.verifier import judge
+
+    ref = torch.randn(64)
+    sets = [{"outputs": [ref], "sequence": False}, {"outputs": [ref], "sequence": False}]
+    ok, info = judge.judge_timing(_timing_rep([1.0] * 20, 20, [ref.clone()]), sets, "cuda", 1, 20, 0.5)
+    assert ok.status is None and info["kernel_ms"] == 1.0
+    assert judge.judge_timing(_timing_rep([0.1] * 20, 20, [ref]), sets, "cuda", 1, 20, 0.5)[0].status == "timing_invalid"
+    assert judge.judge_timing(_timing_rep([1.0] * 20, 3, [ref]), sets, "cuda", 1, 20, 0.5)[0].status == "timing_invalid"
+    unstable = [1.0] * 10 + [3.0] * 10
+    assert judge.judge_timing(_timing_rep(unstable, 20, [ref]), sets, "cuda", 1, 20, 0.5)[0].status == "timing_invalid"
+    assert judge.judge_timing(_timing_rep([1.0] * 20, 20, [ref + 1]), sets, "cuda", 1, 20, 0.5)[0].status \
+        == "wrong_output"
+
+
+def test_reference_timing_fills_speedups_and_flags_big_ones():
+    from distill.verifier.job import apply_ref_timing
+
+    v = apply_ref_timing(Verdict("pass", kernel_ms=0.5, device="cuda"), {"eager_ms": 1.0, "compile_ms": 0.75})
+    assert v.speedup_eager == 2.0 and v.speedup_compile == 1.5 and "flag" not in v.checks["timing"]
+    v = apply_ref_timing(Verdict("pass", kernel_ms=0.05, device="cuda"), {"eager_ms": 1.0, "compile_ms": None})
+    assert v.speedup_eager == 20.0 and v.speedup_compile is None and "10x" in v.checks["timing"]["flag"]
