@@ -79,6 +79,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget-s", type=float, default=None, help="start no step after this many seconds of training")
     args = ap.parse_args()
 
     import torch
@@ -121,7 +122,7 @@ def main() -> int:
     with trainer.rewarder:           # start the verifier pool outside the timed steps
         t_pool = time.perf_counter() - t2
         t3 = time.perf_counter()
-        recs = trainer.train()
+        recs = trainer.train(time_budget_s=args.budget_s)
         t_train = time.perf_counter() - t3
     trainer.close()
 

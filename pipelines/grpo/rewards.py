@@ -101,10 +101,14 @@ class Rewarder:
             self.pool = None
 
     def __enter__(self) -> "Rewarder":
+        self._depth = getattr(self, "_depth", 0) + 1
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        # nested `with` blocks share one pool: only the outermost closes it
+        self._depth -= 1
+        if self._depth == 0:
+            self.close()
 
     # -- scoring ---------------------------------------------------------------------------------
     def score(self, items: Sequence[tuple[str, Any]]) -> list[RewardResult]:

@@ -240,9 +240,14 @@ class GRPOTrainer:
                                      self.rewarder.speed_term)
         return checkpoint.save(self.out, st, self.policy.model, self.policy.tokenizer, self.optimizer)
 
-    def train(self, steps: int | None = None) -> list[dict[str, Any]]:
-        """Run up to `steps` (default: the config's) total steps; returns this call's step records."""
+    def train(self, steps: int | None = None, time_budget_s: float | None = None) -> list[dict[str, Any]]:
+        """Run up to `steps` (default: the config's) total steps; returns this call's step records.
+
+        With `time_budget_s`, no new step starts once that much time has passed (the last step is
+        checkpointed as usual).
+        """
         total = steps or self.cfg.steps
+        started = time.perf_counter()
         log = metrics.MetricsLog(self.out / "metrics.jsonl", resume_step=self.step)
         bar = metrics.Progress(total, self.step, self.progress)
         (self.out / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2, default=str))
@@ -254,8 +259,11 @@ class GRPOTrainer:
                     log.write(rec)
                     bar.update(rec)
                     records.append(rec)
-                    if self.step % self.cfg.save_every == 0 or self.step == total:
+                    out_of_time = time_budget_s is not None and time.perf_counter() - started > time_budget_s
+                    if self.step % self.cfg.save_every == 0 or self.step == total or out_of_time:
                         self.save()
+                    if out_of_time:
+                        break
         finally:
             bar.close()
             log.close()
