@@ -19,8 +19,8 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     """Type and message of an exception without running any method the candidate could override."""
     cls = type(exc)
     name = f"{_DESCR_MODULE.__get__(cls)}.{_DESCR_TYPE.__get__(cls)}"
-    try:
-        msg = BaseException.__str__(exc)
+    try:  # the C implementations: OSError's includes the file name
+        msg = (OSError.__str__ if isinstance(exc, OSError) else BaseException.__str__)(exc)
     except Exception:  # noqa: BLE001 - a message we cannot render is still an error
         msg = "<unprintable>"
     msg = msg if isinstance(msg, str) else "<non-string message>"

@@ -73,9 +73,8 @@ def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: flo
     ref = pool.acquire_reference(gpu)
     broken = False
     try:
-        with pool.gates[gpu].shared():
-            ref.send(msg)
-            out = ref.receive(seconds, "reference")
+        ref.send(msg)
+        out = ref.receive(seconds, "reference")
     except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
         broken = True
         raise reference.ProblemError(f"reference process failed: {exc}") from None
@@ -97,12 +96,10 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
         ref = pool.acquire_reference(gpu)
         broken = False
         try:
-            # Not gated: torch.compile is seconds of CPU work with a few short GPU warm-up calls;
-            # holding the GPU shared that long would stall every candidate's timing.
             ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
                       "seed": spec.seeds[-2], "key": spec.key})
             prep = ref.receive(600, "reference compile")
-            with pool.gates[gpu].exclusive():
+            with pool.gates[gpu].quiet(keep=ref.pid):
                 ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
                 out = ref.receive(600, "reference timing")
             out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
@@ -145,7 +142,7 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     peaks = pool.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
-    with pool.gates[slot.gpu].exclusive():
+    with pool.gates[slot.gpu].quiet(keep=slot.proc.pid):
         rep = slot.proc.request({"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials,
                                  "check": checks}, spec.timeout, "timing")
     hyg = judge.hygiene(rep)
@@ -186,11 +183,10 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         if f is not None:
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
-        with pool.gates[slot.gpu].shared():
-            run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
-                                "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62), "problem": spec.source,
-                                "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
-                                "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
+        run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
+                            "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62), "problem": spec.source,
+                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
+                            "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         if found.status is None and spec.device == "cuda":
             phase = "timing"

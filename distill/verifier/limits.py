@@ -57,7 +57,16 @@ class MemoryGuard:
         self._poll = poll_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.mode = self._probe()
+        self._probed = self._probe()
+        self.cgroups = {"made": 0, "failed": 0, "error": ""}
+
+    @property
+    def mode(self) -> str:
+        """What actually capped the workers so far (the probe, corrected by what creation did)."""
+        made, failed = self.cgroups["made"], self.cgroups["failed"]
+        if self._probed.startswith("cgroup") and failed and not made:
+            return f"RSS watchdog (50 ms polling; cgroup creation failed: {self.cgroups['error']})"
+        return self._probed
 
     def _probe(self) -> str:
         root = f"{_V2}/cgroup.subtree_control"
@@ -92,8 +101,11 @@ class MemoryGuard:
             else:
                 return None
             _write(f"{path}/cgroup.procs", str(pid))
+            self.cgroups["made"] += 1
             return path
-        except OSError:
+        except OSError as exc:
+            self.cgroups["failed"] += 1
+            self.cgroups["error"] = str(exc)[:120]
             return None
 
     def tripped(self, pid: int) -> bool:

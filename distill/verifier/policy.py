@@ -44,8 +44,15 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
 
 # Library modules re-exported as attributes (`torch.os`, `torch.ctypes`, `torch.nn.functional.np`):
 # reaching them through torch is the same as importing them.
-REEXPORTED_MODULES: dict[str, str] = {**{m: c for m, c in MODULE_CATEGORY.items() if "." not in m},
-                                      "np": "foreign compute"}
+# Curated, not derived from MODULE_CATEGORY: `torch.cuda`, `torch.select`, `torch.signal` and
+# `torch.types` are torch's own and must stay usable.
+REEXPORTED_MODULES: dict[str, str] = {
+    "os": "process", "subprocess": "process", "multiprocessing": "process", "sys": "introspection",
+    "gc": "introspection", "inspect": "introspection", "importlib": "introspection", "builtins": "introspection",
+    "traceback": "introspection", "weakref": "introspection", "ctypes": "ctypes", "threading": "threads",
+    "socket": "network", "shutil": "file", "tempfile": "file", "pickle": "file", "time": "timer",
+    "np": "foreign compute", "numpy": "foreign compute",
+}
 
 # Builtin calls refused outright (dynamic code, files, introspection).
 FORBIDDEN_CALLS: dict[str, str] = {

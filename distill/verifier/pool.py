@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from distill.verifier import limits, procs, reference, worker
-from distill.verifier.gate import GpuGate
+from distill.verifier.gate import TimingGate
 from distill.verifier.job import JobSpec, _ref_timing, apply_ref_timing, run_job
 from distill.verifier.verdict import Verdict
 
@@ -89,10 +89,10 @@ class VerifierPool:
         self.max_memory_mb = max_memory_mb if max_memory_mb is not None else DEFAULT_MEMORY_MB[device]
         self.spec_defaults = dict(trials=trials, timing_trials=timing_trials, warmup=warmup,
                                   static_checks=static_checks)
-        from distill.verifier.lockdown import LAYERS
+        from distill.verifier.lockdown import DEFAULT_LAYERS
 
-        # True: every kernel layer; False: none; or a tuple naming the layers (for diagnosis).
-        self.layers = LAYERS if lockdown is True else () if lockdown is False else tuple(lockdown)
+        # True: the layers known to work on this device; False: none; or a tuple naming them.
+        self.layers = DEFAULT_LAYERS[device] if lockdown is True else () if lockdown is False else tuple(lockdown)
         self.start_timeout = start_timeout
         self.root = tempfile.mkdtemp(prefix="tritonforge-verify-")
         self.memory = limits.MemoryGuard()
@@ -105,7 +105,11 @@ class VerifierPool:
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._refs: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
         self._n_refs = references or (4 if device == "cuda" else 1)
-        self.gates = {g: GpuGate() for g in self.gpus}  # timing alone on its GPU, the rest shared
+        # pid -> (process, GPU) for every worker and reference: what a timing run pauses. Only
+        # processes still alive are signalled, so a reused pid is never someone else's.
+        self.live: dict[int, tuple[procs.Proc, int]] = {}
+        self.gates = {g: TimingGate(lambda g=g: [pid for pid, (pr, gg) in list(self.live.items())
+                                                 if gg == g and pr.alive()]) for g in self.gpus}
         self.ref_cache: dict[tuple, dict[str, Any]] = {}
         self.ref_cache_locks: dict[tuple, threading.Lock] = {}
         self.ref_prefetch: set[tuple] = set()
@@ -138,7 +142,7 @@ class VerifierPool:
             for g in self.gpus:
                 ref = self.acquire_reference(g)
                 try:
-                    with self.gates[g].exclusive():
+                    with self.gates[g].quiet(keep=ref.pid):
                         ref.send({"cmd": "peaks"})
                         self.peaks[g] = ref.receive(300, "device peaks")
                 finally:
@@ -156,6 +160,7 @@ class VerifierPool:
             if self._closed:
                 return
             self._closed = True
+        self.live.clear()
         for slot in self._slots:
             if slot.proc is not None:
                 self.memory.remove(slot.proc.pid)
@@ -171,6 +176,7 @@ class VerifierPool:
         os.makedirs(own, exist_ok=True)
         cfg = {"device": self.device, "gpu": gpu, "template_cache": self.template, "own_cache": own}
         proc = procs.Proc(reference.reference_main, cfg, f"tritonforge-ref-{gpu}-{k}")
+        self.live[proc.pid] = (proc, gpu)
         proc.wait_ready(self.start_timeout)
         return proc
 
@@ -185,14 +191,18 @@ class VerifierPool:
         slot.scratch = scratch
         if self._closed:
             return
+        proc = None
         try:
-            with self.gates[slot.gpu].shared():  # CUDA start-up must not disturb a timing run
-                proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}")
-                self.memory.add(proc.pid, self.max_memory_mb)
-                slot.info = proc.wait_ready(self.start_timeout)
+            proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}")
+            self.live[proc.pid] = (proc, slot.gpu)
+            self.memory.add(proc.pid, self.max_memory_mb)
+            slot.info = proc.wait_ready(self.start_timeout)
             slot.proc = proc
             self.stats["started"] += 1
         except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+            if proc is not None:
+                self.live.pop(proc.pid, None)
+                proc.kill()
             slot.proc, slot.info = None, {"start_error": str(exc)}
         if self._closed and slot.proc is not None:  # the pool closed while this worker started
             slot.proc.kill()
@@ -208,6 +218,7 @@ class VerifierPool:
 
         def work() -> None:
             if old is not None:
+                self.live.pop(old.pid, None)
                 old.kill()
                 self.memory.remove(old.pid)
             shutil.rmtree(scratch, ignore_errors=True)
@@ -228,6 +239,7 @@ class VerifierPool:
 
     def release_reference(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
         if broken:
+            self.live.pop(proc.pid, None)
             proc.kill()
             proc = self._start_reference(gpu, 99)
         self._refs[gpu].put(proc)

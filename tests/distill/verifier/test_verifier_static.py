@@ -61,3 +61,10 @@ def test_plain_getattr_and_private_self_attributes_are_fine():
                          ids=lambda c: c["name"])
 def test_manifest_static_statuses(case):
     assert check_source(hostile(case["name"])).status == case["status"]
+
+
+@pytest.mark.parametrize("use", ["s = torch.cuda.Stream()", "d = torch.cuda.current_device()",
+                                 "v = torch.select(torch.ones(3), 0, 1)", "w = torch.signal.windows"])
+def test_torch_namespaces_named_like_stdlib_modules_are_fine(use):
+    # torch.cuda is not the `cuda` package; torch.select/signal are torch's own (a GPU-run regression)
+    assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status is None

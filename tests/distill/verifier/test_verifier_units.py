@@ -143,3 +143,26 @@ def test_reference_timing_fills_speedups_and_flags_big_ones():
     assert v.speedup_eager == 2.0 and v.speedup_compile == 1.5 and "flag" not in v.checks["timing"]
     v = apply_ref_timing(Verdict("pass", kernel_ms=0.05, device="cuda"), {"eager_ms": 1.0, "compile_ms": None})
     assert v.speedup_eager == 20.0 and v.speedup_compile is None and "10x" in v.checks["timing"]["flag"]
+
+
+def test_timing_gate_pauses_every_other_process_group_and_resumes_them():
+    import subprocess
+    import sys
+
+    from distill.verifier.gate import TimingGate
+
+    def state(pid):
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+
+    kids = [subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"],
+                             start_new_session=True) for _ in range(2)]
+    try:
+        gate = TimingGate(lambda: [k.pid for k in kids])
+        with gate.quiet(keep=kids[0].pid):
+            assert state(kids[1].pid) == "T" and state(kids[0].pid) != "T"
+        assert state(kids[1].pid) != "T" and gate.paused_s > 0
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()
