@@ -25,7 +25,7 @@ def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
     body, result = operand_lines(launch, k.expr, coords, "mask", flat="offs")
     out_off = launch.offset(target, coords, flat="offs")
     out_off = out_off if out_off != "0" else "offs * 0"  # a one-element result: lane 0 stores it
-    lines = coord_lines(shape, "offs", "i", launch, "\n".join(body) + out_off) if needs_coords else []
+    lines = coord_lines(shape, "offs", "i", launch, "\n".join(body + [out_off])) if needs_coords else []
     block = (pow2(n, lo=16, hi=BLOCK), pow2(n, lo=16, hi=BLOCK_CPU))
     src = render("pointwise.py.j2", name=name, signature=launch.signature(["BLOCK"]),
                  comment=comment(k), shape=shape, coord_lines=lines, body=body, out=launch.names[target],
