@@ -160,7 +160,7 @@ class GRPOTrainer:
         if self.sampler.name == "vllm":
             self.sampler.refresh(self.policy.model)
         groups = self._roll(self._tasks(cfg.rollout.prompts_per_step), step, 0)
-        first = groups
+        first = list(groups)  # the first draw, for the metrics; resampling replaces entries of `groups`
         zero = self._zero(groups)
         frac_zero = float(zero.float().mean())
         resampled = 0
