@@ -49,10 +49,7 @@ def _kernel_name(k: Kernel, taken: set[str]) -> tuple[str, list[str], list[str]]
 def assemble(plan: Plan, doc: str) -> Module:
     prog = plan.program
     fwd = Forward()
-    for x in prog.inputs:
-        fwd._taken.add(x.name)
-    for v in prog.values:
-        fwd._taken.add(v)
+    fwd.reserve(list(prog.values))
     device = f"{prog.inputs[0].name}.device"
     fwd.lines.append("# kernels index inputs as dense row-major tensors (a no-op for the usual inputs)")
     for x in prog.inputs:

@@ -44,8 +44,12 @@ EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "torch_op": ("not_triton", ()),
     "first_block": ("wrong_output", ()),
     "wrong_dtype": ("wrong_output", ()),
-    "write_input": ("mutates_input", ()),
-    "cached_output": ("wrong_output", ()),
+    # when the kernel happens to write back the input's own values (an adaptive pool to the same
+    # size), nothing changed: the returned output still shares the input's storage
+    "write_input": ("mutates_input", ("aliases_input",)),
+    # when the outputs barely depend on the inputs, stale ones stay within tolerance; the ablation
+    # run (kernels disabled, outputs still right) then names them decoys
+    "cached_output": ("wrong_output", ("not_triton",)),
 }
 
 

@@ -54,6 +54,10 @@ class Family:
     def slot_roles(self, op: Op) -> list[str]:
         return ["x"] * len(op.inputs)
 
+    def describe(self, k: Kernel) -> str:
+        """One line for the kernel's comment: what it stores, as a formula."""
+        return f"{k.target.value} = {exprs.describe(k.expr, acc=k.op.op if k.op else 'acc')}"
+
     def emit(self, k: Kernel, name: str, fwd: "Forward") -> tuple[str, list[str]]:
         raise NotImplementedError
 
@@ -84,6 +88,10 @@ class Forward:
         self.lines: list[str] = []
         self._views: dict[tuple[str, tuple], str] = {}
         self._taken: set[str] = set()
+
+    def reserve(self, names: list[str]) -> None:
+        """Names forward already uses (inputs, program values): views never take them."""
+        self._taken.update(names)
 
     def fresh(self, base: str) -> str:
         base = base.replace("self.", "").replace(".", "_")
