@@ -20,9 +20,10 @@ front of it (models often write the kernel and the module in separate blocks).
 """
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
+
+from distill.verifier.static import parse
 
 MAX_COMPLETION_CHARS = 400_000
 MAX_CODE_CHARS = 100_000
@@ -119,7 +120,7 @@ def _looks_like_module(text: str) -> bool:
     if not _MODELNEW.search(text):
         return False
     try:
-        ast.parse(text)
+        parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     return True

@@ -106,8 +106,9 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
     guard.ctl(token, "record", True)
     out: Any = None
     err = None
+    mode = provenance.AuditMode()
     try:
-        with provenance.AuditMode():
+        with mode:
             out = model(*inputs)
         sync()
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
@@ -120,6 +121,7 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
         "error": err, "launches": len(rec["launches"]), "kernels": sorted(set(rec["launches"])),
         "foreign": sorted(set(rec["foreign"])), "aten": rec["aten"], "blocked": rec["blocked"],
         "denials": rec["denials"], "outputs": None, "sequence": False, "bad_type": "", "aliases": [],
+        "out_of_bounds": [],
     }
     if err is None:
         tensors, seq, problem = check_structure(out)
@@ -130,6 +132,7 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
             report["outputs"] = [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type,
                                   "shape": list(t.shape), "data": t.detach().to("cpu", copy=True)} for t in tensors]
     try:
+        report["out_of_bounds"] = mode.bands.breaches() if err is None else []
         report["inputs_changed"] = [i for i, (x, p) in enumerate(zip(inputs, pristine))
                                     if type(x) is torch.Tensor and codec.tensor_bytes(x) != codec.tensor_bytes(p)]
     except BaseException as exc:  # noqa: BLE001 - e.g. a CUDA fault left the context unusable

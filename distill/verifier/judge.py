@@ -132,6 +132,10 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str) 
             if call.get("foreign"):
                 why += f" (only foreign kernels: {', '.join(call['foreign'][:3])})"
             return Finding("not_triton", why, checks)
+        if call.get("out_of_bounds"):
+            # what compute-sanitizer would report on a GPU; forward "raised" in effect
+            return Finding("runtime_error", f"out-of-bounds store: {call['out_of_bounds'][0]}",
+                           {**checks, "out_of_bounds": call["out_of_bounds"], "call": f"{kind} {t}"})
         changed = inputs_changed(call)
         if changed:
             return Finding("mutates_input", changed, checks)

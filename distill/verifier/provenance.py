@@ -1,8 +1,9 @@
 """Run-time provenance inside a worker: which ATen ops `forward` ran, and making compute impossible.
 
 Three layers, each enough to fail a candidate that computes with torch:
-* `AuditMode`, a TorchDispatchMode, reports every ATen op `forward` runs (to the guard's hook) and
-  poisons fresh allocations so an output the kernels never wrote cannot pass;
+* `AuditMode`, a TorchDispatchMode, reports every ATen op `forward` runs (to the guard's hook),
+  poisons fresh allocations so an output the kernels never wrote cannot pass, and puts guard bands
+  around them so a store out of bounds is seen;
 * `BackendBlock` replaces the CPU/CUDA kernels of every ATen compute op with one that raises, for the
   whole job: compute then fails even if the candidate pops or disables the dispatch mode;
 * `install_patches` routes Triton launches, value reads (numpy, tolist, dlpack), torch.compile and
@@ -18,6 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from distill.verifier import guard
+from distill.verifier.bands import Bands
 
 # Ops `forward` may run without penalty (DESIGN §3): allocation, views, layout copies. Base names.
 ALLOCATION = frozenset({
@@ -75,7 +77,12 @@ def _casts(func_name: str, args: tuple, kwargs: dict) -> bool:
 
 
 class AuditMode(TorchDispatchMode):
-    """Reports each ATen op to the guard's hook (which keeps the record) and poisons allocations."""
+    """Reports each ATen op to the guard's hook (which keeps the record) and poisons allocations,
+    which it serves with guard bands (`bands.Bands`) so out-of-bounds stores show."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bands = Bands()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -85,6 +92,7 @@ class AuditMode(TorchDispatchMode):
         sys.audit("tritonforge.aten", name)
         out = func(*args, **kwargs)
         if name in POISONED:
+            out = self.bands.allocate(out)
             poison_(out)
         return out
 

@@ -6,6 +6,7 @@ the run-time guard and the sandbox enforce the same policy for code written to s
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass, field
 
 from distill.verifier import policy
@@ -35,9 +36,21 @@ class StaticReport:
                 "findings": [str(f) for f in self.findings]}
 
 
+# CPython 3.11 keeps the AST builder's recursion counter in interpreter-wide state, so two threads
+# parsing at once (VerifierPool.verify_many, a threaded teacher) can fail with "SystemError: AST
+# constructor recursion depth mismatch". One lock serialises every parse in this project.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """`ast.parse`, safe to call from several threads at once."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def check_source(source: str) -> StaticReport:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 0
         return StaticReport("syntax_error", f"does not parse: line {line}: {getattr(exc, 'msg', exc)}")

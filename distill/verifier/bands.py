@@ -1,0 +1,86 @@
+"""Guard bands around every buffer `forward` allocates, so a store past either end is caught.
+
+An out-of-bounds store (a dropped mask, an index one too far) usually lands in allocator slack where
+it corrupts nothing the comparison looks at: such a kernel can pass every trial under the
+interpreter and then fault on a GPU. `AuditMode` therefore serves each uninitialised allocation made
+inside `forward` from a larger buffer whose head and tail bands hold a known pattern; after the call
+the worker reads the bands back (never through the candidate's objects) and reports changed bytes.
+
+Bands are 4 KiB a side, a multiple of every dtype's size, so the tensor handed out keeps the
+alignment a fresh allocation has and a vectorised kernel sees the same pointers modulo 256 bytes.
+Kept alive until the check, the buffers raise peak memory of one call by the intermediates `forward`
+would otherwise have freed; synth bounds those.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+BAND_BYTES = 4096
+_EXPECTED: dict[tuple[torch.dtype, int], bytes] = {}
+
+
+def _pattern(dtype: torch.dtype) -> float | int | bool:
+    # Values a kernel is unlikely to store by accident; ints fit int8 and uint8.
+    if dtype.is_floating_point or dtype.is_complex:
+        return 1234.5
+    if dtype == torch.bool:
+        return False
+    return 90
+
+
+def _expected(dtype: torch.dtype, n: int) -> bytes:
+    from distill.verifier import codec
+
+    key = (dtype, n)
+    if key not in _EXPECTED:
+        _EXPECTED[key] = codec.tensor_bytes(torch.full((n,), _pattern(dtype), dtype=dtype))
+    return _EXPECTED[key]
+
+
+@dataclass
+class _Banded:
+    flat: torch.Tensor
+    band: int  # elements per band
+    span: int  # elements between the bands
+    shape: tuple[int, ...]
+
+
+class Bands:
+    """The banded allocations of one `forward` call."""
+
+    def __init__(self) -> None:
+        self.items: list[_Banded] = []
+
+    def allocate(self, out: object) -> object:
+        """A tensor like `out` (same shape, strides, dtype, device) carved out of a banded buffer."""
+        if type(out) is not torch.Tensor or out.numel() == 0 or out.layout != torch.strided:
+            return out
+        size = out.element_size()
+        if BAND_BYTES % size:
+            return out
+        band = BAND_BYTES // size
+        span = out.untyped_storage().nbytes() // size
+        flat = torch.empty(span + 2 * band, dtype=out.dtype, device=out.device)
+        flat.fill_(_pattern(out.dtype))
+        self.items.append(_Banded(flat, band, span, tuple(out.shape)))
+        return flat.as_strided(out.size(), out.stride(), band + out.storage_offset())
+
+    def breaches(self) -> list[str]:
+        """One line per buffer whose bands changed: where, and how many bytes."""
+        from distill.verifier import codec
+
+        found = []
+        for b in self.items:
+            want = _expected(b.flat.dtype, b.band)
+            what = f"{list(b.shape)} {str(b.flat.dtype).replace('torch.', '')} buffer allocated in forward"
+            for side, part in (("before the start of", b.flat[:b.band]), ("past the end of", b.flat[b.band + b.span:])):
+                got = codec.tensor_bytes(part)
+                if got != want:
+                    n = sum(x != y for x, y in zip(got, want))
+                    found.append(f"a kernel wrote {n} byte(s) {side} a {what}")
+        return found
+
+    def clear(self) -> None:
+        self.items.clear()
