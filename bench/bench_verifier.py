@@ -54,6 +54,8 @@ def make_pairs(n_pairs: int, device: str, seed: int) -> list[tuple[str, str, str
     """(kind, name, problem source, candidate source), shuffled; honest rounds fill up to n_pairs."""
     manifest = json.loads((FIX / "cases.json").read_text())
     hostile = [c for c in manifest["cases"] if c["name"] not in SKIP and (device == "cuda" or c.get("lane") != "gpu")]
+    if n_pairs < 2 * len(hostile):  # a short run still gets honest pairs
+        hostile = hostile[:n_pairs // 2]
     pairs = [("hostile", c["name"], (FIX / "problems" / f"{c['problem']}.py").read_text(),
               (FIX / "candidates" / "hostile" / f"{c['name']}.py").read_text()) for c in hostile]
     names = manifest["honest"]
@@ -179,6 +181,15 @@ def baseline_one(problem_path: str, candidate_path: str, device: str) -> None:
     print(json.dumps({"ok": ok, "kernel_ms": kernel_ms}))
 
 
+def phase_sums(verdicts: list) -> str:
+    """Where the pool's time went: each phase's wall seconds summed over every pair that reached it."""
+    sums: collections.Counter = collections.Counter()
+    for v in verdicts:
+        for k, sec in (v.checks.get("phase_s") or {}).items():
+            sums[k] += sec
+    return ", ".join(f"{k} {sec:.1f}" for k, sec in sums.most_common()) or "n/a"
+
+
 def table(res: dict, base: dict, spread: dict, pairs: list, device: str, gpu: str) -> str:
     verdicts = res["verdicts"]
     statuses = collections.Counter(v.status for v in verdicts)
@@ -204,6 +215,7 @@ def table(res: dict, base: dict, spread: dict, pairs: list, device: str, gpu: st
         ("hostile pairs passing", f"{hostile_pass} (side_stream is meant to pass: its time is honest)"),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))),
         ("sandbox", "; ".join(f"{k}: {v}" for k, v in res["sandbox"].items())),
+        ("worker-seconds per phase, summed over pairs", phase_sums(verdicts)),
     ] + [("fallback", n) for n in res.get("fallbacks", [])]
     return "| metric | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -142,14 +143,18 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     peaks = pool.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
+    t0 = time.monotonic()
     with pool.gates[slot.gpu].quiet(keep=slot.proc.pid):
+        t1 = time.monotonic()
         rep = slot.proc.request({"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials,
                                  "check": checks}, spec.timeout, "timing")
+        verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
     hyg = judge.hygiene(rep)
     f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
                                  spec.warmup + spec.timing_trials, floor)
     verdict.update(kernel_ms=info.get("kernel_ms"))
     found.checks["timing"] = {**info, "peaks": peaks}
+    found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
     return hyg or f
 
 
@@ -163,6 +168,15 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         base["static"] = spec.static_report.to_dict()
     fields: dict[str, Any] = {}
     phase = "import"
+    # Wall seconds per phase, for throughput work (bench/bench_verifier.py sums them over a batch).
+    phases: dict[str, float] = {}
+    base["phase_s"] = phases
+    clock = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(phases.get(name, 0.0) + now - clock[0], 4)
+        clock[0] = now
 
     def verdict(status: str, reason: str, extra: dict[str, Any] | None = None) -> Verdict:
         return Verdict(status, reason, checks={**base, **(extra or {})}, device=spec.device,
@@ -174,7 +188,9 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         nonce = proc.begin({"cmd": "load", "source": spec.candidate})
         ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
                                           "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS]}, max(t, 120))
+        lap("reference_trials")
         load = proc.finish(nonce, t, phase)
+        lap("load")
         f = judge.hygiene(load)
         if f is None and load.get("error"):
             f = judge.error_status(load["error"], {"denials": []})
@@ -187,7 +203,9 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62), "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
+        lap("run")
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
+        found.checks["phase_s"] = phases
         if found.status is None and spec.device == "cuda":
             phase = "timing"
             found = _time(pool, slot, spec, ref, found, fields) if found.status is None else found
@@ -195,6 +213,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
         tainted = judge.hygiene(proc.request({"cmd": "end"}, max(t, 30.0), phase))
+        lap("clean_up")
         if tainted is not None:
             return verdict(tainted.status, tainted.reason, {**found.checks, **tainted.checks}), False
         return verdict("pass", "every check held", found.checks), True
