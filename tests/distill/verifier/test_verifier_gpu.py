@@ -17,7 +17,8 @@ GPU_CASES = [c for c in MANIFEST["cases"] if c.get("lane") == "gpu" or c["family
 # A cross-section of the CPU suite, to show the same defences hold with CUDA in the worker.
 ALSO = ["decoy_kernel", "token_kernel_torch", "disable_dispatch", "unwritten_output", "in_place",
         "noisy_nondeterministic", "cache_by_pointer", "deferred_thread_obfuscated", "os_system_obfuscated",
-        "gc_scan_obfuscated", "ctypes_segfault_obfuscated", "cublas_matmul", "store_past_end", "store_before_start"]  # not forge_pipe_message: it
+        "gc_scan_obfuscated", "ctypes_segfault_obfuscated", "cublas_matmul", "store_past_end",
+        "store_before_start"]  # not forge_pipe_message: it
 # writes into every descriptor, which on a GPU includes the driver's
 
 
