@@ -155,7 +155,9 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     verdict.update(kernel_ms=info.get("kernel_ms"))
     found.checks["timing"] = {**info, "peaks": peaks}
     found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
-    return hyg or f
+    res = hyg or f
+    res.checks = {**found.checks, **res.checks}  # the correctness record stays beside the timing one
+    return res
 
 
 def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict, bool]:
@@ -204,6 +206,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         lap("run")
+        phases["run.block_install"] = round(float(run.get("install_s") or 0.0), 4)
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         found.checks["phase_s"] = phases
         if found.status is None and spec.device == "cuda":
@@ -212,8 +215,11 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
-        tainted = judge.hygiene(proc.request({"cmd": "end"}, max(t, 30.0), phase))
+        end = proc.request({"cmd": "end"}, max(t, 30.0), phase)
         lap("clean_up")
+        for k, sec in (end.get("end_s") or {}).items():
+            phases[f"clean_up.{k}"] = round(float(sec), 4)
+        tainted = judge.hygiene(end)
         if tainted is not None:
             return verdict(tainted.status, tainted.reason, {**found.checks, **tainted.checks}), False
         return verdict("pass", "every check held", found.checks), True

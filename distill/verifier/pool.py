@@ -104,7 +104,7 @@ class VerifierPool:
         self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._refs: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
-        self._n_refs = references or (4 if device == "cuda" else 1)
+        self._n_refs = references or (max(4, n // 2) if device == "cuda" else 1)
         # pid -> (process, GPU) for every worker and reference: what a timing run pauses. Only
         # processes still alive are signalled, so a reused pid is never someone else's.
         self.live: dict[int, tuple[procs.Proc, int]] = {}

@@ -112,6 +112,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
     timers: dict[str, RefTimer] = {}
     flush = None
     if device.type == "cuda":
+        timing.prefer_spin_wait(device.index)
         torch.cuda.set_device(device)
         os.environ["TRITON_CACHE_DIR"] = cfg["template_cache"]
         from distill.verifier import worker  # the worker's warm kernel, compiled into the template cache
