@@ -25,11 +25,29 @@ class TimingGate:
         self._lock = threading.Lock()
         self._pids = pids  # every live worker/reference process (group leader) on this GPU
         self.paused_s = 0.0
+        # The parent's own heavy work (comparing outputs: torch ops on every core) runs as "shared"
+        # sections, which a timing run waits out and holds off: the parent cannot be SIGSTOPped.
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """CPU-heavy work in the parent that must not overlap a timing run."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writing)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
 
     @contextmanager
     def quiet(self, keep: int) -> Iterator[None]:
         """Exclusive use of the GPU and the CPUs for the process `keep` while the block runs."""
-        with self._lock:
+        with self._lock, self._exclusive():
             stopped = []
             t0 = time.monotonic()
             try:
@@ -50,3 +68,15 @@ class TimingGate:
                     except OSError:
                         continue
                 self.paused_s += time.monotonic() - t0
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._writing = True
+            self._cond.wait_for(lambda: self._readers == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()

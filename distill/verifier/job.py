@@ -150,8 +150,9 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
                                  "check": checks}, spec.timeout, "timing")
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
     hyg = judge.hygiene(rep)
-    f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
-                                 spec.warmup + spec.timing_trials, floor)
+    with pool.gates[slot.gpu].shared():
+        f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
+                                     spec.warmup + spec.timing_trials, floor)
     verdict.update(kernel_ms=info.get("kernel_ms"))
     found.checks["timing"] = {**info, "peaks": peaks}
     found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
@@ -207,7 +208,8 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         lap("run")
         phases["run.block_install"] = round(float(run.get("install_s") or 0.0), 4)
-        found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
+        with pool.gates[slot.gpu].shared():
+            found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         found.checks["phase_s"] = phases
         if found.status is None and spec.device == "cuda":
             phase = "timing"

@@ -9,6 +9,7 @@ reference pays too.
 """
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -73,6 +74,18 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
 def time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_warmup: int, n_trials: int,
                flush: torch.Tensor, after: Callable[[int, Any], None] | None = None) -> Samples:
     """Median-ready samples of `call(i)`; `prepare(i)` (untimed) stages inputs, `after` inspects outputs."""
+    # A collection inside a timed window costs the candidate time it did not spend.
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return _time_calls(call, prepare, n_warmup, n_trials, flush, after)
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_warmup: int, n_trials: int,
+                flush: torch.Tensor, after: Callable[[int, Any], None] | None) -> Samples:
     t0 = _PERF()
     i = 0
     while i < n_warmup or (1e3 * (_PERF() - t0) < WARMUP_MS and i < WARMUP_MAX_CALLS):
