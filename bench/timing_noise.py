@@ -4,7 +4,7 @@ For each honest fixture candidate (GPU sizes from bench_verifier), starts `--pro
 processes per setting; each times the kernel `--repeats` times with the verifier's own protocol
 (`distill.verifier.timing.time_calls`: L2 flush, events around call + device-wide sync, median of
 100). Settings: the driver's default sync, spin-waiting (`prefer_spin_wait`), and spin-waiting with
-Python's GC off inside the timed loop. Prints each setting's spread within a process and across
+the process pinned to the GPU-local core the pool times on (`gate.timing_core`). Prints each setting's spread within a process and across
 processes (median relative difference of consecutive medians, as bench_verifier reports it).
 
     python bench/timing_noise.py --procs 3 --repeats 3          # on a GPU
@@ -23,13 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def child(name: str, spin: bool, gc_off: bool, repeats: int) -> None:
-    import gc
+def child(name: str, spin: bool, pin: bool, repeats: int) -> None:
     import importlib.util
+    import os
     import tempfile
 
     from bench.bench_verifier import FIX, scaled
     from distill.verifier import timing
+    from distill.verifier.gate import timing_core
+
+    if pin:
+        os.sched_setaffinity(0, {timing_core(0)})
 
     took = timing.prefer_spin_wait(0) if spin else False
     import torch
@@ -54,11 +58,7 @@ def child(name: str, spin: bool, gc_off: bool, repeats: int) -> None:
     flush = timing.flush_buffer(dev)
     meds = []
     for _ in range(repeats):
-        if gc_off:
-            gc.disable()
-        s = timing.time_calls(lambda i: model(*inputs), lambda i: None, 3, 100, flush)
-        gc.enable()
-        meds.append(s.median_ms)
+        meds.append(timing.time_calls(lambda i: model(*inputs), lambda i: None, 3, 100, flush).median_ms)
     print(json.dumps({"spin": took, "medians": meds}))
 
 
@@ -76,13 +76,13 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         return child(a.child[0], a.child[1] == "1", a.child[2] == "1", int(a.child[3]))
-    print("| kernel | spin | gc off | medians (ms) per process | within-process spread | across-process spread |")
+    print("| kernel | spin | pinned | medians (ms) per process | within-process spread | across-process spread |")
     print("|---|---|---|---|---|---|")
     settings = ((0, 0), (1, 0), (1, 1))
-    for name, (spin, gc_off) in itertools.product(a.names.split(","), settings):
+    for name, (spin, pin) in itertools.product(a.names.split(","), settings):
         runs = []
         for _ in range(a.procs):
-            out = subprocess.run([sys.executable, __file__, "--child", name, str(spin), str(gc_off), str(a.repeats)],
+            out = subprocess.run([sys.executable, __file__, "--child", name, str(spin), str(pin), str(a.repeats)],
                                  capture_output=True, text=True, timeout=120)
             try:
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -94,7 +94,7 @@ def main() -> None:
         across = spread([r["medians"][-1] for r in runs])
         meds = " / ".join(",".join(f"{m:.4f}" for m in r["medians"]) for r in runs)
         took = all(r["spin"] for r in runs) if spin else False
-        print(f"| {name} | {'on' if took else ('asked, failed' if spin else 'off')} | {'yes' if gc_off else 'no'} "
+        print(f"| {name} | {'on' if took else ('asked, failed' if spin else 'off')} | {'yes' if pin else 'no'} "
               f"| {meds} | {100 * within:.1f}% | {100 * across:.1f}% |", flush=True)
 
 

@@ -18,11 +18,34 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 SETTLE_S = 0.02  # for kernels other processes queued just before they were stopped
+STOP_WAIT_S = 0.5  # a stop signal lands at the target's next scheduling; on a loaded box that waits
+
+
+def timing_core(gpu: int) -> int | None:
+    """One CPU close to GPU `gpu` (from sysfs), where every timed call of that GPU runs.
+
+    The timed window holds the host's launch and wake-up latency; a process on a core far from the
+    GPU, or one the scheduler moves mid-run, pays more of it. Measured on the H100 box
+    (bench/timing_noise.py): the same kernel's median differed by up to 35% between fresh processes
+    while repeating within 2% inside one. None when sysfs says nothing."""
+    allowed = sorted(os.sched_getaffinity(0))
+    local: list[int] = []
+    try:
+        devs = sorted(d for d in os.listdir("/sys/bus/pci/drivers/nvidia") if d.count(":") == 2)
+        with open(f"/sys/bus/pci/drivers/nvidia/{devs[gpu]}/local_cpulist") as fh:
+            for part in fh.read().strip().split(","):
+                lo, _, hi = part.partition("-")
+                local += range(int(lo), int(hi or lo) + 1)
+    except (OSError, IndexError, ValueError):
+        local = []
+    pick = [c for c in local if c in allowed] or allowed
+    return pick[-1] if pick else None  # the last: core 0 takes most interrupts
 
 
 class TimingGate:
-    def __init__(self, pids: Callable[[], list[int]]) -> None:
+    def __init__(self, pids: Callable[[], list[int]], core: int | None = None) -> None:
         self._lock = threading.Lock()
+        self.core = core  # pin the timed process here while it is timed
         self._pids = pids  # every live worker/reference process (group leader) on this GPU
         self.paused_s = 0.0
         # The parent's own heavy work (comparing outputs: torch ops on every core) runs as "shared"
@@ -59,8 +82,10 @@ class TimingGate:
                         except OSError:
                             continue
                 if stopped:
+                    _wait_stopped(stopped, time.monotonic() + STOP_WAIT_S)
                     time.sleep(SETTLE_S)
-                yield
+                with _pinned(keep, self.core):
+                    yield
             finally:
                 for pid in stopped:
                     try:
@@ -80,3 +105,36 @@ class TimingGate:
             with self._cond:
                 self._writing = False
                 self._cond.notify_all()
+
+
+@contextmanager
+def _pinned(pid: int, core: int | None) -> Iterator[None]:
+    """Run `pid`'s main thread (the one that times) on `core` for the block, then restore its mask."""
+    before = None
+    if core is not None and pid > 0:
+        try:
+            before = os.sched_getaffinity(pid)
+            os.sched_setaffinity(pid, {core})
+        except OSError:
+            before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            try:
+                os.sched_setaffinity(pid, before)
+            except OSError:
+                pass
+
+
+def _wait_stopped(pids: list[int], deadline: float) -> None:
+    """Until each process is in the stopped state (or gone), or the deadline passes."""
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
+                        break
+            except (OSError, IndexError):
+                break
+            time.sleep(0.001)

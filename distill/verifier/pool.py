@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from distill.verifier import limits, procs, reference, worker
-from distill.verifier.gate import TimingGate
+from distill.verifier.gate import TimingGate, timing_core
 from distill.verifier.job import JobSpec, _ref_timing, apply_ref_timing, run_job
 from distill.verifier.verdict import Verdict
 
@@ -109,7 +109,8 @@ class VerifierPool:
         # processes still alive are signalled, so a reused pid is never someone else's.
         self.live: dict[int, tuple[procs.Proc, int]] = {}
         self.gates = {g: TimingGate(lambda g=g: [pid for pid, (pr, gg) in list(self.live.items())
-                                                 if gg == g and pr.alive()]) for g in self.gpus}
+                                                 if gg == g and pr.alive()],
+                                    core=timing_core(g) if device == "cuda" else None) for g in self.gpus}
         self.ref_cache: dict[tuple, dict[str, Any]] = {}
         self.ref_cache_locks: dict[tuple, threading.Lock] = {}
         self.ref_prefetch: set[tuple] = set()
