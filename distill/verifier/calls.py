@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 
 from distill.verifier import codec, guard, provenance
+from distill.verifier.bands import Bands
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
 _DESCR_MODULE = type.__dict__["__module__"]
@@ -35,21 +36,22 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
             "denied": name.endswith("guard.Denied"), "sandbox": sandbox}
 
 
-def stage(value: Any, device: torch.device) -> Any:
-    """A private device copy of an input (fresh storage every call, so pointer-keyed caches miss)."""
+def stage(value: Any, device: torch.device, bands: Bands | None = None) -> Any:
+    """A private device copy of an input (fresh storage every call, so pointer-keyed caches miss);
+    between guard bands when `bands` is given (correctness calls)."""
     if type(value) is torch.Tensor:
-        return value.to(device, copy=True)
+        return bands.copy_in(value, device) if bands is not None else value.to(device, copy=True)
     if isinstance(value, (list, tuple)):
-        return type(value)(stage(v, device) for v in value)
+        return type(value)(stage(v, device, bands) for v in value)
     return value
 
 
-def refill(buffers: list | None, values: list, device: torch.device) -> list:
+def refill(buffers: list | None, values: list, device: torch.device, bands: Bands | None = None) -> list:
     """Copy `values` into `buffers` (same storage as last call) when shapes allow, else stage anew."""
     if buffers is None or len(buffers) != len(values) or any(
             type(b) is not type(v) or (type(v) is torch.Tensor and (b.shape != v.shape or b.dtype != v.dtype))
             for b, v in zip(buffers, values)):
-        return stage(list(values), device)
+        return stage(list(values), device, bands)
     out = []
     for b, v in zip(buffers, values):
         if type(v) is torch.Tensor:
@@ -99,7 +101,7 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
 
 
 def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bool,
-             sync: Callable[[], None]) -> dict[str, Any]:
+             sync: Callable[[], None], input_bands: Bands | None = None) -> dict[str, Any]:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
     `pristine` are host copies of `inputs` as made, to tell whether forward changed them."""
     guard.ctl(token, "ablate", ablate)
@@ -132,7 +134,8 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
             report["outputs"] = [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type,
                                   "shape": list(t.shape), "data": t.detach().to("cpu", copy=True)} for t in tensors]
     try:
-        report["out_of_bounds"] = mode.bands.breaches() if err is None else []
+        report["out_of_bounds"] = (mode.bands.breaches() + (input_bands.breaches() if input_bands else [])
+                                   if err is None else [])
         report["inputs_changed"] = [i for i, (x, p) in enumerate(zip(inputs, pristine))
                                     if type(x) is torch.Tensor and codec.tensor_bytes(x) != codec.tensor_bytes(p)]
     except BaseException as exc:  # noqa: BLE001 - e.g. a CUDA fault left the context unusable

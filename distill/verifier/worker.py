@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import calls, codec, guard, integrity, lockdown, problemio, provenance, timing
+from distill.verifier import bands, calls, codec, guard, integrity, lockdown, problemio, provenance, timing
 
 
 def _warm_kernel_src(x_ptr, n, BLOCK: tl.constexpr):  # noqa: ANN001 - a Triton kernel signature
@@ -199,12 +199,14 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     out["blocked_ops"] = block.install()
     out["install_s"] = time.perf_counter() - t0
     inputs = None
+    input_bands = bands.Bands()
     for spec in msg["plan"]:
         reply({"progress": f"call {spec['kind']} {spec['trial']}"})
         torch.manual_seed(msg["call_seed"])
         # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
-        inputs = calls.refill(inputs, trials[spec["trial"]], device)
-        rep = calls.run_call(job["model"], inputs, trials[spec["trial"]], token, spec["kind"] == "ablate", sync)
+        inputs = calls.refill(inputs, trials[spec["trial"]], device, input_bands)
+        rep = calls.run_call(job["model"], inputs, trials[spec["trial"]], token, spec["kind"] == "ablate", sync,
+                             input_bands)
         rep.update(kind=spec["kind"], trial=spec["trial"])
         out["calls"].append(rep)
         if rep["error"] is not None and (rep["error"]["cuda_fault"] or spec["kind"] != "ablate"):
