@@ -54,6 +54,6 @@ def dag_hash(g: nx.DiGraph) -> str:
         warnings.simplefilter("ignore", UserWarning)
         fwd = nx.weisfeiler_lehman_graph_hash(g, node_attr="label", edge_attr="slot", iterations=iters,
                                               digest_size=16)
-        bwd = nx.weisfeiler_lehman_graph_hash(g.reverse(copy=True), node_attr="label", edge_attr="slot",
+        bwd = nx.weisfeiler_lehman_graph_hash(g.reverse(copy=False), node_attr="label", edge_attr="slot",
                                               iterations=iters, digest_size=16)
     return hashlib.sha256(f"{fwd}:{bwd}".encode()).hexdigest()[:32]
