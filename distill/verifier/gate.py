@@ -39,8 +39,7 @@ def timing_core(gpu: int) -> int | None:
     except (OSError, IndexError, ValueError):
         local = []
     pick = [c for c in local if c in allowed] or allowed
-    return pick[-1] if pick else None  # the last: core 0 takes most interrupts. The pool keeps
-    # every other process of its own (and its own threads) off this core and its SMT siblings.
+    return pick[-1] if pick else None  # the last: core 0 takes most interrupts
 
 
 class TimingGate:
@@ -106,44 +105,6 @@ class TimingGate:
             with self._cond:
                 self._writing = False
                 self._cond.notify_all()
-
-
-def siblings(core: int) -> set[int]:
-    """`core` and the hardware threads sharing its physical core (they slow each other down)."""
-    out = {core}
-    try:
-        with open(f"/sys/devices/system/cpu/cpu{core}/topology/thread_siblings_list") as fh:
-            for part in fh.read().strip().split(","):
-                lo, _, hi = part.partition("-")
-                out.update(range(int(lo), int(hi or lo) + 1))
-    except (OSError, ValueError):
-        pass
-    return out
-
-
-def keep_off(cores: set[int]) -> dict[int, set[int]]:
-    """Move every thread of this process (and so every process it starts later) off `cores`;
-    returns the old masks for `restore`. Nothing changes when fewer than two CPUs would be left."""
-    allowed = os.sched_getaffinity(0)
-    free = allowed - cores
-    saved: dict[int, set[int]] = {}
-    if len(free) < 2 or not (allowed & cores):
-        return saved
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            saved[int(tid)] = os.sched_getaffinity(int(tid))
-            os.sched_setaffinity(int(tid), free)
-        except OSError:
-            continue
-    return saved
-
-
-def restore(saved: dict[int, set[int]]) -> None:
-    for tid, mask in saved.items():
-        try:
-            os.sched_setaffinity(tid, mask)
-        except OSError:
-            continue
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from distill.verifier import limits, procs, reference, worker
-from distill.verifier.gate import TimingGate, keep_off, restore, siblings, timing_core
+from distill.verifier.gate import TimingGate, timing_core
 from distill.verifier.job import JobSpec, _ref_timing, apply_ref_timing, run_job
 from distill.verifier.verdict import Verdict
 
@@ -132,10 +132,6 @@ class VerifierPool:
             if self._started:
                 return self
             self._started = True
-        # The timing cores stay free of the pool's own work (its threads, every process it starts
-        # inherits the mask); a timed process is moved onto one for the length of its run.
-        reserved = {c for gate in self.gates.values() if gate.core is not None for c in siblings(gate.core)}
-        self._affinity = keep_off(reserved) if reserved else {}
         # References first: on GPU they build the warm Triton cache the workers start from.
         jobs = [(g, k) for g in self.gpus for k in range(self._n_refs)]
         with ThreadPoolExecutor(max_workers=len(jobs)) as ex:
@@ -174,7 +170,6 @@ class VerifierPool:
             while not q.empty():
                 q.get_nowait().kill()
         self.memory.close()
-        restore(getattr(self, "_affinity", {}))
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _start_reference(self, gpu: int, k: int) -> procs.Proc:
