@@ -211,9 +211,11 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         with pool.gates[slot.gpu].shared():
             found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         found.checks["phase_s"] = phases
+        lap("judge")
         if found.status is None and spec.device == "cuda":
             phase = "timing"
-            found = _time(pool, slot, spec, ref, found, fields) if found.status is None else found
+            found = _time(pool, slot, spec, ref, found, fields)
+            lap("timing")
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
