@@ -2,9 +2,10 @@
 
 For each honest fixture candidate (GPU sizes from bench_verifier), starts `--procs` fresh Python
 processes per setting; each times the kernel `--repeats` times with the verifier's own protocol
-(`distill.verifier.timing.time_calls`: L2 flush, events around call + device-wide sync, median of
-100). Settings: the driver's default sync, spin-waiting (`prefer_spin_wait`), and spin-waiting with
-the process pinned to the GPU-local core the pool times on (`gate.timing_core`). Prints each setting's spread within a process and across
+(`distill.verifier.timing.time_calls`: L2 flush, events around each call, median of
+100) in either window (`device`: device-wide syncs around each call; `stream`: events on the timing
+stream with the launch hidden behind flush and pad), with or without spin-waiting
+(`prefer_spin_wait`) and pinning to the GPU-local core the pool times on (`gate.timing_core`). Prints each setting's spread within a process and across
 processes (median relative difference of consecutive medians, as bench_verifier reports it).
 
     python bench/timing_noise.py --procs 3 --repeats 3          # on a GPU
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def child(name: str, spin: bool, pin: bool, repeats: int) -> None:
+def child(name: str, spin: bool, pin: bool, repeats: int, window: str) -> None:
     import importlib.util
     import os
     import tempfile
@@ -58,7 +59,7 @@ def child(name: str, spin: bool, pin: bool, repeats: int) -> None:
     flush = timing.flush_buffer(dev)
     meds = []
     for _ in range(repeats):
-        meds.append(timing.time_calls(lambda i: model(*inputs), lambda i: None, 3, 100, flush).median_ms)
+        meds.append(timing.time_calls(lambda i: model(*inputs), lambda i: None, 3, 100, flush, window=window).median_ms)
     print(json.dumps({"spin": took, "medians": meds}))
 
 
@@ -72,17 +73,18 @@ def main() -> None:
     ap.add_argument("--names", default="softmax,add")
     ap.add_argument("--procs", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        return child(a.child[0], a.child[1] == "1", a.child[2] == "1", int(a.child[3]))
-    print("| kernel | spin | pinned | medians (ms) per process | within-process spread | across-process spread |")
-    print("|---|---|---|---|---|---|")
-    settings = ((0, 0), (1, 0), (1, 1))
-    for name, (spin, pin) in itertools.product(a.names.split(","), settings):
+        return child(a.child[0], a.child[1] == "1", a.child[2] == "1", int(a.child[3]), a.child[4])
+    print("| kernel | window | spin | pinned | medians (ms) per process | within-process spread | across-process spread |")
+    print("|---|---|---|---|---|---|---|")
+    settings = (("device", 1, 1), ("stream", 0, 0), ("stream", 1, 1))
+    for name, (window, spin, pin) in itertools.product(a.names.split(","), settings):
         runs = []
         for _ in range(a.procs):
-            out = subprocess.run([sys.executable, __file__, "--child", name, str(spin), str(pin), str(a.repeats)],
+            out = subprocess.run([sys.executable, __file__, "--child", name, str(spin), str(pin), str(a.repeats),
+                                  window],
                                  capture_output=True, text=True, timeout=120)
             try:
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -94,7 +96,7 @@ def main() -> None:
         across = spread([r["medians"][-1] for r in runs])
         meds = " / ".join(",".join(f"{m:.4f}" for m in r["medians"]) for r in runs)
         took = all(r["spin"] for r in runs) if spin else False
-        print(f"| {name} | {'on' if took else ('asked, failed' if spin else 'off')} | {'yes' if pin else 'no'} "
+        print(f"| {name} | {window} | {'on' if took else ('asked, failed' if spin else 'off')} | {'yes' if pin else 'no'} "
               f"| {meds} | {100 * within:.1f}% | {100 * across:.1f}% |", flush=True)
 
 

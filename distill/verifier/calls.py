@@ -5,6 +5,7 @@ subclass, a lazy proxy or an exception with a custom `__str__` never gets to run
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import torch
@@ -109,6 +110,7 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
     out: Any = None
     err = None
     mode = provenance.AuditMode()
+    t0 = time.perf_counter()
     try:
         with mode:
             out = model(*inputs)
@@ -118,12 +120,13 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
     finally:
         guard.ctl(token, "record", False)
         guard.ctl(token, "ablate", False)
+    call_s = time.perf_counter() - t0
     rec = guard.collect(token)
     report: dict[str, Any] = {
         "error": err, "launches": len(rec["launches"]), "kernels": sorted(set(rec["launches"])),
         "foreign": sorted(set(rec["foreign"])), "aten": rec["aten"], "blocked": rec["blocked"],
         "denials": rec["denials"], "outputs": None, "sequence": False, "bad_type": "", "aliases": [],
-        "out_of_bounds": [],
+        "out_of_bounds": [], "call_s": call_s,
     }
     if err is None:
         tensors, seq, problem = check_structure(out)

@@ -48,6 +48,9 @@ class TimingGate:
         self.core = core  # pin the timed process here while it is timed
         self._pids = pids  # every live worker/reference process (group leader) on this GPU
         self.paused_s = 0.0
+        # Where exclusive time goes: waiting out the parent's comparisons, stopping the others, held.
+        self.stats = {"timings": 0, "readers_wait_s": 0.0, "stop_s": 0.0, "held_s": 0.0}
+        self._excl_t0 = 0.0
         # The parent's own heavy work (comparing outputs: torch ops on every core) runs as "shared"
         # sections, which a timing run waits out and holds off: the parent cannot be SIGSTOPped.
         self._cond = threading.Condition()
@@ -73,6 +76,7 @@ class TimingGate:
         with self._lock, self._exclusive():
             stopped = []
             t0 = time.monotonic()
+            self.stats["readers_wait_s"] += t0 - self._excl_t0
             try:
                 for pid in self._pids():
                     if pid != keep:
@@ -84,6 +88,7 @@ class TimingGate:
                 if stopped:
                     _wait_stopped(stopped, time.monotonic() + STOP_WAIT_S)
                     time.sleep(SETTLE_S)
+                self.stats["stop_s"] += time.monotonic() - t0
                 with _pinned(keep, self.core):
                     yield
             finally:
@@ -93,9 +98,12 @@ class TimingGate:
                     except OSError:
                         continue
                 self.paused_s += time.monotonic() - t0
+                self.stats["held_s"] += time.monotonic() - t0
+                self.stats["timings"] += 1
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
+        self._excl_t0 = time.monotonic()
         with self._cond:
             self._writing = True
             self._cond.wait_for(lambda: self._readers == 0)

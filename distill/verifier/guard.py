@@ -59,14 +59,19 @@ class Denied(PermissionError):
     """Raised into candidate code when the guard refuses an operation."""
 
 
+_RECORDS = ("launches", "foreign", "aten", "blocked", "denials", "streams")
+
+
 def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
-            real_calls: dict[str, Callable], kernel_classes: tuple[type, ...], stop_at: tuple = ()) -> object:
+            real_calls: dict[str, Callable], kernel_classes: tuple[type, ...], stop_at: tuple = (),
+            stream_of: Callable[[], int] | None = None) -> object:
     """Install the audit hook (once per process). Returns the harness token.
 
     `real_calls` maps guarded names (see `make_wrapper`) to the real callables; after this call they
     exist only inside the hook. `kernel_classes` are the exact Triton kernel types whose `run` we
     launch. Stack walks stop at a frame running one of the `stop_at` code objects (the worker's entry
     point): what lies below it is process bootstrap, e.g. a `python -c` frame named '<string>'.
+    `stream_of` returns the raw current GPU stream: each recorded launch notes the one it ran on.
     """
     token = object()
     roots = tuple(os.path.realpath(r) + os.sep for r in trusted_roots)
@@ -81,7 +86,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     get_ident = threading.get_ident
     getframe = sys._getframe
     st: dict[str, Any] = {"own_file": None, "recording": False, "ablate": False, "in_launch": 0,
-                          "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": []}
+                          "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": [], "streams": {}}
 
     def trusted(filename: Any) -> bool:
         if type(filename) is not str:
@@ -164,6 +169,9 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             st["in_launch"] -= 1
         if st["recording"] and not warmup:
             (st["launches"] if own else st["foreign"]).append(name)
+            if stream_of is not None:
+                sid = stream_of()
+                st["streams"][sid] = st["streams"].get(sid, 0) + 1
 
     def control(args: tuple) -> None:
         if len(args) != 3 or args[0] is not token:
@@ -177,8 +185,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             st["ablate"] = bool(arg)
         elif cmd == "collect":
             arg.append({k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
-                        for k, v in st.items() if k in ("launches", "foreign", "aten", "blocked", "denials")})
-            st.update(launches=[], foreign=[], aten={}, blocked={}, denials=[])
+                        for k, v in st.items() if k in _RECORDS})
+            st.update(launches=[], foreign=[], aten={}, blocked={}, denials=[], streams={})
 
     def hook(event: str, args: tuple) -> None:
         if event.startswith("tritonforge."):
@@ -190,6 +198,10 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             if kind == "aten":  # from the dispatch mode: ATen ops run by the candidate itself
                 if st["recording"] and not st["in_launch"]:
                     st["aten"][args[0]] = st["aten"].get(args[0], 0) + 1
+                return None
+            if kind == "stream":  # from the timing's dispatch mode: the stream an ATen op ran on
+                if st["recording"] and not st["in_launch"] and type(args[0]) is int:
+                    st["streams"][args[0]] = st["streams"].get(args[0], 0) + 1
                 return None
             if kind == "blocked":  # a compute kernel override fired: recorded even if caught
                 if not st["in_launch"]:

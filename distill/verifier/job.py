@@ -207,7 +207,8 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         lap("run")
-        phases["run.block_install"] = round(float(run.get("install_s") or 0.0), 4)
+        for k, sec in (run.get("run_s") or {}).items() if isinstance(run.get("run_s"), dict) else ():
+            phases[f"run.{k}"] = round(float(sec), 4)
         with pool.gates[slot.gpu].shared():
             found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         found.checks["phase_s"] = phases

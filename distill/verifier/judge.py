@@ -6,6 +6,7 @@ its own verdict worse (an error, a denial, a compute op), never produce a `pass`
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,10 +180,14 @@ def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, m
     ops = compute_ops(rep)
     if ops:
         return Finding("not_triton", f"ATen compute ran while timed: {', '.join(ops[:5])}"), {}
-    samples = Samples(list(rep.get("times_ms") or []))
+    samples = Samples(list(rep.get("times_ms") or []), window=str(rep.get("window") or "device"))
     kernel_ms = samples.median_ms
+    synced = list(rep.get("synced_ms") or [])
     info: dict[str, Any] = {"kernel_ms": kernel_ms, "floor_ms": floor_ms, "samples": len(samples.times_ms),
-                            "launches": rep.get("launches"), "expected_launches": min_launches * n_calls}
+                            "launches": rep.get("launches"), "expected_launches": min_launches * n_calls,
+                            "window": samples.window, "fallback": rep.get("fallback") or None,
+                            "synced_ms": statistics.median(synced) if synced else None,
+                            "pad_ms": rep.get("pad_ms"), "host_ms": rep.get("host_ms")}
     if (rep.get("launches") or 0) < min_launches * n_calls:
         return Finding("timing_invalid", f"{rep.get('launches')} own kernel launches while timed, expected "
                        f"{min_launches * n_calls}: results were replayed, not computed"), info

@@ -4,6 +4,7 @@ Three layers, each enough to fail a candidate that computes with torch:
 * `AuditMode`, a TorchDispatchMode, reports every ATen op `forward` runs (to the guard's hook),
   poisons fresh allocations so an output the kernels never wrote cannot pass, and puts guard bands
   around them so a store out of bounds is seen;
+* `StreamWatch`, a lighter mode for timed calls, reports ATen ops and the streams they run on;
 * `BackendBlock` replaces the CPU/CUDA kernels of every ATen compute op with one that raises, for the
   whole job: compute then fails even if the candidate pops or disables the dispatch mode;
 * `install_patches` routes Triton launches, value reads (numpy, tolist, dlpack), torch.compile and
@@ -95,6 +96,24 @@ class AuditMode(TorchDispatchMode):
             out = self.bands.allocate(out)
             poison_(out)
         return out
+
+
+class StreamWatch(TorchDispatchMode):
+    """While a candidate is timed: reports each ATen op and the raw stream it runs on to the guard's
+    hook, so work put on another stream (which the stream window would not see) is known. No
+    poisoning or bands here: they would add GPU work to the timed window."""
+
+    def __init__(self, device_index: int) -> None:
+        super().__init__()
+        self.index = device_index
+        self.current = torch._C._cuda_getCurrentRawStream
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = func._schema.name
+        sys.audit("tritonforge.aten", name + "(dtype)" if _casts(name, args, kwargs) else name)
+        sys.audit("tritonforge.stream", self.current(self.index))
+        return func(*args, **kwargs)
 
 
 _NAMES: dict[str, list[str]] = {}

@@ -1,11 +1,12 @@
-"""GPU timing shared by the worker and the reference process: events, device-wide sync, L2 flush.
+"""GPU timing shared by the worker and the reference process: events, L2 flush, device-wide sync.
 
 The CUDA entry points are captured when this module is imported, before any candidate code runs,
 so a candidate that replaces `torch.cuda.synchronize` or `Event.elapsed_time` changes nothing here
-(and is reported by the integrity check). Each timed call is bracketed as
-`record(start); call(); synchronize(); record(end)`: the device-wide sync pulls work a candidate
-left on side streams into the window, at the price of a constant few microseconds that the
-reference pays too.
+(and is reported by the integrity check). Two windows (see `time_calls`): the stream window times
+the call's GPU work with the host's launch latency hidden behind an L2 flush and a GPU-side pad;
+the device window brackets the call with device-wide syncs, so work on any stream is inside it.
+The worker uses the stream window and falls back to the device window for a call that touched
+another stream (seen by its guard) or left the device busy after the window closed.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ _ELAPSED = torch.cuda.Event.elapsed_time
 _EVENT_SYNC = torch.cuda.Event.synchronize
 _SYNC = torch.cuda.synchronize
 _PERF = time.perf_counter
+_SLEEP = torch.cuda._sleep
 
 L2_FLUSH_BYTES = 256 << 20
 # Warm-up runs at least this long as well as the asked-for number of calls: an idle GPU sits at low
@@ -52,7 +54,15 @@ def prefer_spin_wait(ordinal: int) -> bool:
 
 @dataclass
 class Samples:
+    """Per-trial times of one timing run. `times_ms` is the window the verdict uses; `window` says
+    which: "stream" (events on the timing stream, the GPU busy with flush and pad while the host
+    launches) or "device" (a device-wide sync before and after each call)."""
     times_ms: list[float] = field(default_factory=list)
+    window: str = "device"
+    synced_ms: list[float] = field(default_factory=list)  # stream window: start to after a device-wide sync
+    base_gap_ms: float = float("nan")  # what that sync adds to a call that does nothing
+    pad_ms: float = 0.0
+    host_ms: float = float("nan")  # host time of one call, measured in the warm-up
 
     @property
     def median_ms(self) -> float:
@@ -66,49 +76,130 @@ class Samples:
         a, b = statistics.median(self.times_ms[: n // 2]), statistics.median(self.times_ms[n // 2:])
         return abs(a - b) > limit * max(min(a, b), 1e-9)
 
+    def work_after_window(self) -> bool:
+        """The device stayed busy after the call's last work on the timing stream: the call left
+        work on another stream, which only the device window measures."""
+        if self.window != "stream" or not self.synced_ms:
+            return False
+        gap = statistics.median(s - t for s, t in zip(self.synced_ms, self.times_ms))
+        return gap > self.base_gap_ms + max(GAP_SLACK_MS, GAP_SLACK_REL * self.median_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"times_ms": self.times_ms, "window": self.window, "synced_ms": self.synced_ms,
+                "base_gap_ms": self.base_gap_ms, "pad_ms": self.pad_ms, "host_ms": self.host_ms}
+
+
+# Side-work test: the sync after a call may add this much over an empty call's before it counts.
+GAP_SLACK_MS = 0.01
+GAP_SLACK_REL = 0.2
+# The stream window's pad: the host gets this multiple of one call's host time to enqueue the call.
+PAD_FACTOR = 2.0
+PAD_MIN_MS, PAD_MAX_MS = 0.05, 5.0
+_cycles_per_ms: list[float] = []
+
+
+def _sleep_cycles_per_ms() -> float:
+    """GPU clock cycles per millisecond as `torch.cuda._sleep` counts them (measured once per process)."""
+    if not _cycles_per_ms:
+        a, b = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
+        _SLEEP(100_000)
+        _SYNC()
+        _RECORD(a)
+        _SLEEP(1_000_000)
+        _RECORD(b)
+        _SYNC()
+        _cycles_per_ms.append(1_000_000 / max(float(_ELAPSED(a, b)), 1e-3))
+    return _cycles_per_ms[0]
+
 
 def flush_buffer(device: torch.device) -> torch.Tensor:
     return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
 
 
 def time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_warmup: int, n_trials: int,
-               flush: torch.Tensor, after: Callable[[int, Any], None] | None = None) -> Samples:
-    """Median-ready samples of `call(i)`; `prepare(i)` (untimed) stages inputs, `after` inspects outputs."""
+               flush: torch.Tensor, after: Callable[[int, Any], None] | None = None,
+               window: str = "stream") -> Samples:
+    """Median-ready samples of `call(i)`; `prepare(i)` (untimed) stages inputs, `after` inspects outputs.
+
+    window="stream" (the default): each trial enqueues the L2 flush and a GPU-side pad, then
+    records the start event, calls, and records the end event on the same stream; the host
+    enqueues the call while the GPU is still busy with flush and pad, so the window holds the
+    call's GPU work and not the host's launch latency, whose jitter (tens of microseconds, moving
+    with CPU clocks and scheduling) otherwise dominates kernels of tens of microseconds. A
+    device-wide sync still ends each trial, and its extra time is kept (`synced_ms`) to show work
+    left on other streams. window="device": sync, start, call, device-wide sync, end - the window
+    for calls that use other streams, at the price of the host latency inside it."""
     # A collection inside a timed window costs the candidate time it did not spend.
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        return _time_calls(call, prepare, n_warmup, n_trials, flush, after)
+        return _time_calls(call, prepare, n_warmup, n_trials, flush, after, window)
     finally:
         if gc_was_on:
             gc.enable()
 
 
 def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_warmup: int, n_trials: int,
-                flush: torch.Tensor, after: Callable[[int, Any], None] | None) -> Samples:
+                flush: torch.Tensor, after: Callable[[int, Any], None] | None, window: str) -> Samples:
+    if window not in ("stream", "device"):
+        raise ValueError(f"window must be 'stream' or 'device', not {window!r}")
     t0 = _PERF()
+    host: list[float] = []
     i = 0
     while i < n_warmup or (1e3 * (_PERF() - t0) < WARMUP_MS and i < WARMUP_MAX_CALLS):
         prepare(i)
+        h = _PERF()
         call(i)
+        host.append(1e3 * (_PERF() - h))
         _SYNC()
         i += 1
+    out = Samples(window=window, host_ms=statistics.median(host))
     starts = [_EVENT(enable_timing=True) for _ in range(n_trials)]
     ends = [_EVENT(enable_timing=True) for _ in range(n_trials)]
-    out = Samples()
-    for i in range(n_trials):
+    if window == "device":
+        for i in range(n_trials):
+            prepare(i)
+            flush.zero_()
+            _SYNC()
+            _RECORD(starts[i])
+            result = call(i)
+            _SYNC()
+            _RECORD(ends[i])
+            _EVENT_SYNC(ends[i])
+            if after is not None:
+                after(i, result)
+            del result
+        out.times_ms = [float(_ELAPSED(s, e)) for s, e in zip(starts, ends)]
+        return out
+    out.pad_ms = min(PAD_MAX_MS, max(PAD_MIN_MS, PAD_FACTOR * out.host_ms))
+    pad = int(out.pad_ms * _sleep_cycles_per_ms())
+    synced = [_EVENT(enable_timing=True) for _ in range(n_trials)]
+
+    def trial(i: int, fn: Callable[[int], Any], s: Any, e: Any, d: Any) -> Any:
         prepare(i)
         flush.zero_()
+        _SLEEP(pad)
+        _RECORD(s)
+        result = fn(i)
+        _RECORD(e)
         _SYNC()
-        _RECORD(starts[i])
-        result = call(i)
-        _SYNC()
-        _RECORD(ends[i])
-        _EVENT_SYNC(ends[i])
+        _RECORD(d)
+        return result
+
+    # The sync's own cost, from calls that do nothing: the yardstick for work left on other streams.
+    n_base = 10
+    base = [[_EVENT(enable_timing=True) for _ in range(3)] for _ in range(n_base)]
+    for i in range(n_base):
+        trial(i, lambda _i: None, *base[i])
+    for i in range(n_trials):
+        result = trial(i, call, starts[i], ends[i], synced[i])
         if after is not None:
             after(i, result)
         del result
+    _SYNC()
+    out.base_gap_ms = statistics.median(float(_ELAPSED(e, d)) for _, e, d in base)
     out.times_ms = [float(_ELAPSED(s, e)) for s, e in zip(starts, ends)]
+    out.synced_ms = [float(_ELAPSED(s, d)) for s, d in zip(starts, synced)]
     return out
 
 

@@ -23,6 +23,9 @@ import triton.language as tl
 
 from distill.verifier import bands, calls, codec, guard, integrity, lockdown, problemio, provenance, timing
 
+# Captured before any candidate runs, like timing's CUDA entry points.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
 
 def _warm_kernel_src(x_ptr, n, BLOCK: tl.constexpr):  # noqa: ANN001 - a Triton kernel signature
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -101,7 +104,8 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     guard.install_import_guard()
     real, kinds = provenance.install_patches()
     token = guard.install(cfg["trusted_roots"], cfg["scratch"], cfg.get("exec_files", []), real, kinds,
-                          stop_at=(worker_main.__code__,))
+                          stop_at=(worker_main.__code__,),
+                          stream_of=(lambda: _RAW_STREAM(device.index)) if device.type == "cuda" else None)
     block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
     report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []),
                                 no_children=not cfg.get("children", device.type == "cuda"), layers=layers, netns=netns)
@@ -181,6 +185,16 @@ def _load(job: dict, source: str, scratch: str, token: object) -> dict[str, Any]
 def _run(job: dict, msg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
          sync: Any, reply: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"construct_error": None, "calls": [], "blocked_ops": 0}
+    # Wall seconds of each step, reported beside the calls (the parent sums them as run.* phases).
+    laps: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        laps[name] = laps.get(name, 0.0) + now - clock[0]
+        clock[0] = now
+
+    out["run_s"] = laps
     problemio.seed_all(msg["init_seed"])
     try:
         model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
@@ -192,12 +206,14 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     # Inputs are made here from the job's seeds, exactly as the reference makes them (before the
     # block: generating them takes RNG kernels); the parent compares the fingerprints.
     mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
+    lap("construct")
     made = [problemio.make_inputs(mod, seed) for seed in msg["seeds"]]
+    lap("inputs")
     out["fingerprints"] = [problemio.fingerprint(m) for m in made]
+    lap("fingerprints")
     trials, job["timing_sets"] = made[:msg["n_trials"]], made[msg["n_trials"]:]
-    t0 = time.perf_counter()
     out["blocked_ops"] = block.install()
-    out["install_s"] = time.perf_counter() - t0
+    lap("block_install")
     inputs = None
     input_bands = bands.Bands()
     for spec in msg["plan"]:
@@ -205,9 +221,13 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         torch.manual_seed(msg["call_seed"])
         # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
         inputs = calls.refill(inputs, trials[spec["trial"]], device, input_bands)
+        lap("refill")
         rep = calls.run_call(job["model"], inputs, trials[spec["trial"]], token, spec["kind"] == "ablate", sync,
                              input_bands)
         rep.update(kind=spec["kind"], trial=spec["trial"])
+        laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]
+        lap("checks")  # what run_call did after the call: copies out, bands, input comparison
+        laps["checks"] -= rep["call_s"]
         out["calls"].append(rep)
         if rep["error"] is not None and (rep["error"]["cuda_fault"] or spec["kind"] != "ablate"):
             break
@@ -231,18 +251,34 @@ def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any)
             checked[str(i)] = {"set": i % len(sets), "problem": problem,
                                "outputs": [t.to("cpu", copy=True) for t in tensors] if tensors else None}
 
-    guard.ctl(token, "record", True)
-    err = None
-    samples = timing.Samples()
-    try:
-        samples = timing.time_calls(lambda i: model(*bufs), prepare, msg["warmup"], msg["trials"], flush, after)
-    except BaseException as exc:  # noqa: BLE001
-        err = calls.describe_error(exc)
-    finally:
-        guard.ctl(token, "record", False)
-    rec = guard.collect(token)
-    return {"error": err, "times_ms": samples.times_ms, "checked": checked, "launches": len(rec["launches"]),
-            "aten": rec["aten"], "blocked": rec["blocked"], "denials": rec["denials"]}
+    def timed(window: str) -> tuple[timing.Samples, dict | None, dict]:
+        guard.ctl(token, "record", True)
+        try:
+            with provenance.StreamWatch(device.index):
+                got = timing.time_calls(lambda i: model(*bufs), prepare, msg["warmup"], msg["trials"], flush, after,
+                                        window)
+            return got, None, guard.collect(token)
+        except BaseException as exc:  # noqa: BLE001
+            return timing.Samples(), calls.describe_error(exc), guard.collect(token)
+        finally:
+            guard.ctl(token, "record", False)
+
+    own_stream = _RAW_STREAM(device.index)
+    samples, err, rec = timed("stream")
+    other = sorted(str(s) for s in rec["streams"] if s != own_stream)
+    fallback = ""
+    if err is None and (other or samples.work_after_window()):
+        # The stream window sees only the timing stream: time again with device-wide syncs around each call.
+        fallback = f"work on {len(other)} other stream(s)" if other else "the device stayed busy after the call"
+        samples, err, more = timed("device")
+        for k in ("launches", "denials"):
+            rec[k] = rec[k] + more[k]
+        for k in ("aten", "blocked"):
+            for op, n in more[k].items():
+                rec[k][op] = rec[k].get(op, 0) + n
+    return {"error": err, **samples.to_dict(), "fallback": fallback, "other_streams": other,
+            "checked": checked, "launches": len(rec["launches"]), "aten": rec["aten"], "blocked": rec["blocked"],
+            "denials": rec["denials"]}
 
 
 def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, threads0: int,
