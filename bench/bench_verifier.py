@@ -99,7 +99,7 @@ def run_pool(pairs: list, device: str, workers: int, lockdown) -> dict:
         verdicts = pool.verify_many([(p, c) for _, _, p, c in pairs])
         wall = time.perf_counter() - t1
         gate = {k: round(sum(g.stats[k] for g in pool.gates.values()), 2) for k in
-                ("timings", "readers_wait_s", "stop_s", "held_s")}
+                ("timings", "stop_s", "held_s")}
         return {"startup_s": startup, "wall_s": wall, "verdicts": verdicts, "sandbox": pool.sandbox, "gate": gate,
                 "recycled": pool.stats["recycled"], "workers": len(pool._slots), "fallbacks": notes}
     finally:
@@ -218,7 +218,7 @@ def table(res: dict, base: dict, spread: dict, pairs: list, device: str, gpu: st
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))),
         ("sandbox", "; ".join(f"{k}: {v}" for k, v in res["sandbox"].items())),
         ("worker-seconds per phase, summed over pairs", phase_sums(verdicts)),
-        ("timing gate (exclusive GPU): runs, s waiting for parent comparisons, s stopping others, s held",
+        ("timing gate (exclusive GPU): runs, s stopping the others, s held in all",
          ", ".join(f"{k} {v}" for k, v in res.get("gate", {}).items()) or "n/a"),
         ("timing windows used", ", ".join(f"{k} {n}" for k, n in collections.Counter(
             (v.checks.get("timing") or {}).get("window") or "none" for v in verdicts).most_common())),

@@ -2,11 +2,11 @@
 
 Measured on the H100 box (2026-11-22): with correctness work of eleven other workers, their
 compilers and the references running beside a timed candidate, the same kernel's median moved by
-18% from one verification to the next. A readers-writer gate that made timing wait for in-flight
-correctness work cut throughput instead. So a timing run now stops (SIGSTOP) the process groups of
-every other worker and reference on its GPU, lets work already queued on the device drain, times,
-and resumes them (SIGCONT). Their phase clocks keep running, but a pause lasts well under a second
-against per-phase limits of tens of seconds.
+18% from one verification to the next. So a timing run stops (SIGSTOP) the process groups of every
+other worker and reference on its GPU, lets work already queued on the device drain, times, and
+resumes them (SIGCONT). Their phase clocks keep running, but a pause lasts well under a second
+against per-phase limits of tens of seconds. The parent's own work (comparing outputs) runs on: it
+uses no GPU, and the stream window (see `timing`) does not see the host's load.
 """
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-SETTLE_S = 0.02  # for kernels other processes queued just before they were stopped
+# For kernels other processes queued just before they were stopped; the timing's own warm-up (at
+# least timing.WARMUP_MS of the trial protocol) drains the rest before anything is measured.
+SETTLE_S = 0.005
 STOP_WAIT_S = 0.5  # a stop signal lands at the target's next scheduling; on a loaded box that waits
 
 
@@ -48,35 +50,15 @@ class TimingGate:
         self.core = core  # pin the timed process here while it is timed
         self._pids = pids  # every live worker/reference process (group leader) on this GPU
         self.paused_s = 0.0
-        # Where exclusive time goes: waiting out the parent's comparisons, stopping the others, held.
-        self.stats = {"timings": 0, "readers_wait_s": 0.0, "stop_s": 0.0, "held_s": 0.0}
-        self._excl_t0 = 0.0
-        # The parent's own heavy work (comparing outputs: torch ops on every core) runs as "shared"
-        # sections, which a timing run waits out and holds off: the parent cannot be SIGSTOPped.
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        """CPU-heavy work in the parent that must not overlap a timing run."""
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writing)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
+        # Where exclusive time goes: stopping the others, and held in all.
+        self.stats = {"timings": 0, "stop_s": 0.0, "held_s": 0.0}
 
     @contextmanager
     def quiet(self, keep: int) -> Iterator[None]:
         """Exclusive use of the GPU and the CPUs for the process `keep` while the block runs."""
-        with self._lock, self._exclusive():
+        with self._lock:
             stopped = []
             t0 = time.monotonic()
-            self.stats["readers_wait_s"] += t0 - self._excl_t0
             try:
                 for pid in self._pids():
                     if pid != keep:
@@ -100,19 +82,6 @@ class TimingGate:
                 self.paused_s += time.monotonic() - t0
                 self.stats["held_s"] += time.monotonic() - t0
                 self.stats["timings"] += 1
-
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        self._excl_t0 = time.monotonic()
-        with self._cond:
-            self._writing = True
-            self._cond.wait_for(lambda: self._readers == 0)
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
 
 
 @contextmanager

@@ -149,10 +149,11 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
         rep = slot.proc.request({"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials,
                                  "check": checks}, spec.timeout, "timing")
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
+    if not rep.get("error"):
+        rep["checked"] = slot.proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
     hyg = judge.hygiene(rep)
-    with pool.gates[slot.gpu].shared():
-        f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
-                                     spec.warmup + spec.timing_trials, floor)
+    f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
+                                 spec.warmup + spec.timing_trials, floor)
     verdict.update(kernel_ms=info.get("kernel_ms"))
     found.checks["timing"] = {**info, "peaks": peaks}
     found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
@@ -209,8 +210,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         lap("run")
         for k, sec in (run.get("run_s") or {}).items() if isinstance(run.get("run_s"), dict) else ():
             phases[f"run.{k}"] = round(float(sec), 4)
-        with pool.gates[slot.gpu].shared():
-            found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
+        found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         found.checks["phase_s"] = phases
         lap("judge")
         if found.status is None and spec.device == "cuda":

@@ -40,11 +40,26 @@ def seed_all(seed: int) -> None:
     numpy.random.seed(seed % (1 << 32))
 
 
-def make_inputs(mod: types.ModuleType, seed: int) -> list[Any]:
-    """The problem's inputs for `seed`, on the host."""
+def make_inputs(mod: types.ModuleType, seed: int, device: torch.device | str = "cpu") -> list[Any]:
+    """The problem's inputs for `seed`, made on `device`.
+
+    `get_inputs` runs with `device` as the default device, so its factory calls allocate and fill
+    there: on a GPU, tens of millions of random numbers take microseconds instead of a fraction of
+    a second of host time per input set. Every process of a job makes its inputs on the same
+    device, so the values (and the fingerprints the parent compares) agree. A `get_inputs` that
+    cannot run that way (one that reads values back with `.numpy()`) runs on the host."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        try:
+            seed_all(seed)
+            with device:
+                values = list(mod.get_inputs())
+            return [v.detach().to(device) if isinstance(v, torch.Tensor) else v for v in values]
+        except Exception:  # noqa: BLE001 - the host path below reports a real problem error
+            pass
     seed_all(seed)
     values = list(mod.get_inputs())
-    return [v.detach().to("cpu") if isinstance(v, torch.Tensor) else v for v in values]
+    return [v.detach().to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def fingerprint(values: list[Any]) -> list[str]:

@@ -56,7 +56,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     trials = []
     in_bytes = 0
     for seed in seeds:
-        host = make_inputs(mod, seed)
+        host = make_inputs(mod, seed, device)
         in_bytes = _nbytes(host)
         with torch.no_grad():
             out = model(*_to(host, device))
@@ -74,7 +74,7 @@ class RefTimer:
 
     def __init__(self, mod: types.ModuleType, init_seed: int, seed: int, device: torch.device) -> None:
         self.model, _, _ = _build(mod, init_seed, device)
-        self.inputs = _to(make_inputs(mod, seed), device)
+        self.inputs = _to(make_inputs(mod, seed, device), device)
         self.compiled: Any = None
         self.compile_error = ""
         with torch.no_grad():

@@ -74,7 +74,7 @@ class Samples:
         if n < 8:
             return False
         a, b = statistics.median(self.times_ms[: n // 2]), statistics.median(self.times_ms[n // 2:])
-        return abs(a - b) > limit * max(min(a, b), 1e-9)
+        return abs(a - b) > max(limit * min(a, b), UNSTABLE_ABS_MS)
 
     def work_after_window(self) -> bool:
         """The device stayed busy after the call's last work on the timing stream: the call left
@@ -89,11 +89,13 @@ class Samples:
                 "base_gap_ms": self.base_gap_ms, "pad_ms": self.pad_ms, "host_ms": self.host_ms}
 
 
+# Halves a few microseconds apart are not instability: kernels that short move by that much.
+UNSTABLE_ABS_MS = 0.003
 # Side-work test: the sync after a call may add this much over an empty call's before it counts.
 GAP_SLACK_MS = 0.01
 GAP_SLACK_REL = 0.2
 # The stream window's pad: the host gets this multiple of one call's host time to enqueue the call.
-PAD_FACTOR = 2.0
+PAD_FACTOR = 1.5
 PAD_MIN_MS, PAD_MAX_MS = 0.05, 5.0
 _cycles_per_ms: list[float] = []
 
@@ -146,14 +148,15 @@ def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_wa
     t0 = _PERF()
     host: list[float] = []
     i = 0
-    while i < n_warmup or (1e3 * (_PERF() - t0) < WARMUP_MS and i < WARMUP_MAX_CALLS):
+    # Plain calls first: the device window's warm-up, and the host time the stream window's pad must cover.
+    while i < n_warmup or (window == "device" and 1e3 * (_PERF() - t0) < WARMUP_MS and i < WARMUP_MAX_CALLS):
         prepare(i)
         h = _PERF()
         call(i)
         host.append(1e3 * (_PERF() - h))
         _SYNC()
         i += 1
-    out = Samples(window=window, host_ms=statistics.median(host))
+    out = Samples(window=window, host_ms=statistics.median(host) if host else float("nan"))
     starts = [_EVENT(enable_timing=True) for _ in range(n_trials)]
     ends = [_EVENT(enable_timing=True) for _ in range(n_trials)]
     if window == "device":
@@ -171,7 +174,7 @@ def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_wa
             del result
         out.times_ms = [float(_ELAPSED(s, e)) for s, e in zip(starts, ends)]
         return out
-    out.pad_ms = min(PAD_MAX_MS, max(PAD_MIN_MS, PAD_FACTOR * out.host_ms))
+    out.pad_ms = min(PAD_MAX_MS, max(PAD_MIN_MS, PAD_FACTOR * (out.host_ms if host else PAD_MAX_MS)))
     pad = int(out.pad_ms * _sleep_cycles_per_ms())
     synced = [_EVENT(enable_timing=True) for _ in range(n_trials)]
 
@@ -186,6 +189,13 @@ def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_wa
         _RECORD(d)
         return result
 
+    # Then the trial protocol itself until WARMUP_MS have passed, so clocks settle under the load
+    # they are measured under.
+    spare = [_EVENT(enable_timing=True) for _ in range(3)]
+    t1 = _PERF()
+    while 1e3 * (_PERF() - t1) < WARMUP_MS and i < WARMUP_MAX_CALLS:
+        trial(i, call, *spare)
+        i += 1
     # The sync's own cost, from calls that do nothing: the yardstick for work left on other streams.
     n_base = 10
     base = [[_EVENT(enable_timing=True) for _ in range(3)] for _ in range(n_base)]
