@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import numpy
 import torch
 
-from distill.verifier import codec, guard, provenance
+from distill.verifier import guard, provenance
 from distill.verifier.bands import Bands
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
@@ -61,6 +62,21 @@ def refill(buffers: list | None, values: list, device: torch.device, bands: Band
         else:
             out.append(v)
     return out
+
+
+def host_bits(t: torch.Tensor) -> numpy.ndarray:
+    """A tensor's raw bytes on the host, as a uint8 array (NaN payloads and signed zeros included)."""
+    raw = t.detach()
+    if raw.is_complex():
+        raw = torch.view_as_real(raw)
+    return raw.to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def _same_bits(x: torch.Tensor, pristine: Any) -> bool:
+    """`pristine` is a tensor or its `host_bits` (kept per input set: trials are run more than once)."""
+    want = pristine if isinstance(pristine, numpy.ndarray) else host_bits(pristine)
+    got = host_bits(x)
+    return got.shape == want.shape and bool(numpy.array_equal(got, want))
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -140,7 +156,7 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
         report["out_of_bounds"] = (mode.bands.breaches() + (input_bands.breaches() if input_bands else [])
                                    if err is None else [])
         report["inputs_changed"] = [i for i, (x, p) in enumerate(zip(inputs, pristine))
-                                    if type(x) is torch.Tensor and codec.tensor_bytes(x) != codec.tensor_bytes(p)]
+                                    if type(x) is torch.Tensor and not _same_bits(x, p)]
     except BaseException as exc:  # noqa: BLE001 - e.g. a CUDA fault left the context unusable
         report["inputs_changed"] = []
         report["error"] = report["error"] or describe_error(exc)

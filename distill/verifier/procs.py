@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from distill.verifier import codec
 
+# Sparse: pages exist only where a reply wrote; a bigger reply travels inline through the pipe.
+ARENA_BYTES = 1 << 30
 _ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
@@ -82,6 +84,15 @@ class Proc:
 
     def __init__(self, target: Callable, cfg: dict[str, Any], name: str) -> None:
         ctx = zygote_context(cfg["device"])
+        # The reply arena (codec.Arena): created here, opened by the child before it runs anything
+        # untrusted, unlinked once the child is ready so no other process can open it by name.
+        self.arena: codec.Arena | None = None
+        try:
+            path = os.path.join(codec.shm_dir(), f"tritonforge-arena-{os.getpid()}-{os.urandom(8).hex()}")
+            self.arena = codec.Arena(path, ARENA_BYTES, create=True)
+            cfg = {**cfg, "arena": path, "arena_bytes": ARENA_BYTES}
+        except OSError:
+            self.arena = None  # messages carry their tensors inline
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=target, args=(child, cfg), name=name, daemon=True)
         with _ctx_lock:  # a (re)started zygote or a spawned child takes Triton's mode from the environment
@@ -109,8 +120,18 @@ class Proc:
         self.started = time.monotonic()
         self.info: dict[str, Any] = {}
 
+    def _unlink_arena(self) -> None:
+        if self.arena is not None:
+            try:
+                os.unlink(self.arena.path)
+            except OSError:
+                pass
+
     def wait_ready(self, seconds: float) -> dict[str, Any]:
-        self.info = self.receive(seconds, "start-up")
+        try:
+            self.info = self.receive(seconds, "start-up")
+        finally:
+            self._unlink_arena()
         if not self.info.get("ready"):
             raise ProcProtocol("worker did not report ready")
         return self.info
@@ -137,7 +158,7 @@ class Proc:
                 except (EOFError, OSError):
                     raise ProcDied(self._exitcode(), phase) from None
                 try:
-                    msg = codec.decode(data)
+                    msg = codec.decode(data, self.arena)
                 except codec.CodecError as exc:
                     raise ProcProtocol(f"malformed reply during {phase}: {exc}") from None
                 if not isinstance(msg, dict):
@@ -183,6 +204,7 @@ class Proc:
         return self.process.is_alive()
 
     def kill(self) -> None:
+        self._unlink_arena()
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except OSError:

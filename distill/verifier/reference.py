@@ -124,10 +124,13 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
             torch.compile(lambda x: x * 2.0 + 1.0)(torch.ones(8, device=device))
         except Exception:  # noqa: BLE001 - then references are timed eagerly only
             pass
+    arena = codec.open_arena(cfg)
     conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid()}))
     while True:
         msg = codec.decode(conn.recv_bytes())
         cmd = msg["cmd"]
+        if arena is not None:
+            arena.reset()
         try:
             if cmd == "trials":
                 mod = load_problem(msg["source"], cache)
@@ -146,4 +149,4 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 out = {"problem_error": f"unknown command {cmd}"}
         except Exception as exc:  # noqa: BLE001 - report, keep serving
             out = {"problem_error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
-        conn.send_bytes(codec.encode(out))
+        conn.send_bytes(codec.encode(out, arena))

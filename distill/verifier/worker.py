@@ -92,6 +92,7 @@ def _close_inherited_fds(keep: int) -> None:
 def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     os.setsid()  # one process group: the parent kills children (ptxas, cc) with the worker
     _close_inherited_fds(conn.fileno())
+    arena = codec.open_arena(cfg)  # before any lockdown: a shared file outside scratch
     layers = tuple(cfg.get("layers", lockdown.LAYERS))
     netns = lockdown.unshare_network() if "netns" in layers else "disabled"
     _setup_env(cfg)
@@ -120,21 +121,23 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "sandbox": report.to_dict(),
                                   "versions": versions}))
-    _serve(conn, cfg, device, token, block, snap, threads0, sync, flush)
+    _serve(conn, cfg, device, token, block, snap, threads0, sync, flush, arena)
 
 
 def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
-           snap: dict, threads0: int, sync: Any, flush: Any) -> None:
+           snap: dict, threads0: int, sync: Any, flush: Any, arena: codec.Arena | None) -> None:
     job: dict[str, Any] = {}
     serial = 0
     while True:
         msg = codec.decode(conn.recv_bytes())
         nonce, cmd = msg["nonce"], msg["cmd"]
+        if arena is not None:
+            arena.reset()  # the parent copied the last reply out before sending this command
 
         def reply(payload: dict[str, Any], _nonce: str = nonce) -> None:
             payload["nonce"] = _nonce
             try:
-                data = codec.encode(payload)
+                data = codec.encode(payload, arena)
             except codec.CodecError as exc:
                 data = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}})
             conn.send_bytes(data)
@@ -217,6 +220,7 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     out["blocked_ops"] = block.install()
     lap("block_install")
     inputs = None
+    pristine: dict[int, list] = {}
     input_bands = bands.Bands()
     for spec in msg["plan"]:
         reply({"progress": f"call {spec['kind']} {spec['trial']}"})
@@ -224,7 +228,10 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
         inputs = calls.refill(inputs, trials[spec["trial"]], device, input_bands)
         lap("refill")
-        rep = calls.run_call(job["model"], inputs, trials[spec["trial"]], token, spec["kind"] == "ablate", sync,
+        if spec["trial"] not in pristine:  # host bits of the set as made, taken before its first call
+            pristine[spec["trial"]] = [calls.host_bits(v) if type(v) is torch.Tensor else v
+                                       for v in trials[spec["trial"]]]
+        rep = calls.run_call(job["model"], inputs, pristine[spec["trial"]], token, spec["kind"] == "ablate", sync,
                              input_bands)
         rep.update(kind=spec["kind"], trial=spec["trial"])
         laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]

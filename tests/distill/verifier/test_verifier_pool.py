@@ -89,3 +89,15 @@ def test_module_level_verify():
     assert distill.verify is verify
     v = verify(problem("add"), honest("add"), device="cpu")
     assert v.status == "pass"
+
+
+def test_reply_arenas_are_used_and_unlinked_once_children_are_ready(pool):
+    import os
+
+    from distill.verifier import codec
+
+    v = pool.verify(problem("add"), honest("add"))
+    assert v.status == "pass", v.reason
+    # every child maps its arena (replies' tensors go there), and no arena is left open by name
+    assert all(s.proc.arena is not None for s in pool._slots if s.proc is not None)
+    assert not [f for f in os.listdir(codec.shm_dir()) if f.startswith(f"tritonforge-arena-{os.getpid()}-")]

@@ -42,6 +42,34 @@ def test_codec_rejects_lying_tensor_headers():
         codec.decode(len(bad_header).to_bytes(4, "little") + good[4:8] + bad_header + good[8 + hlen:])
 
 
+def test_codec_arena_carries_tensor_bytes_beside_the_message(tmp_path):
+    path = str(tmp_path / "arena")
+    child = codec.Arena(path, 1 << 20, create=True)
+    parent = codec.Arena(path, 1 << 20)
+    msg = {"x": [torch.randn(3, 4), torch.arange(5), torch.tensor(3.0), torch.zeros(0, 2),
+                 torch.randn(2).to(torch.bfloat16), torch.tensor([True, False]), torch.randn(2, dtype=torch.complex64)]}
+    data = codec.encode(msg, child)
+    assert len(data) < 1000 and b"__arena__" in data  # bytes went to the arena, not into the message
+    out = codec.decode(data, parent)
+    for a, b in zip(msg["x"], out["x"]):
+        assert a.dtype == b.dtype and a.shape == b.shape and tolerance.bitwise_equal(a, b)
+    child.buf.fill_(7)  # the child writing after the parent took its copy changes nothing
+    assert all(tolerance.bitwise_equal(a, b) for a, b in zip(msg["x"], out["x"]))
+    # Without the parent's arena an arena reference is malformed, and so is an offset out of bounds.
+    with pytest.raises(codec.CodecError):
+        codec.decode(data)
+    header = json.loads(data[8:8 + int.from_bytes(data[:4], "little")])
+    header["__dict__"]["x"][0]["__arena__"] = 1 << 20  # 48 bytes past the end
+    forged = json.dumps(header).encode()
+    with pytest.raises(codec.CodecError, match="arena offset"):
+        codec.decode(len(forged).to_bytes(4, "little") + data[4:8] + forged + data[8 + int.from_bytes(data[:4], "little"):], parent)
+    # A tensor bigger than what is left travels inline, and still decodes.
+    child.reset()
+    big = torch.randn(300_000)
+    out = codec.decode(codec.encode({"big": big, "small": torch.ones(2)}, child), parent)
+    assert tolerance.bitwise_equal(out["big"], big) and out["small"].tolist() == [1.0, 1.0]
+
+
 def test_codec_never_encodes_tensor_subclasses():
     class Sub(torch.Tensor):
         pass
