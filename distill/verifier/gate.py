@@ -71,7 +71,7 @@ class TimingGate:
                     _wait_stopped(stopped, time.monotonic() + STOP_WAIT_S)
                     time.sleep(SETTLE_S)
                 self.stats["stop_s"] += time.monotonic() - t0
-                with _pinned(keep, self.core):
+                with _pinned(keep, self.core), _parent_off(self.core):
                     yield
             finally:
                 for pid in stopped:
@@ -102,6 +102,36 @@ def _pinned(pid: int, core: int | None) -> Iterator[None]:
                 os.sched_setaffinity(pid, before)
             except OSError:
                 pass
+
+
+@contextmanager
+def _parent_off(core: int | None) -> Iterator[None]:
+    """Keep this (parent) process's threads off `core` for the block: the parent is not stopped
+    while a candidate is timed, and its comparisons (torch ops on every core) would otherwise
+    take the timed process's core in slices of milliseconds, longer than the GPU-side pad that
+    hides the host's launches."""
+    saved: list[tuple[int, set[int]]] = []
+    if core is not None:
+        try:
+            tids = [int(t) for t in os.listdir("/proc/self/task")]
+        except OSError:
+            tids = []
+        for tid in tids:
+            try:
+                mask = os.sched_getaffinity(tid)
+                if core in mask and len(mask) > 1:
+                    os.sched_setaffinity(tid, mask - {core})
+                    saved.append((tid, mask))
+            except OSError:
+                continue
+    try:
+        yield
+    finally:
+        for tid, mask in saved:
+            try:
+                os.sched_setaffinity(tid, mask)
+            except OSError:
+                continue
 
 
 def _wait_stopped(pids: list[int], deadline: float) -> None:

@@ -94,7 +94,7 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
     with lock:
         if key in pool.ref_cache:
             return pool.ref_cache[key]
-        ref = pool.acquire_reference(gpu)
+        ref = pool.acquire_timer(gpu)
         broken = False
         try:
             ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
@@ -108,7 +108,7 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
             broken = True
             out = {"eager_ms": None, "compile_ms": None, "error": str(exc)}
         finally:
-            pool.release_reference(gpu, ref, broken)
+            pool.release_timer(gpu, ref, broken)
         pool.ref_cache[key] = out
         return out
 

@@ -105,6 +105,10 @@ class VerifierPool:
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._refs: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
         self._n_refs = references or (max(4, n // 2) if device == "cuda" else 1)
+        # Reference processes that only compile and time references (torch.compile holds one for
+        # seconds per problem): correctness work never queues behind a compile.
+        self._timers: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
+        self._n_timers = 2 if device == "cuda" else 0
         # pid -> (process, GPU) for every worker and reference: what a timing run pauses. Only
         # processes still alive are signalled, so a reused pid is never someone else's.
         self.live: dict[int, tuple[procs.Proc, int]] = {}
@@ -133,10 +137,10 @@ class VerifierPool:
                 return self
             self._started = True
         # References first: on GPU they build the warm Triton cache the workers start from.
-        jobs = [(g, k) for g in self.gpus for k in range(self._n_refs)]
+        jobs = [(g, k) for g in self.gpus for k in range(self._n_refs + self._n_timers)]
         with ThreadPoolExecutor(max_workers=len(jobs)) as ex:
-            for (g, _), proc in zip(jobs, ex.map(lambda gk: self._start_reference(*gk), jobs)):
-                self._refs[g].put(proc)
+            for (g, k), proc in zip(jobs, ex.map(lambda gk: self._start_reference(*gk), jobs)):
+                (self._refs if k < self._n_refs else self._timers)[g].put(proc)
         with ThreadPoolExecutor(max_workers=len(self._slots)) as ex:
             list(ex.map(self._fill, self._slots))
         if self.device == "cuda":  # the physical floor needs the measured ceilings: once, GPU idle
@@ -166,7 +170,7 @@ class VerifierPool:
             if slot.proc is not None:
                 self.memory.remove(slot.proc.pid)
                 slot.proc.kill()
-        for q in self._refs.values():
+        for q in list(self._refs.values()) + list(self._timers.values()):
             while not q.empty():
                 q.get_nowait().kill()
         self.memory.close()
@@ -238,12 +242,19 @@ class VerifierPool:
     def acquire_reference(self, gpu: int) -> procs.Proc:
         return self._refs[gpu].get()
 
-    def release_reference(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
+    def release_reference(self, gpu: int, proc: procs.Proc, broken: bool, timer: bool = False) -> None:
         if broken:
             self.live.pop(proc.pid, None)
             proc.kill()
             proc = self._start_reference(gpu, 99)
-        self._refs[gpu].put(proc)
+        (self._timers if timer else self._refs)[gpu].put(proc)
+
+    def acquire_timer(self, gpu: int) -> procs.Proc:
+        """A reference process for compiling and timing references (a plain one on pools without)."""
+        return self._timers[gpu].get() if self._n_timers else self._refs[gpu].get()
+
+    def release_timer(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
+        self.release_reference(gpu, proc, broken, timer=bool(self._n_timers))
 
     def verify(self, problem: Any, candidate_source: str, timeout: float | None = None,
                static_checks: bool | None = None) -> Verdict:

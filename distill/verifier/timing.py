@@ -30,7 +30,7 @@ L2_FLUSH_BYTES = 256 << 20
 # Warm-up runs at least this long as well as the asked-for number of calls: an idle GPU sits at low
 # clocks, and a short burst is timed while they ramp (seen on the H100: one softmax kernel measured
 # 0.058 to 0.115 ms over four verifications in a row).
-WARMUP_MS = 15.0
+WARMUP_MS = 10.0
 WARMUP_MAX_CALLS = 1000
 
 
@@ -90,13 +90,13 @@ class Samples:
 
 
 # Halves a few microseconds apart are not instability: kernels that short move by that much.
-UNSTABLE_ABS_MS = 0.003
+UNSTABLE_ABS_MS = 0.005
 # Side-work test: the sync after a call may add this much over an empty call's before it counts.
 GAP_SLACK_MS = 0.01
 GAP_SLACK_REL = 0.2
 # The stream window's pad: the host gets this multiple of one call's host time to enqueue the call.
-PAD_FACTOR = 1.5
-PAD_MIN_MS, PAD_MAX_MS = 0.05, 5.0
+PAD_FACTOR = 2.0
+PAD_MIN_MS, PAD_MAX_MS = 0.08, 5.0
 _cycles_per_ms: list[float] = []
 
 

@@ -66,7 +66,8 @@ def test_cpu_suite_cross_section_on_gpu(gpu_pool, name):
     case = next(c for c in MANIFEST["cases"] if c["name"] == name)
     v = gpu_pool.verify(problem(case["problem"]), hostile(name), static_checks=False)
     assert v.status == case.get("runtime", case["status"]), f"{name}: {v.status}: {v.reason}"
-    assert gpu_pool.verify(problem("add"), honest("add")).status == "pass"
+    after = gpu_pool.verify(problem("add"), honest("add"))
+    assert after.status == "pass", after.reason
 
 
 def test_same_kernel_timed_twice_agrees(gpu_pool):

@@ -195,3 +195,33 @@ def test_timing_gate_pauses_every_other_process_group_and_resumes_them():
         for k in kids:
             k.kill()
             k.wait()
+
+
+def test_timing_gate_keeps_the_parents_threads_off_the_timing_core():
+    import os
+    import threading
+
+    from distill.verifier.gate import TimingGate
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    core = cores[-1]
+    seen: dict[str, set] = {}
+    inside, done = threading.Event(), threading.Event()
+
+    def bystander():  # a thread of the parent that is not the one timing
+        inside.wait()
+        seen["during"] = os.sched_getaffinity(0)
+        done.set()
+
+    t = threading.Thread(target=bystander)
+    t.start()
+    gate = TimingGate(lambda: [], core=core)
+    with gate.quiet(keep=0):
+        seen["main"] = os.sched_getaffinity(0)
+        inside.set()
+        done.wait(5)
+    t.join()
+    assert core not in seen["during"] and core not in seen["main"]
+    assert core in os.sched_getaffinity(0)  # restored
