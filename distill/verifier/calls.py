@@ -149,9 +149,10 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
         report["sequence"], report["bad_type"] = seq, problem
         if tensors is not None:
             report["aliases"] = aliasing(tensors, inputs)
-            # Copies now: a candidate may hand back the same buffer next call, or write it later.
+            # Copies now: a candidate may hand back the same buffer next call, or write it later. On
+            # the device (microseconds); the reply's encoding moves them to the host in one copy.
             report["outputs"] = [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type,
-                                  "shape": list(t.shape), "data": t.detach().to("cpu", copy=True)} for t in tensors]
+                                  "shape": list(t.shape), "data": t.detach().clone()} for t in tensors]
     try:
         report["out_of_bounds"] = (mode.bands.breaches() + (input_bands.breaches() if input_bands else [])
                                    if err is None else [])

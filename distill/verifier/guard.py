@@ -199,9 +199,10 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                 if st["recording"] and not st["in_launch"]:
                     st["aten"][args[0]] = st["aten"].get(args[0], 0) + 1
                 return None
-            if kind == "stream":  # from the timing's dispatch mode: the stream an ATen op ran on
-                if st["recording"] and not st["in_launch"] and type(args[0]) is int:
+            if kind == "stream":  # from the timing's dispatch mode: (stream, ATen op) of one op
+                if st["recording"] and not st["in_launch"] and len(args) == 2 and type(args[0]) is int:
                     st["streams"][args[0]] = st["streams"].get(args[0], 0) + 1
+                    st["aten"][args[1]] = st["aten"].get(args[1], 0) + 1
                 return None
             if kind == "blocked":  # a compute kernel override fired: recorded even if caught
                 if not st["in_launch"]:

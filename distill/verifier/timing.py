@@ -91,9 +91,11 @@ class Samples:
 
 # Halves a few microseconds apart are not instability: kernels that short move by that much.
 UNSTABLE_ABS_MS = 0.005
-# Side-work test: the sync after a call may add this much over an empty call's before it counts.
-GAP_SLACK_MS = 0.01
-GAP_SLACK_REL = 0.2
+# Side-work test: the sync after a call may add this much over an empty call's before it counts
+# (host wake-up after a sync jitters by tens of microseconds on a busy box; work put on another
+# stream is caught by the stream check first, this test is the backstop).
+GAP_SLACK_MS = 0.03
+GAP_SLACK_REL = 0.5
 # The stream window's pad: the host gets this multiple of one call's host time to enqueue the call.
 PAD_FACTOR = 2.0
 PAD_MIN_MS, PAD_MAX_MS = 0.08, 5.0
