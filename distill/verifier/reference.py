@@ -27,10 +27,12 @@ def _to(x: Any, device: torch.device) -> Any:
 
 
 def _outputs(out: Any) -> tuple[list[torch.Tensor], bool]:
+    """Copies on the device (a later forward may reuse the buffers); the reply's encoding moves
+    them to the host in one copy."""
     if isinstance(out, torch.Tensor):
-        return [out.detach().to("cpu")], False
+        return [out.detach().clone()], False
     if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
-        return [t.detach().to("cpu") for t in out], True
+        return [t.detach().clone() for t in out], True
     raise ProblemError(f"reference forward returned {type(out).__name__}, not a tensor or tuple of tensors")
 
 
