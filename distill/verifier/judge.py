@@ -188,7 +188,7 @@ def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, m
                             "window": samples.window, "fallback": rep.get("fallback") or None,
                             "synced_ms": statistics.median(synced) if synced else None,
                             "pad_ms": rep.get("pad_ms"), "host_ms": rep.get("host_ms"),
-                            "retried_unstable": bool(rep.get("retried"))}
+                            "retried_unstable": bool(rep.get("retried")), "late_trials": rep.get("late")}
     if (rep.get("launches") or 0) < min_launches * n_calls:
         return Finding("timing_invalid", f"{rep.get('launches')} own kernel launches while timed, expected "
                        f"{min_launches * n_calls}: results were replayed, not computed"), info
