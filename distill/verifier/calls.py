@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy
 import torch
 
-from distill.verifier import guard, provenance
+from distill.verifier import codec, guard, provenance
 from distill.verifier.bands import Bands
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
@@ -66,10 +66,7 @@ def refill(buffers: list | None, values: list, device: torch.device, bands: Band
 
 def host_bits(t: torch.Tensor) -> numpy.ndarray:
     """A tensor's raw bytes on the host, as a uint8 array (NaN payloads and signed zeros included)."""
-    raw = t.detach()
-    if raw.is_complex():
-        raw = torch.view_as_real(raw)
-    return raw.to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()
+    return codec.raw_u8(t.to("cpu")).numpy()
 
 
 def _same_bits(x: torch.Tensor, pristine: Any) -> bool:

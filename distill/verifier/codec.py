@@ -31,8 +31,6 @@ DTYPES: dict[str, tuple[torch.dtype, int]] = {
     "complex64": (torch.complex64, 8),
 }
 _NAME_OF = {dt: name for name, (dt, _) in DTYPES.items()}
-# Same-width integer types used to reach raw bytes (numpy has no bfloat16).
-_RAW_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_DEPTH = 32
 MAX_HEADER = 64 << 20
 
@@ -51,14 +49,8 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
     """Raw bytes of a plain tensor (copied to host, contiguous); never calls into subclass code."""
     if type(t) is not torch.Tensor:
         raise CodecError(f"only exact torch.Tensor can be encoded, got {type(t).__name__}")
-    host = t.detach().to("cpu").contiguous()
-    if host.numel() == 0:
-        return b""
-    width = DTYPES[dtype_name(host.dtype)][1]
-    if host.dtype.is_complex:
-        host = torch.view_as_real(host).contiguous()
-        width = 4
-    return host.view(_RAW_VIEW[width]).numpy().tobytes()
+    dtype_name(t.dtype)  # only dtypes the wire knows
+    return raw_u8(t.to("cpu")).numpy().tobytes()
 
 
 ARENA_ALIGN = 64
@@ -92,7 +84,7 @@ class Arena:
 
     def put(self, t: torch.Tensor) -> int | None:
         """Write `t`'s raw bytes (from host or device); their offset, or None when full."""
-        raw = _raw_u8(t)
+        raw = raw_u8(t)
         off = -(-self.top // ARENA_ALIGN) * ARENA_ALIGN
         if off + raw.numel() > self.size:
             return None
@@ -107,7 +99,10 @@ class Arena:
         return self.buf[off:off + nbytes].clone()
 
 
-def _raw_u8(t: torch.Tensor) -> torch.Tensor:
+def raw_u8(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's raw bytes as a flat uint8 tensor where the tensor lives (NaN payloads, signed
+    zeros and padding-free complex pairs included): what the wire, the arena, the inputs-unchanged
+    check and the input fingerprints all read."""
     if t.dtype.is_complex:
         t = torch.view_as_real(t)
     return t.detach().contiguous().reshape(-1).view(torch.uint8)

@@ -49,9 +49,12 @@ class TimingGate:
         self._lock = threading.Lock()
         self.core = core  # pin the timed process here while it is timed
         self._pids = pids  # every live worker/reference process (group leader) on this GPU
-        self.paused_s = 0.0
         # Where exclusive time goes: stopping the others, and held in all.
         self.stats = {"timings": 0, "stop_s": 0.0, "held_s": 0.0}
+
+    @property
+    def paused_s(self) -> float:
+        return self.stats["held_s"]
 
     @contextmanager
     def quiet(self, keep: int) -> Iterator[None]:
@@ -79,7 +82,6 @@ class TimingGate:
                         os.killpg(pid, signal.SIGCONT)
                     except OSError:
                         continue
-                self.paused_s += time.monotonic() - t0
                 self.stats["held_s"] += time.monotonic() - t0
                 self.stats["timings"] += 1
 

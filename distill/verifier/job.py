@@ -208,7 +208,8 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         lap("run")
-        for k, sec in (run.get("run_s") or {}).items() if isinstance(run.get("run_s"), dict) else ():
+        run_s = run.get("run_s")
+        for k, sec in (run_s.items() if isinstance(run_s, dict) else ()):
             phases[f"run.{k}"] = round(float(sec), 4)
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
         found.checks["phase_s"] = phases

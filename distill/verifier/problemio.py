@@ -14,6 +14,7 @@ from typing import Any
 import numpy
 import torch
 
+from distill.verifier import codec
 
 
 class ProblemError(ValueError):
@@ -47,16 +48,17 @@ def make_inputs(mod: types.ModuleType, seed: int, device: torch.device | str = "
     device, so the values (and the fingerprints the parent compares) agree. A `get_inputs` that
     cannot run that way (one that reads values back with `.numpy()`) runs on the host."""
     device = torch.device(device)
+    values = None
     if device.type != "cpu":
         try:
             seed_all(seed)
             with device:
                 values = list(mod.get_inputs())
-            return [v.detach().to(device) if isinstance(v, torch.Tensor) else v for v in values]
         except Exception:  # noqa: BLE001 - the host path below reports a real problem error
-            pass
-    seed_all(seed)
-    values = list(mod.get_inputs())
+            values = None
+    if values is None:
+        seed_all(seed)
+        values = list(mod.get_inputs())
     return [v.detach().to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
@@ -75,13 +77,9 @@ def fingerprint(values: list[Any]) -> list[str]:
 
 
 def _checksum(t: torch.Tensor) -> str:
-    raw = t.detach()
-    if raw.is_complex():
-        raw = torch.view_as_real(raw)
-    raw = raw.contiguous().reshape(-1)
-    if raw.numel() == 0:
+    u8 = codec.raw_u8(t)
+    if u8.numel() == 0:
         return "empty"
-    u8 = raw.view(torch.uint8)
     try:
         words = (u8.view(torch.int32) if u8.numel() % 4 == 0 else u8).to(torch.int64)
     except RuntimeError:  # a storage offset that is not a whole number of words

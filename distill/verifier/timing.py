@@ -202,9 +202,13 @@ def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_wa
     # The flush runs on the GPU while the host enqueues too: the pad covers the rest of one call's
     # host time, with PAD_FACTOR for margin (re-sized below from the protocol's own warm-up).
     flush_ms = _flush_ms(flush)
-    need = PAD_FACTOR * out.host_ms - flush_ms if host else PAD_MAX_MS
-    out.pad_ms = min(PAD_MAX_MS, max(PAD_MIN_MS, need))
-    pad = [int(out.pad_ms * _sleep_cycles_per_ms())]
+    pad = [0]
+
+    def size_pad(host_ms: float) -> None:
+        out.pad_ms = min(PAD_MAX_MS, max(PAD_MIN_MS, host_ms - flush_ms))
+        pad[0] = int(out.pad_ms * _sleep_cycles_per_ms())
+
+    size_pad(PAD_FACTOR * out.host_ms if host else float("inf"))
     synced = [_EVENT(enable_timing=True) for _ in range(n_trials)]
 
     def trial(i: int, fn: Callable[[int], Any], s: Any, e: Any, d: Any) -> tuple[Any, float]:
@@ -230,9 +234,7 @@ def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_wa
         i += 1
     if len(enq) >= 5:
         enq.sort()
-        p90 = enq[int(0.9 * (len(enq) - 1))]
-        out.pad_ms = min(PAD_MAX_MS, max(PAD_MIN_MS, PAD_P90_FACTOR * p90 - flush_ms))
-        pad[0] = int(out.pad_ms * _sleep_cycles_per_ms())
+        size_pad(PAD_P90_FACTOR * enq[int(0.9 * (len(enq) - 1))])
     # The sync's own cost, from calls that do nothing: the yardstick for work left on other streams.
     n_base = 10
     base = [[_EVENT(enable_timing=True) for _ in range(3)] for _ in range(n_base)]
@@ -257,8 +259,7 @@ def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_wa
         # more, with a pad sized on this run's slow trials. Trials are never dropped one by one: a
         # candidate could then choose which of its calls count.
         enqueue.sort()
-        out.pad_ms = min(PAD_MAX_MS, max(PAD_MIN_MS, PAD_FACTOR * enqueue[int(0.95 * (n_trials - 1))] - flush_ms))
-        pad[0] = int(out.pad_ms * _sleep_cycles_per_ms())
+        size_pad(PAD_FACTOR * enqueue[int(0.95 * (n_trials - 1))])
         enqueue = measure()
         out.late = sum(ms > flush_ms + out.pad_ms for ms in enqueue)
     out.base_gap_ms = statistics.median(float(_ELAPSED(e, d)) for _, e, d in base)
