@@ -3,6 +3,8 @@
 Every well-conditioned program must pass. A program whose fp32 reference disagrees with its own
 fp64 evaluation (distill.lowering.conditioning) cannot be matched by any fp32 kernel except a
 bit-identical replay of torch; those are verified too, reported, and not counted against the lowering.
+(The verifier's inputs are secret and fresh, so a program that failed is probed on 200 draws, not 2:
+some are ill-conditioned on about one draw in a hundred.)
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ def test_every_well_conditioned_program_passes(vpool, capsys, level):
     problems = synth.sample(200, level=level, seed=2026 + level)
     verdicts = vpool.verify_many([(p, lower(p).source) for p in problems])
     fair = [fp32_agrees_with_fp64(p) for p in problems]
+    # The verifier draws fresh secret inputs; a program ill-conditioned on a few draws in a hundred
+    # passes the 2-draw probe above. A program that failed gets a 200-draw probe before it counts.
+    fair = [ok and (v.status == "pass" or fp32_agrees_with_fp64(p, trials=200, seed=1000))
+            for p, v, ok in zip(problems, verdicts, fair)]
     bad = [f"{p.problem_id} {p.ops}: {v.status}: {v.reason[:200]}"
            for p, v, ok in zip(problems, verdicts, fair) if ok and v.status != "pass"]
     ill = [(p, v) for p, v, ok in zip(problems, verdicts, fair) if not ok]
