@@ -189,9 +189,14 @@ class VLLMSampler:
         self.eos = eos_ids(tokenizer)
 
     def refresh(self, model: Any) -> None:
+        # vLLM's own in-place reload, not `model.load_weights`: after loading, the CPU build repacks
+        # each linear's weight for oneDNN and leaves an empty `Parameter` behind (no `weight_loader`),
+        # so a second plain load fails. `reload_weights` restores the checkpoint-format layout, loads
+        # the HF-named tensors and re-runs the post-load processing, on any platform.
         weights = [(k, v.to(self.dtype)) for k, v in export_weights(model)]
         try:
-            self.llm.apply_model(lambda m: m.load_weights(weights))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                             "is_checkpoint_format": True})
         finally:
             restore_after_export(model)
         self.llm.reset_prefix_cache()
