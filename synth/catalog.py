@@ -8,6 +8,7 @@ naming the file, the op and the field at fault.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ from typing import Any
 
 import jinja2
 
-DATA_DIR = Path(os.environ.get("TRITONFORGE_DATA", Path(__file__).resolve().parents[1] / "data"))
+# The packaged data (the checkout's data/ folder, installed as `tritonforge_data`), found through the
+# import system so it works outside the checkout; $TRITONFORGE_DATA points at another copy.
+DATA_DIR = Path(os.environ.get("TRITONFORGE_DATA") or str(importlib.resources.files("tritonforge_data")))
 
 KINDS = {
     "map": 1, "broadcast": 2, "reduce": 1, "along": 1, "transpose": 1, "permute": 1,

@@ -22,9 +22,11 @@ _SHARED = "_shared"
 
 
 def prompts_dir() -> Path:
-    """The prompts folder: $TRITONFORGE_PROMPTS, else the repository's data/prompts."""
+    """The prompts folder: $TRITONFORGE_PROMPTS, else the packaged data's prompts/."""
+    from synth.catalog import DATA_DIR
+
     env = os.environ.get("TRITONFORGE_PROMPTS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "data" / "prompts"
+    return Path(env) if env else DATA_DIR / "prompts"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ does not pass, or leaves its worker tainted, gets its worker killed and replaced
 """
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import queue
 import shutil
@@ -25,10 +26,15 @@ DEFAULT_MEMORY_MB = {"cpu": 4096, "cuda": 16384}
 
 
 def _trusted_roots() -> list[str]:
+    """Where trusted code lives: the interpreter's own paths, every folder holding an installed
+    distribution (a user site, a `.pth`- or PYTHONPATH-added site dir: torch may be imported from
+    there), and the verifier itself. The working directory is left out even when it holds metadata."""
     paths = sysconfig.get_paths()
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots |= {str(d.locate_file("")) for d in importlib.metadata.distributions()}
     roots.add(os.path.dirname(os.path.abspath(__file__)))
-    return sorted(os.path.realpath(r) for r in roots)
+    cwd = os.path.realpath(os.getcwd())
+    return sorted({os.path.realpath(r) for r in roots if r and os.path.isabs(r)} - {cwd})
 
 
 def _toolchain() -> list[str]:

@@ -6,7 +6,7 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="build config (TOML), e.g. data/configs/demo.toml")
+    p.add_argument("config", help="build config (TOML), or a shipped config's name, e.g. demo")
     p.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
     p.add_argument("--scheduler", help="address of a running dask scheduler (default: a local cluster)")
     p.add_argument("--no-card", action="store_true", help="skip the dataset card and its plots")

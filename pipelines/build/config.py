@@ -161,9 +161,12 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> BuildConfig:
 
 
 def load_config(path: str | Path) -> BuildConfig:
-    path = Path(path)
+    """Read and check a build config: a TOML file, or the name of a shipped one (`demo`)."""
+    from pipelines.configs import resolve_config, shipped_configs
+
+    path = resolve_config(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {path} (shipped configs: {', '.join(shipped_configs())})")
     try:
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:

@@ -10,7 +10,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="TOML config (see data/configs/grpo-tiny.toml)")
+    parser.add_argument("config", help="TOML config, or a shipped config's name (e.g. grpo-tiny; see data/configs/)")
     parser.add_argument("--out", default=None, help="output folder (overrides the config's `out`; "
                         "default out/NAME); a folder with a checkpoint is resumed")
     parser.add_argument("--steps", type=int, default=None, help="train to this many steps (overrides `steps`)")

@@ -257,8 +257,11 @@ def parse_config(raw: dict[str, Any], out: str | None = None) -> GRPOConfig:
 
 
 def load_config(path: str | Path, out: str | None = None) -> GRPOConfig:
-    """Read and check a TOML config; raises ConfigError naming the key, or OSError for the file."""
-    text = Path(path).read_text()
+    """Read and check a TOML config (a file, or a shipped config's name such as `grpo-tiny`); raises
+    ConfigError naming the key, or OSError for the file."""
+    from pipelines.configs import resolve_config
+
+    text = resolve_config(path).read_text()
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

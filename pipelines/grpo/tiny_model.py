@@ -14,8 +14,6 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -27,9 +25,11 @@ HOSTILE_GENERATION_CONFIG = {"max_new_tokens": 8, "temperature": 0.05, "top_p": 
 
 
 def _corpus() -> list[str]:
+    from synth.catalog import DATA_DIR
+
     texts = []
-    for path in sorted((REPO / "data" / "prompts").rglob("*")):
-        if path.is_file():
+    for path in sorted((DATA_DIR / "prompts").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:   # an installed copy has byte-compiled examples
             texts.append(path.read_text())
     texts.append("def forward(self, x):\n    return torch.relu(x)\n<think>plan the kernel</think>\n")
     return texts * 4
