@@ -30,7 +30,7 @@ def _problems(n: int):
         import synth
 
         return synth.sample(n=n, levels=[1, 2, 3, 5], seed=0)
-    except Exception as exc:  # the sampler is optional here: fall back to the fixture problems
+    except Exception as exc:  # noqa: BLE001 - the sampler is optional here: fall back to the fixture problems
         print(f"(synth.sample unavailable: {exc}; using fixture problems)", file=sys.stderr)
         import dataclasses
 

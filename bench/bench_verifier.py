@@ -44,7 +44,7 @@ def scaled(name: str, device: str) -> str:
     src = (FIX / "problems" / f"{name}.py").read_text()
     if device != "cuda":
         return src
-    line = next(l for l in src.splitlines() if re.match(r"^[A-Z_, ]+ = ", l))
+    line = next(ln for ln in src.splitlines() if re.match(r"^[A-Z_, ]+ = ", ln))
     names = [n.strip() for n in line.split("=")[0].split(",")]
     values = ", ".join(str(GPU_SIZES[name][n]) for n in names)
     return src.replace(line, f"{line.split('=')[0].rstrip()} = {values}", 1)
@@ -123,7 +123,7 @@ def run_baseline(pairs: list, device: str, k: int) -> dict:
     honest = [p for p in pairs if p[0] == "honest"][:k]
     tmp = Path(tempfile.mkdtemp(prefix="tf-baseline-"))
     times, oks = [], 0
-    for i, (_, name, psrc, csrc) in enumerate(honest):
+    for i, (_, _name, psrc, csrc) in enumerate(honest):
         (tmp / f"p{i}.py").write_text(psrc)
         (tmp / f"c{i}.py").write_text(csrc)
         env = dict(os.environ, TRITON_INTERPRET="1" if device == "cpu" else "0")

@@ -68,7 +68,7 @@ def _load_problems(path: Path) -> list["Problem"]:
     for f in files:
         try:
             rows = pq.read_table(f).to_pylist()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any read failure is the user's file, reported with its path
             raise ValueError(f"{f}: not a readable Parquet file ({exc})") from None
         for i, row in enumerate(rows):
             try:

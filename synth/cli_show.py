@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         problems = read_problems(path)
-    except Exception as exc:  # not Parquet, or not a problems shard
+    except Exception as exc:  # noqa: BLE001 - not Parquet, or not a problems shard
         print(f"tritonforge show: error: cannot read {path}: {exc}", file=sys.stderr)
         return 2
     if not -len(problems) <= args.index < len(problems):

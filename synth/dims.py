@@ -85,7 +85,7 @@ def evaluate(d: Dim, assign: dict[int, Any], memo: dict[int, Any] | None = None)
     if memo is not None and id(d) in memo:
         return memo[id(d)]
     env = {k: evaluate(v, assign, memo) for k, v in d.env.items()}
-    value = eval(d.code, {"__builtins__": SAFE_BUILTINS}, env)  # catalog expressions are project data
+    value = eval(d.code, {"__builtins__": SAFE_BUILTINS}, env)  # noqa: S307 - catalog expressions are project data
     if memo is not None:
         memo[id(d)] = value
     return value

@@ -4,7 +4,7 @@
 
 | kind | the bug | the verifier should say |
 |---|---|---|
-| `drop_mask` | a kernel whose tiles hang over its data loses every mask (tails run off the tensors) | `runtime_error` (the guard bands saw an out-of-bounds store) |
+| `drop_mask` | a kernel whose tiles hang over its data loses every mask (tails run off the tensors) | `runtime_error` (guard bands saw out-of-bounds stores) |
 | `off_by_one` | one store lands one element further | `runtime_error` (the last lane stores out of bounds) |
 | `torch_op` | one kernel launch is replaced by the reference's own torch statements | `not_triton` |
 | `first_block` | one launch runs only its first program (grid axis 0 = 1) | `wrong_output` |
@@ -209,7 +209,7 @@ def wrong_dtype(tree: ast.Module, ctx: dict) -> str | None:
 def write_input(tree: ast.Module, ctx: dict) -> str | None:
     fwd = _forward(tree)
     prog = ctx["program"]
-    for i, name, call in _allocs(fwd):
+    for i, name, _call in _allocs(fwd):
         val = prog.values.get(name)
         if val is None or val.dtype != "f32":
             continue

@@ -226,8 +226,8 @@ class Planner:
                 fam = self.families[anchor.template]
                 extra = list(fam.out_steps(anchor.op))
                 try:
-                    expr = map_leaves(k.expr, lambda lf: Acc() if lf.value == anchor.root
-                                      else Load(self._checked(lf.with_steps(extra))))
+                    expr = map_leaves(k.expr, lambda lf: Acc() if lf.value == anchor.root  # noqa: B023 - applied here, in this iteration
+                                      else Load(self._checked(lf.with_steps(extra))))  # noqa: B023
                     tgt = k.target.leaf().with_steps(extra)
                     tgt.layout  # noqa: B018
                 except ViewFailed:

@@ -155,7 +155,7 @@ class Teacher(ABC):
     def provenance(self) -> dict[str, Any]:
         return {"backend": self.backend, "model": self.model}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: most teachers hold nothing
         """Release engines, sessions, files. Safe to call twice."""
 
     def __enter__(self) -> "Teacher":

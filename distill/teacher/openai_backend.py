@@ -44,7 +44,7 @@ def _run_sync(coro: Any) -> Any:
     def run() -> None:
         try:
             box["value"] = asyncio.run(coro)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
     t = threading.Thread(target=run, daemon=True)
@@ -98,7 +98,7 @@ class OpenAITeacher(Teacher):
         def runner() -> None:
             try:
                 asyncio.run(self._run_all(requests, out, stop))
-            except BaseException as exc:  # surface loop failures in the consumer's thread
+            except BaseException as exc:  # noqa: BLE001 - surface loop failures in the consumer's thread
                 out.put(exc)
             finally:
                 out.put(_DONE)

@@ -177,7 +177,7 @@ class VLLMTeacher(Teacher):
         self.llm = None
         try:
             llm.llm_engine.engine_core.shutdown()
-        except Exception:  # best effort: the engine may already be gone
+        except Exception:  # noqa: BLE001 - best effort: the engine may already be gone
             pass
 
     # -- helpers ---------------------------------------------------------------------------
@@ -194,7 +194,7 @@ class VLLMTeacher(Teacher):
         """Why this conversation cannot fit the context, or None. Tokenizes only near the limit."""
         try:
             text = self.tokenizer.apply_chat_template(req.messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a user's template may raise anything; reported per request
             return f"chat template failed: {type(exc).__name__}: {exc}"
         # Byte-level tokenizers never make more tokens than bytes; only near the limit count exactly.
         if len(text.encode("utf-8")) + 16 < self.max_model_len:
@@ -209,14 +209,14 @@ class VLLMTeacher(Teacher):
         params = [self._params(r) for r in reqs]
         try:
             return list(self.llm.enqueue_chat([r.messages for r in reqs], params, use_tqdm=False)), reqs, []
-        except Exception:
+        except Exception:  # noqa: BLE001 - vLLM's rejection types vary; the loop below finds the request
             pass  # vLLM aborted what it had added; find which request it objects to
         ids, kept, failures = [], [], []
         for r, p in zip(reqs, params):
             try:
                 ids.extend(self.llm.enqueue_chat([r.messages], [p], use_tqdm=False))
                 kept.append(r)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported per request
                 failures.extend(self._errors(r, f"vLLM rejected the request: {type(exc).__name__}: {exc}"))
         return ids, kept, failures
 

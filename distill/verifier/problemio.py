@@ -25,7 +25,7 @@ def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.Modul
     key = hashlib.sha256(source.encode()).hexdigest()
     if key not in cache:
         mod = types.ModuleType(f"tritonforge_problem_{key[:12]}")
-        exec(compile(source, f"<problem {key[:12]}>", "exec"), mod.__dict__)  # trusted: synth's own text
+        exec(compile(source, f"<problem {key[:12]}>", "exec"), mod.__dict__)  # noqa: S102 - trusted: synth's own text
         for name in ("Model", "get_inputs", "get_init_inputs"):
             if name not in mod.__dict__:
                 raise ProblemError(f"problem defines no {name}")

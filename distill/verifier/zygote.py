@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import torch
-import triton
+import triton  # noqa: F401 - preloaded for the forks
 
 from distill.verifier import provenance, reference, worker  # noqa: F401 - preloaded for the forks
 

@@ -129,7 +129,7 @@ class Rewarder:
             jobs.setdefault(key, []).append(i)
         if jobs:
             verdicts = self._verify_all([(items[idx[0]][0], code) for (_, code), idx in jobs.items()])
-            for (key, idx), res in zip(jobs.items(), verdicts):
+            for (_key, idx), res in zip(jobs.items(), verdicts):
                 for i in idx:
                     results[i] = res
         return [r if r is not None else failed("error", "not scored") for r in results]
@@ -154,7 +154,7 @@ class Rewarder:
     def _verify_one(self, reference: str, code: str) -> RewardResult:
         try:
             v = self.pool.verify(reference, code)
-        except Exception as exc:  # the reward must never take the run down
+        except Exception as exc:  # noqa: BLE001 - the reward must never take the run down
             return failed("error", f"verifier raised {type(exc).__name__}: {exc}"[:300])
         return from_verdict(v.status, v.speedup_eager, self.cfg.scheme, self.cfg.log_speedup_clip, v.reason)
 

@@ -149,7 +149,7 @@ def restore_after_export(model: Any) -> None:
 def vllm_available() -> bool:
     try:
         import vllm  # noqa: F401
-    except Exception:
+    except Exception:  # noqa: BLE001 - a broken install means no vLLM, whatever it raises
         return False
     return True
 
@@ -220,5 +220,5 @@ class VLLMSampler:
         llm, self.llm = self.llm, None
         try:
             llm.llm_engine.engine_core.shutdown()
-        except Exception:  # best effort: the engine may already be gone
+        except Exception:  # noqa: BLE001 - best effort: the engine may already be gone
             pass

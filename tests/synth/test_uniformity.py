@@ -1,9 +1,7 @@
 """Exact uniformity: op sequences over M^k, and sizes/attributes over the feasible set."""
 import itertools
-import math
 from collections import Counter
 
-import numpy as np
 import pytest
 
 import synth
@@ -88,22 +86,22 @@ def test_attribute_and_shape_joint_uniform_conv1d():
     dims, cap = (1, 2, 4), 8   # 1,002 feasible points
     a = cat.attrs
     feasible = []
-    for n, c, l, o, k, s, p, d, g in itertools.product(dims, dims, dims, dims, a["kernel_size"], a["stride"],
+    for n, c, length, o, k, s, p, d, g in itertools.product(dims, dims, dims, dims, a["kernel_size"], a["stride"],
                                                         a["padding"], a["dilation"], a["groups"]):
-        lo = (l + 2 * p - d * (k - 1) - 1) // s + 1
+        lo = (length + 2 * p - d * (k - 1) - 1) // s + 1
         if lo < 1 or c % g or o % g:
             continue
-        if max(n * c * l, n * o * lo, o * (c // g) * k, o) > cap:
+        if max(n * c * length, n * o * lo, o * (c // g) * k, o) > cap:
             continue
-        feasible.append((n, c, l, o, k, s, p, d, g))
+        feasible.append((n, c, length, o, k, s, p, d, g))
     cfg = SampleConfig(dims=dims, max_elements=cap, flop_window=(0, 1e12), max_op_flops=1e12, check=False)
     n_samples = 8 * len(feasible)
     counts = Counter()
     for pr in synth.sample(n_samples, level=1, seed=4, ops=["conv1d"], config=cfg):
         node = pr.graph.nodes["y0"]
         at = node["attrs"]
-        (n, c, l), = pr.input_shapes
-        counts[(n, c, l, node["shape"][1], at["kernel_size"], at["stride"], at["padding"], at["dilation"],
+        (n, c, length), = pr.input_shapes
+        counts[(n, c, length, node["shape"][1], at["kernel_size"], at["stride"], at["padding"], at["dilation"],
                 at["groups"])] += 1
     assert set(counts) <= set(feasible)
     stat, crit = chi2_uniform(counts, feasible)
