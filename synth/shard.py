@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from synth.atomic_write import atomic_path
 from synth.problem import Problem
 
 PROBLEM_SCHEMA = pa.schema([
@@ -32,15 +32,8 @@ PROBLEM_SCHEMA = pa.schema([
 def write_atomic(table: pa.Table, path: str | os.PathLike, row_group_size: int = 1024) -> Path:
     """Write to a temporary name in the target folder, then rename: readers never see half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp, row_group_size=row_group_size, compression="zstd")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

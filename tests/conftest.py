@@ -19,3 +19,12 @@ def built_dataset(tmp_path_factory):
     manifest = build(load_config(write_config(tmp, size=4, shard_size=2)), out, progress=False)
     write_card(out, manifest)
     return out
+
+
+@pytest.fixture
+def umask():
+    """`umask(0o022)` sets the process umask for the rest of the test; the old one is restored after."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield os.umask
+    os.umask(old)

@@ -1,7 +1,6 @@
 """The `samples.parquet` row (one per attempt), its explicit pyarrow schema, and the atomic writer."""
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
@@ -77,18 +76,13 @@ def write_samples(out_dir: str | Path, attempts: Iterable[Attempt]) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from synth.atomic_write import atomic_path
+
     schema = samples_schema()
     table = pa.Table.from_pylist([a.to_row() for a in attempts], schema=schema)
-    final = out / SAMPLES_FILE
-    tmp = out / f".{SAMPLES_FILE}.{os.getpid()}.tmp"
-    try:
+    final = Path(out_dir) / SAMPLES_FILE
+    with atomic_path(final) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return final
 
 

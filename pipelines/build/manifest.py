@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from curriculum.shards import shard_files
+from synth.atomic_write import atomic_write_text
 
 
 def _rows(folder: Path) -> int:
@@ -45,7 +45,5 @@ def write_manifest(cfg, out: Path, shards, results: dict[str, dict[str, Any]], s
                     "teach_verify_task_s": round(teach_s, 2)},
         "shards": {"total": len(shards), "resumed": sum(1 for r in results.values() if r.get("resumed"))},
     }
-    tmp = out / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=list))
-    os.replace(tmp, out / "manifest.json")
+    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=list))
     return manifest

@@ -7,7 +7,6 @@ rerun after any crash (client or worker, at any moment) finishes the same datase
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pipelines.build.config import BuildConfig, ConfigError
 from pipelines.build.manifest import write_manifest
 from pipelines.build.plan import plan
 from pipelines.build.tasks import sample_shard, teach_verify_shard
+from synth.atomic_write import atomic_write_text
 
 STAMP = "build.json"
 
@@ -29,10 +29,8 @@ def _check_stamp(cfg: BuildConfig, out: Path) -> None:
             raise ConfigError(f"{out} was built with another config (digest {old.get('config_digest')}, this one is "
                               f"{cfg.digest()}); use a new --out or delete the folder")
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / f".{STAMP}.tmp"
-        tmp.write_text(json.dumps({"config_digest": cfg.digest(), "config": cfg.to_dict()}, indent=1, default=list))
-        os.replace(tmp, stamp)
+        atomic_write_text(stamp, json.dumps({"config_digest": cfg.digest(), "config": cfg.to_dict()}, indent=1,
+                                            default=list))
 
 
 def _client(cfg: BuildConfig, scheduler: str | None):

@@ -18,6 +18,7 @@ from curriculum.schemas import RL_SCHEMA, SFT_SCHEMA
 from curriculum.shards import write_rows
 from pipelines.build.config import BuildConfig
 from pipelines.build.plan import Shard
+from synth.atomic_write import atomic_write_text
 
 _TEACHERS: dict[str, Any] = {}
 _VERIFIERS: dict[tuple, Any] = {}
@@ -49,12 +50,7 @@ def _finished(out: Path, task: str) -> dict[str, Any] | None:
 
 
 def _finish(out: Path, task: str, summary: dict[str, Any]) -> dict[str, Any]:
-    import os
-
-    (out / DONE).mkdir(parents=True, exist_ok=True)
-    tmp = out / DONE / f".{task}.tmp"
-    tmp.write_text(json.dumps(summary, sort_keys=True))
-    os.replace(tmp, out / DONE / f"{task}.json")
+    atomic_write_text(out / DONE / f"{task}.json", json.dumps(summary, sort_keys=True))
     return {**summary, "resumed": False}
 
 

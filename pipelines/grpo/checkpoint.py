@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from synth.atomic_write import apply_umask, atomic_write_text
+
 KEEP = 2  # checkpoints kept besides the latest
 
 
@@ -56,12 +58,11 @@ def save(root: str | Path, state: TrainerState, model: Any, tokenizer: Any, opti
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(_rng_state(), tmp / "rng.pt")
     (tmp / "trainer.json").write_text(json.dumps(state.__dict__, indent=2, sort_keys=True))
+    apply_umask(tmp)  # safetensors writes the weights 0o600 whatever the umask
     final = ckpt / name
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    latest_tmp = ckpt / ".latest.tmp"
-    latest_tmp.write_text(name + "\n")
-    os.replace(latest_tmp, ckpt / "latest")
+    atomic_write_text(ckpt / "latest", name + "\n")
     old = sorted(p for p in ckpt.glob("step-*") if p.is_dir() and p.name != name)
     for p in old[: max(0, len(old) - KEEP)]:
         shutil.rmtree(p, ignore_errors=True)

@@ -88,6 +88,7 @@ def write_synth(cfg: SynthConfig, root: str | Path) -> Path:
     from curriculum.schemas import RL_SCHEMA
     from curriculum.shards import write_rows
     from distill.teacher.prompts import load_prompts
+    from synth.atomic_write import atomic_write_text
 
     root = Path(root)
     if (root / "rl").is_dir() and (root / ".complete").exists():
@@ -108,7 +109,7 @@ def write_synth(cfg: SynthConfig, root: str | Path) -> Path:
         keep = [p for p in drawn if p.dag_hash not in seen][: cfg.heldout_size]
         rows = [rl_row(p, prompts.initial(p), 0, "test", i) for i, p in enumerate(keep)]
         write_rows(rows, RL_SCHEMA, root / "heldout" / f"level={lv}" / "part-00000.parquet")
-    (root / ".complete").write_text("ok\n")
+    atomic_write_text(root / ".complete", "ok\n")
     return root
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from synth.atomic_write import atomic_path, atomic_write_text
 
 
 def _clean(v: Any) -> Any:
@@ -37,9 +38,7 @@ class MetricsLog:
                     continue  # a line torn by a kill
                 if int(rec.get("step", 0)) <= resume_step:
                     kept.append(line)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(k + "\n" for k in kept))
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(k + "\n" for k in kept))
         self._fh = self.path.open("a")
 
     def write(self, record: dict[str, Any]) -> None:
@@ -109,6 +108,7 @@ def plot(metrics_path: str | Path, out_png: str | Path) -> Path | None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out_png = Path(out_png)
-    fig.savefig(out_png)
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, format=out_png.suffix.lstrip(".") or "png")
     plt.close(fig)
     return out_png

@@ -47,6 +47,8 @@ def build_tiny_llama(out_dir: str | Path, *, vocab_size: int = 2048, seed: int =
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+    from synth.atomic_write import apply_umask
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -75,6 +77,7 @@ def build_tiny_llama(out_dir: str | Path, *, vocab_size: int = 2048, seed: int =
     gen = {"bos_token_id": hf_tok.bos_token_id, "eos_token_id": hf_tok.eos_token_id,
            "do_sample": True, **HOSTILE_GENERATION_CONFIG}
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    apply_umask(out)  # safetensors writes the weights 0o600 whatever the umask
     return out
 
 

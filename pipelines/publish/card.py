@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import jinja2
 import pyarrow.parquet as pq
 
 from curriculum.shards import shard_files
+from synth.atomic_write import atomic_path, atomic_write_text
 from synth.catalog import DATA_DIR, default_catalog
 
 
@@ -60,7 +60,8 @@ def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
     ax.set_ylabel("problems")
     ax.set_title("Problems per level")
     fig.tight_layout()
-    fig.savefig(plots / "levels.png", dpi=110)
+    with atomic_path(plots / "levels.png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     made.append(plots / "levels.png")
 
@@ -75,7 +76,8 @@ def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
                  fontsize=9)
     fig.colorbar(im, ax=ax, label="occurrences")
     fig.tight_layout()
-    fig.savefig(plots / "operator_coverage.png", dpi=110)
+    with atomic_path(plots / "operator_coverage.png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     made.append(plots / "operator_coverage.png")
 
@@ -88,7 +90,8 @@ def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
     ax.set_xlabel("attempts")
     ax.set_title("Verdicts")
     fig.tight_layout()
-    fig.savefig(plots / "verdicts.png", dpi=110)
+    with atomic_path(plots / "verdicts.png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     made.append(plots / "verdicts.png")
     return made
@@ -124,7 +127,5 @@ def write_card(out: str | Path, manifest: dict[str, Any] | None = None, repo_id:
     manifest = manifest or json.loads((out / "manifest.json").read_text())
     plot_all(out, manifest)
     text = render_card(out, manifest, repo_id)
-    tmp = out / ".README.md.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, out / "README.md")
+    atomic_write_text(out / "README.md", text)
     return out / "README.md"

@@ -4,6 +4,7 @@ import pytest
 
 from curriculum.schemas import RL_SCHEMA, SFT_SCHEMA
 from pipelines.cli import main
+from tests.filemodes import modes, wrong
 
 
 def test_export_formats(built_dataset, tmp_path, capsys):
@@ -23,6 +24,14 @@ def test_export_formats(built_dataset, tmp_path, capsys):
     assert isinstance(prompt, list) and prompt[-1]["role"] == "user" and "Model" in prompt[-1]["content"]
     assert trl["test"].num_rows == 2 and "ground_truth" in trl["train"].column_names
     assert "train.parquet: 4 rows" in capsys.readouterr().out
+
+
+def test_exports_are_readable_under_umask_022(built_dataset, tmp_path, umask):
+    umask(0o022)
+    for fmt in ("sft", "rl", "verl", "trl"):
+        assert main(["export", str(built_dataset), "--format", fmt, "--out", str(tmp_path / fmt)]) == 0
+    assert wrong(tmp_path, 0o644, 0o755) == {}
+    assert "rl/stage=1/train.parquet" in modes(tmp_path)
 
 
 def test_export_errors(built_dataset, tmp_path, capsys):

@@ -13,6 +13,8 @@ import pytest
 
 from pipelines.build.config import load_config
 from pipelines.build.run import build
+from pipelines.publish.card import write_card
+from tests.filemodes import modes, wrong
 from tests.pipelines.buildkit import rows, write_config
 
 
@@ -20,10 +22,14 @@ def _ids(folder: Path) -> set:
     return {h for f in folder.rglob("*.parquet") for h in pq.read_table(f, columns=["problem_id"]).column(0).to_pylist()}
 
 
-def test_build_writes_every_table_then_resumes(tmp_path, capsys):
+def test_build_writes_every_table_then_resumes(tmp_path, capsys, umask):
+    umask(0o022)  # the workers are started under it: every output, card included, must be 0o644
     cfg = load_config(write_config(tmp_path, size=4, shard_size=2))
     out = tmp_path / "out"
     m = build(cfg, out, progress=False)
+    write_card(out, m)
+    assert wrong(out, 0o644, 0o755) == {}
+    assert {"build.json", "manifest.json", "README.md", ".done/", "plots/verdicts.png"} <= set(modes(out))
     assert "dask dashboard: http://127.0.0.1:" in capsys.readouterr().err
     c = m["counts"]
     assert c["rl"] == {"stage=1": 4} and c["heldout"] == {"level=1": 2}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import pyarrow as pa
@@ -93,11 +94,13 @@ def _problems_parquet(path: Path, problems) -> Path:
     return path
 
 
-def test_cli_replay_writes_samples_parquet_with_the_schema(tmp_path, recording, problems, capsys):
+def test_cli_replay_writes_samples_parquet_with_the_schema(tmp_path, recording, problems, capsys, umask):
     probs = _problems_parquet(tmp_path / "problems.parquet", problems)
     out = tmp_path / "run"
+    umask(0o022)
     rc = main(["distill", "--problems", str(probs), "--teacher", f"replay:{recording}", "--out", str(out), "--no-verify"])
     assert rc == 0
+    assert stat.S_IMODE((out / "samples.parquet").stat().st_mode) == 0o644  # readable by the team, not 0o600
     table = pq.read_table(out / "samples.parquet")
     assert table.schema.equals(samples_schema(), check_metadata=False)
     rows = read_samples(out)

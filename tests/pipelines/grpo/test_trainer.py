@@ -6,6 +6,7 @@ import torch
 
 from pipelines.grpo import metrics
 from pipelines.grpo.trainer import GRPOTrainer
+from tests.filemodes import modes, wrong
 from tests.pipelines.grpo.kit import FIXTURES, config, fixture_shards, write_shards
 
 TIMING = ("time_rollout_s", "time_reward_s", "time_update_s", "time_eval_s", "time_step_s")
@@ -36,7 +37,8 @@ def test_reward_rises_under_a_fixed_seed(tiny_llama, tmp_path):
         assert key in logged[0]
 
 
-def test_resume_gives_the_same_next_step(tiny_llama, shards, tmp_path):
+def test_resume_gives_the_same_next_step(tiny_llama, shards, tmp_path, umask):
+    umask(0o022)  # checkpoints, `ckpt/latest`, metrics.jsonl and config.json must be readable by the team
     kw = dict(steps=3, save_every=1, optim={"lr": 3e-3, "micro_batch": 3, "updates_per_batch": 2},
               curriculum={"eval_every": 2, "eval_size": 2, "promote_at": 0.0})
     straight = GRPOTrainer(config(tiny_llama, shards, tmp_path / "a", **kw), progress=False)
@@ -51,6 +53,8 @@ def test_resume_gives_the_same_next_step(tiny_llama, shards, tmp_path):
     assert torch.equal(_weights(resumed), _weights(straight))
     logged = metrics.read(tmp_path / "b" / "metrics.jsonl")
     assert [r["step"] for r in logged] == [1, 2, 3]
+    assert wrong(tmp_path / "b", 0o644, 0o755) == {}
+    assert {"metrics.jsonl", "config.json", "ckpt/latest", "ckpt/step-000003/trainer.json"} <= set(modes(tmp_path / "b"))
     # a different config may not resume this folder
     with pytest.raises(ValueError, match="different config"):
         GRPOTrainer(config(tiny_llama, shards, tmp_path / "b", **{**kw, "seed": 1}), progress=False)
