@@ -28,7 +28,7 @@ def _close_all() -> None:
     for obj in list(_TEACHERS.values()) + list(_VERIFIERS.values()):
         try:
             obj.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort at worker exit: one failing close must not skip the rest
             pass
 
 
@@ -85,7 +85,7 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     """Draw the shard's problems; write problems/NAME and its RL rows. Returns a summary."""
     import synth
     from distill.teacher.prompts import load_prompts
-    from synth.shard import read_problems, write_problems
+    from synth.shard import write_problems
 
     out = Path(out)
     ppath, rpath = problems_path(out, shard), out / shard.rl_dir / f"{shard.name}.parquet"
