@@ -1,7 +1,9 @@
 """Writing shards atomically with sensible row groups, and reading a folder of shards back."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -11,6 +13,30 @@ import pyarrow.parquet as pq
 from synth.shard import write_atomic
 
 ROW_GROUP_ROWS = 256  # rows carry whole programs (a few KB each): groups of ~1 MB read well
+
+
+class ShardError(ValueError):
+    """A shard that cannot be read; the message names the file and what is wrong with it."""
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """Turn pyarrow's errors while reading `path` into a ShardError that names it: pyarrow's own
+    messages ("Parquet magic bytes not found in footer") say what is wrong but not where."""
+    try:
+        yield
+    except (pa.ArrowException, OSError) as exc:
+        raise ShardError(f"{path}: not a readable Parquet shard: {exc}") from exc
+
+
+def read_table(path: str | os.PathLike, **kwargs: Any) -> pa.Table:
+    with naming(path):
+        return pq.read_table(path, **kwargs)
+
+
+def read_metadata(path: str | os.PathLike) -> pq.FileMetaData:
+    with naming(path):
+        return pq.read_metadata(path)
 
 
 def write_rows(rows: Iterable[dict[str, Any]], schema: pa.Schema, path: str | os.PathLike) -> Path:
@@ -30,4 +56,4 @@ def read_folder(folder: str | os.PathLike, schema: pa.Schema) -> pa.Table:
     files = shard_files(folder)
     if not files:
         return schema.empty_table()
-    return pa.concat_tables([pq.read_table(f, schema=schema) for f in files])
+    return pa.concat_tables([read_table(f, schema=schema) for f in files])

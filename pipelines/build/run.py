@@ -1,36 +1,24 @@
 """Run the build on dask.distributed: a LocalCluster of processes by default, or any scheduler.
 
 Order: held-out shards are sampled first (their dag_hashes are excluded from training), then every
-training shard is sampled, taught and verified. Shards whose outputs exist are not recomputed, so a
-rerun after any crash (client or worker, at any moment) finishes the same dataset.
+training shard is sampled, taught and verified. Tasks whose done markers still match their outputs
+are not recomputed, so a rerun after any crash (client or worker, at any moment) or after a shard
+was deleted or damaged finishes the same dataset. The folder is claimed first (`folder.py`): a
+folder that is not this build's is refused untouched, and one build at a time holds it.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.build.config import BuildConfig, ConfigError
+from curriculum.shards import ShardError
+from pipelines.build.config import BuildConfig
+from pipelines.build.folder import FolderError, claim
 from pipelines.build.manifest import write_manifest
 from pipelines.build.plan import plan
 from pipelines.build.tasks import sample_shard, teach_verify_shard
-from synth.atomic_write import atomic_write_text
-
-STAMP = "build.json"
-
-
-def _check_stamp(cfg: BuildConfig, out: Path) -> None:
-    stamp = out / STAMP
-    if stamp.exists():
-        old = json.loads(stamp.read_text())
-        if old.get("config_digest") != cfg.digest():
-            raise ConfigError(f"{out} was built with another config (digest {old.get('config_digest')}, this one is "
-                              f"{cfg.digest()}); use a new --out or delete the folder")
-    else:
-        atomic_write_text(stamp, json.dumps({"config_digest": cfg.digest(), "config": cfg.to_dict()}, indent=1,
-                                            default=list))
 
 
 def _client(cfg: BuildConfig, scheduler: str | None):
@@ -49,11 +37,25 @@ def _client(cfg: BuildConfig, scheduler: str | None):
 
 
 def build(cfg: BuildConfig, out: str | Path, scheduler: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Build (or resume) the dataset in `out`; returns the manifest. Raises FolderError (a ConfigError)
+    when `out` is not this build's folder, another build holds it, or a shard there cannot be read."""
+    out = Path(out)
+    with claim(cfg, out):
+        try:
+            return _run(cfg, out, scheduler, progress)
+        except ShardError as exc:
+            raise FolderError(str(exc)) from exc
+
+
+def _report(r: dict[str, Any], bar) -> None:
+    if r.get("stale"):
+        bar.write(f"build: {r['shard']}: ran again, its done marker did not hold: {r['stale']}", file=sys.stderr)
+
+
+def _run(cfg: BuildConfig, out: Path, scheduler: str | None, progress: bool) -> dict[str, Any]:
     from dask.distributed import as_completed
     from tqdm import tqdm
 
-    out = Path(out)
-    _check_stamp(cfg, out)
     shards = plan(cfg)
     t0 = time.perf_counter()
     client, cluster = _client(cfg, scheduler)
@@ -69,6 +71,7 @@ def build(cfg: BuildConfig, out: str | Path, scheduler: str | None = None, progr
         for fut in as_completed(futs):
             r = fut.result()
             results[f"sample:{r['shard']}"] = r
+            _report(r, bar)
             bar.update()
         exclude = frozenset(h for r in results.values() for h in r["dag_hashes"])
         futs = []
@@ -80,6 +83,7 @@ def build(cfg: BuildConfig, out: str | Path, scheduler: str | None = None, progr
         for fut in as_completed(futs):
             r = fut.result()
             results[("teach:" if "statuses" in r else "sample:") + r["shard"]] = r
+            _report(r, bar)
             bar.update()
         bar.close()
     finally:

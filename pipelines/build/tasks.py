@@ -1,5 +1,6 @@
 """The work a dask worker does for one shard. Every output is written atomically under a
-deterministic name, and a task whose outputs already exist only reads them back: reruns are exact.
+deterministic name, and a task whose done marker still matches its outputs only reads the marker
+back (`markers.py`): reruns are exact.
 
 Teachers and verifier pools are expensive to start, so each worker process keeps one of each
 (module-level, created on first use, closed when the worker exits).
@@ -15,10 +16,10 @@ from typing import Any
 
 from curriculum.rows import rl_row, sft_rows
 from curriculum.schemas import RL_SCHEMA, SFT_SCHEMA
-from curriculum.shards import write_rows
+from curriculum.shards import naming, write_rows
 from pipelines.build.config import BuildConfig
+from pipelines.build.markers import finish, finished
 from pipelines.build.plan import Shard
-from synth.atomic_write import atomic_write_text
 
 _TEACHERS: dict[str, Any] = {}
 _VERIFIERS: dict[tuple, Any] = {}
@@ -37,21 +38,6 @@ atexit.register(_close_all)
 
 def problems_path(out: Path, shard: Shard) -> Path:
     return out / "problems" / f"{shard.name}.parquet"
-
-
-DONE = ".done"  # one marker per finished task, written after its outputs; hidden from readers and the Hub
-
-
-def _finished(out: Path, task: str) -> dict[str, Any] | None:
-    marker = out / DONE / f"{task}.json"
-    if marker.exists():
-        return {**json.loads(marker.read_text()), "resumed": True, "seconds": 0.0}
-    return None
-
-
-def _finish(out: Path, task: str, summary: dict[str, Any]) -> dict[str, Any]:
-    atomic_write_text(out / DONE / f"{task}.json", json.dumps(summary, sort_keys=True))
-    return {**summary, "resumed": False}
 
 
 def _write(rows: list[dict[str, Any]], schema, path: Path) -> None:
@@ -90,7 +76,7 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     out = Path(out)
     ppath, rpath = problems_path(out, shard), out / shard.rl_dir / f"{shard.name}.parquet"
     t0 = time.perf_counter()
-    done = _finished(out, f"sample-{shard.name}")
+    done, stale = finished(out, f"sample-{shard.name}")
     if done is not None:
         return done
     config = synth.SampleConfig() if cfg.sample.max_elements is None else synth.SampleConfig(
@@ -108,9 +94,10 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     if problems:
         write_problems(problems, ppath)
     _write(rows, RL_SCHEMA, rpath)
-    return _finish(out, f"sample-{shard.name}", {
+    summary = finish(out, f"sample-{shard.name}", {
         "shard": shard.name, "problems": len(problems), "dropped": len(drawn) - len(problems),
-        "dag_hashes": [p.dag_hash for p in problems], "seconds": time.perf_counter() - t0})
+        "dag_hashes": [p.dag_hash for p in problems], "seconds": time.perf_counter() - t0}, [ppath, rpath])
+    return {**summary, "stale": stale}  # why a marker was not trusted, for the client to say
 
 
 def _teacher(cfg: BuildConfig):
@@ -149,11 +136,12 @@ def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any =
     out = Path(out)
     spath, fpath = out / "samples" / f"{shard.name}.parquet", out / "sft" / f"{shard.name}.parquet"
     t0 = time.perf_counter()
-    done = _finished(out, f"teach-{shard.name}")
+    done, stale = finished(out, f"teach-{shard.name}")
     if done is not None:
         return done
     ppath = problems_path(out, shard)
-    problems = read_problems(ppath) if ppath.exists() else []
+    with naming(ppath):
+        problems = read_problems(ppath) if ppath.exists() else []
     sampling = SamplingConfig(max_tokens=cfg.teacher.max_tokens, temperature=cfg.teacher.temperature,
                               base_seed=cfg.seed)
     attempts = run_distill(problems, _teacher(cfg), load_prompts(cfg.teacher.prompt), samples=cfg.teacher.samples,
@@ -164,6 +152,7 @@ def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any =
     _write(rows, samples_schema(), spath)
     sft = sft_rows(rows, {p.problem_id: p for p in problems}, versions())
     _write(sft, SFT_SCHEMA, fpath)
-    return _finish(out, f"teach-{shard.name}", {
+    summary = finish(out, f"teach-{shard.name}", {
         "shard": shard.name, "statuses": dict(Counter(r["status"] for r in rows)), "sft": len(sft),
-        "seconds": time.perf_counter() - t0})
+        "seconds": time.perf_counter() - t0}, [spath, fpath])
+    return {**summary, "stale": stale}

@@ -1,25 +1,35 @@
-"""The dataset card: README.md with YAML `configs` (one per loadable table) and three PNG plots."""
+"""The dataset card: README.md with YAML `configs` (one per loadable table) and three PNG plots.
+
+The card reads only the shards the manifest lists: anything else in the folder is not the dataset.
+"""
 from __future__ import annotations
 
 import json
 from collections import Counter
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import pyarrow.parquet as pq
 
-from curriculum.shards import shard_files
+from curriculum.shards import read_metadata, read_table
 from synth.atomic_write import atomic_path, atomic_write_text
 from synth.catalog import DATA_DIR, default_catalog
 
+PLOTS = ("plots/levels.png", "plots/operator_coverage.png", "plots/verdicts.png")
 
-def _configs(out: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+
+def _listed(manifest: dict[str, Any], pattern: str) -> list[str]:
+    """The manifest's files that a card config's pattern covers."""
+    return [rel for rel in manifest["files"] if fnmatchcase(rel, pattern)]
+
+
+def _configs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Each config lists only folders that hold shards, so every one of them loads."""
     configs = []
 
     def add(name: str, files: list[tuple[str, str]]) -> None:
-        files = [(split, pattern) for split, pattern in files if list(out.glob(pattern))]
+        files = [(split, pattern) for split, pattern in files if _listed(manifest, pattern)]
         if files:
             configs.append({"name": name, "files": files})
 
@@ -34,6 +44,14 @@ def _configs(out: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return configs
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")  # the temporary's name ends in .tmp: say the format
+    plt.close(fig)
+    return path
+
+
 def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
     import matplotlib
 
@@ -41,12 +59,10 @@ def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    plots = out / "plots"
-    plots.mkdir(parents=True, exist_ok=True)
     levels: Counter = Counter()
     op_level: Counter = Counter()
-    for f in shard_files(out / "problems"):
-        t = pq.read_table(f, columns=["level", "ops"]).to_pylist()
+    for rel in _listed(manifest, "problems/*.parquet"):
+        t = read_table(out / rel, columns=["level", "ops"]).to_pylist()
         for row in t:
             levels[row["level"]] += 1
             for op in row["ops"]:
@@ -59,11 +75,7 @@ def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
     ax.set_xlabel("level (compute ops)")
     ax.set_ylabel("problems")
     ax.set_title("Problems per level")
-    fig.tight_layout()
-    with atomic_path(plots / "levels.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    made.append(plots / "levels.png")
+    made.append(_save(plt, fig, out / PLOTS[0]))
 
     ops = sorted(default_catalog(), key=lambda n: (default_catalog()[n].family, n))
     grid = np.array([[op_level[(op, k)] for k in ks] for op in ops], dtype=float) if ks else np.zeros((len(ops), 1))
@@ -75,11 +87,7 @@ def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
     ax.set_title(f"Operator coverage ({sum(1 for o in ops if any(op_level[(o, k)] for k in ks))}/{len(ops)} ops seen)",
                  fontsize=9)
     fig.colorbar(im, ax=ax, label="occurrences")
-    fig.tight_layout()
-    with atomic_path(plots / "operator_coverage.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    made.append(plots / "operator_coverage.png")
+    made.append(_save(plt, fig, out / PLOTS[1]))
 
     verdicts = manifest.get("verdicts", {})
     fig, ax = plt.subplots(figsize=(6, 3.2))
@@ -89,23 +97,19 @@ def plot_all(out: Path, manifest: dict[str, Any]) -> list[Path]:
     ax.invert_yaxis()
     ax.set_xlabel("attempts")
     ax.set_title("Verdicts")
-    fig.tight_layout()
-    with atomic_path(plots / "verdicts.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    made.append(plots / "verdicts.png")
+    made.append(_save(plt, fig, out / PLOTS[2]))
     return made
 
 
 def render_card(out: Path, manifest: dict[str, Any], repo_id: str | None = None) -> str:
     cfg = manifest["config"]
-    configs = _configs(out, manifest)
+    configs = _configs(manifest)
     what = {"sft": "verified (prompt, plan + code) conversations", "rl": "RL prompts with reference and verify spec",
             "problems": "the sampled programs", "attempts": "every teacher attempt with its verdict"}
     table = []
     for c in configs:
         for split, pattern in c["files"]:
-            rows = sum(pq.read_metadata(f).num_rows for f in sorted(out.glob(pattern)))
+            rows = sum(read_metadata(out / rel).num_rows for rel in _listed(manifest, pattern))
             desc = what.get(c["name"]) or ("curriculum stage (RL)" if c["name"].startswith("stage") else "held-out evaluation prompts")
             table.append({"config": c["name"], "split": split, "rows": rows, "what": desc})
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(DATA_DIR / "templates")), trim_blocks=True,

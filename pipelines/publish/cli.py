@@ -1,4 +1,4 @@
-"""`tritonforge publish DIR --repo-id ORG/NAME [--dry-run]`."""
+"""`tritonforge publish DIR --repo-id ORG/NAME [--dry-run]`: the build's files, checked, then the card."""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +22,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"tritonforge publish: error: {exc}", file=sys.stderr)
         return 2
     write_card(args.dir, repo_id=args.repo_id)  # the card's load examples name this repo
-    plan = make_plan(args.dir, args.repo_id)
     print(plan.describe())
     if args.dry_run:
         print("dry run: nothing uploaded")

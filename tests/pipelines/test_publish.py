@@ -1,11 +1,14 @@
 """The dataset card: YAML configs that `datasets` loads as the Hub would, plots, and the publish plan."""
 import json
+import shutil
 
 import pytest
 import yaml
+from huggingface_hub.utils import filter_repo_objects
 
 from pipelines.cli import main
-from pipelines.publish.hub import PublishError, make_plan
+from pipelines.publish.card import PLOTS
+from pipelines.publish.hub import PublishError, allow_patterns, make_plan
 
 
 def _configs(folder):
@@ -52,5 +55,52 @@ def test_publish_dry_run_and_errors(built_dataset, capsys):
     assert 'load_dataset("someorg/relu-test"' in (built_dataset / "README.md").read_text()
     assert main(["publish", str(built_dataset), "--repo-id", "no-slash", "--dry-run"]) == 2
     assert "ORG/NAME" in capsys.readouterr().err
-    with pytest.raises(PublishError, match="no manifest.json"):
+    with pytest.raises(PublishError, match="is not a build folder \\(no build.json\\)"):
         make_plan(built_dataset / "sft", "a/b")
+
+
+@pytest.fixture
+def copy(built_dataset, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(built_dataset, out)
+    return out
+
+
+def test_publish_lists_and_uploads_only_the_build_files(copy, capsys):
+    (copy / "notes.txt").write_text("my notes")
+    (copy / "private").mkdir()
+    (copy / "private" / "token.txt").write_text("hf_secret")
+    shutil.copy(copy / "sft" / "stage1-00000.parquet", copy / "sft" / "mine.parquet")  # a shard the build never made
+    assert main(["publish", str(copy), "--repo-id", "someorg/relu-test", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "notes.txt" not in out and "private" not in out and "mine.parquet" not in out
+    manifest = json.loads((copy / "manifest.json").read_text())
+    plan = make_plan(copy, "someorg/relu-test")
+    assert plan.files == sorted([*manifest["files"], "manifest.json", "README.md", *PLOTS])
+    assert all(f"  {rel}  (" in out for rel in plan.files)
+    everything = [p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()]
+    assert sorted(filter_repo_objects(everything, allow_patterns=allow_patterns(plan))) == plan.files  # as the upload filters
+
+
+def test_publish_refuses_what_is_not_a_whole_build(copy, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("# mine\n")
+    (mine / "manifest.json").write_text("{}")
+    assert main(["publish", str(mine), "--repo-id", "a/b", "--dry-run"]) == 2
+    assert f"{mine} is not a build folder (no build.json)" in capsys.readouterr().err
+    assert (mine / "README.md").read_text() == "# mine\n"
+
+    bad = copy / "rl" / "stage=1" / "stage1-00001.parquet"
+    bad.write_bytes(bad.read_bytes()[:-100])
+    card = (copy / "README.md").read_bytes()
+    assert main(["publish", str(copy), "--repo-id", "a/b", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad} has " in err and "its marker recorded" in err and f"--out {copy}" in err
+    assert (copy / "README.md").read_bytes() == card  # refused before the card was rewritten
+
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["files"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["publish", str(copy), "--repo-id", "a/b", "--dry-run"]) == 2
+    assert "lists no files" in capsys.readouterr().err
