@@ -19,7 +19,7 @@ def build_files(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     return dict(sorted((rel, rec) for r in results.values() for rel, rec in r["files"].items()))
 
 
-def write_manifest(cfg, out: Path, shards, results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
+def write_manifest(cfg, out: Path, results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
     from curriculum.rows import versions
 
     files = build_files(results)
@@ -54,7 +54,8 @@ def write_manifest(cfg, out: Path, shards, results: dict[str, dict[str, Any]], s
         "versions": versions(),
         "timings": {"total_s": round(seconds, 2), "sample_task_s": round(sample_s, 2),
                     "teach_verify_task_s": round(teach_s, 2)},
-        "shards": {"total": len(shards), "resumed": sum(1 for r in results.values() if r.get("resumed"))},
+        # tasks, not shards: a training shard is two tasks (sample, teach), and either may be resumed alone
+        "shards": {"total": len(results), "resumed": sum(1 for r in results.values() if r.get("resumed"))},
         "files": files,
     }
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=list))

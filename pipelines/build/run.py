@@ -90,4 +90,4 @@ def _run(cfg: BuildConfig, out: Path, scheduler: str | None, progress: bool) -> 
         client.close()
         if cluster is not None:
             cluster.close()
-    return write_manifest(cfg, out, shards, results, time.perf_counter() - t0)
+    return write_manifest(cfg, out, results, time.perf_counter() - t0)

@@ -39,7 +39,7 @@ def test_build_writes_every_table_then_resumes(tmp_path, capsys, umask):
     first = rows(out)
     assert len(first["sft"]) == 4 and len(first["samples"]) == 4
     m2 = build(cfg, out, progress=False)
-    assert m2["shards"]["resumed"] == 5  # 1 held-out sample + 2 x (sample, teach); nothing recomputed
+    assert m2["shards"] == {"total": 5, "resumed": 5}  # 1 held-out sample + 2 x (sample, teach); nothing recomputed
     assert rows(out) == first
 
 
