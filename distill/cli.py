@@ -1,15 +1,16 @@
 """`tritonforge distill`: a teacher writes candidates for a problems shard; each attempt is verified
-and written as one row of DIR/samples.parquet (DESIGN §5)."""
+and written as one row of DIR/samples.parquet (DESIGN §5).
+
+Every argument is checked before a teacher starts (`teacher.preflight`). Attempts are written to
+DIR/parts as they settle, so a kill or Ctrl-C keeps what was done, and the same command run again
+resumes where it stopped (`teacher.resume`).
+"""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from synth.problem import Problem
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,117 +57,71 @@ def _usage(msg: str) -> int:
     return 2
 
 
-def _load_problems(path: Path) -> list["Problem"]:
-    import pyarrow.parquet as pq
-
-    from synth.problem import Problem
-
-    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-    if not files:
-        raise ValueError(f"{path}: no .parquet files in this folder")
-    problems = []
-    for f in files:
-        try:
-            rows = pq.read_table(f).to_pylist()
-        except Exception as exc:  # noqa: BLE001 - any read failure is the user's file, reported with its path
-            raise ValueError(f"{f}: not a readable Parquet file ({exc})") from None
-        for i, row in enumerate(rows):
-            try:
-                problems.append(Problem.from_row(row))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"{f}: row {i} is not a problem ({type(exc).__name__}: {exc})") from None
-    return problems
-
-
-def _options(args: argparse.Namespace):
-    from distill.teacher.base import SamplingConfig, TeacherOptions
-
-    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                              max_tokens=args.max_tokens, base_seed=args.seed)
-    engine = {k: v for k, v in {
-        "max_model_len": args.max_model_len, "gpu_memory_utilization": args.gpu_memory_utilization,
-        "tensor_parallel_size": args.tensor_parallel_size, "dtype": args.dtype,
-        "enforce_eager": True if args.enforce_eager else None,
-    }.items() if v is not None}
-    return TeacherOptions(sampling=sampling, engine_kwargs=engine, generation_config=args.generation_config,
-                          model=args.model, concurrency=args.concurrency, timeout_s=args.timeout,
-                          max_retries=args.retries)
-
-
 def run(args: argparse.Namespace) -> int:
-    from distill.teacher.base import TeacherSpecError, make_teacher, parse_spec
-    from distill.teacher.prompts import load_prompts
-    from distill.teacher.records import write_samples
-    from distill.teacher.refine import run_distill
+    from distill.teacher.preflight import UsageError, plan
+    from distill.teacher.resume import RunFolder, RunFolderError
 
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"[distill] {m}", file=sys.stderr, flush=True))
-    for name in ("samples", "rounds", "limit"):
-        v = getattr(args, name)
-        if v is not None and v < (1 if name != "rounds" else 0):
-            return _usage(f"--{name} must be {'>= 1' if name != 'rounds' else '>= 0'}, got {v}")
-    if args.concurrency < 1 or args.timeout <= 0 or args.retries < 0 or args.verify_workers < 1:
-        return _usage("--concurrency, --timeout and --verify-workers must be positive, --retries >= 0")
     try:
-        backend, _ = parse_spec(args.teacher)
-        prompts = load_prompts(args.prompt)
-        options = _options(args)
-    except (TeacherSpecError, ValueError) as exc:
+        checked = plan(args)
+        folder = RunFolder(args.out)
+        with folder.locked():
+            folder.claim(checked.arguments)
+            folder.tidy()
+            if folder.complete:
+                say(f"{folder.path} already holds this run's samples.parquet; nothing to do")
+                return 0
+            recorded = folder.recorded()
+            return _distill(args, checked, folder, recorded, say)
+    except (UsageError, RunFolderError) as exc:
         return _usage(str(exc))
-    path = Path(args.problems)
-    if not path.exists():
-        return _usage(f"--problems {path}: no such file or folder")
-    try:
-        problems = _load_problems(path)
-    except ValueError as exc:
-        return _usage(f"--problems {exc}")
-    if args.limit:
-        problems = problems[: args.limit]
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        return _usage(f"--out {out}: exists and is not a folder")
 
+
+def _distill(args, checked, folder, recorded, say) -> int:
+    from distill.teacher.base import TeacherSpecError, make_teacher
+    from distill.teacher.refine import run_distill
+    from distill.teacher.verify_adapter import default_verifier
+
+    for note in checked.notes:
+        say(note)
     say(f"starting teacher {args.teacher}")
     t0 = time.monotonic()
     try:
-        teacher = make_teacher(args.teacher, options)
+        teacher = checked.teacher or make_teacher(args.teacher, checked.options)
     except (TeacherSpecError, FileNotFoundError, ValueError) as exc:
         return _usage(str(exc))
     except ConnectionError as exc:
         print(f"tritonforge distill: {exc}", file=sys.stderr)
         return 1
-    with teacher:
-        samples, rounds = args.samples or 1, 1 if args.rounds is None else args.rounds
-        # Replaying without --samples replays what was recorded: unrecorded samples are no rows.
-        keep_missing = args.samples is not None
-        if backend == "replay":
-            known = teacher.problem_ids
-            skipped = sum(p.problem_id not in known for p in problems)
-            problems = [p for p in problems if p.problem_id in known]
-            samples = args.samples or teacher.max_sample + 1
-            rounds = teacher.max_round if args.rounds is None else args.rounds
-            if skipped:
-                say(f"replay file has no answers for {skipped} of the problems; they are skipped")
-        say(f"teacher ready in {time.monotonic() - t0:.1f}s; {len(problems)} problems x {samples} samples, "
-            f"up to {rounds} follow-up round(s)")
-        if args.no_verify:
-            attempts = run_distill(problems, teacher, prompts, samples=samples, rounds=rounds,
-                                   sampling=options.sampling, progress=say, keep_missing=keep_missing)
-        else:
-            from distill.teacher.verify_adapter import default_verifier
-
-            try:
-                ctx = default_verifier(device=args.device, workers=args.verify_workers)
-                verifier = ctx.__enter__()
-            except RuntimeError as exc:
-                print(f"tritonforge distill: {exc}", file=sys.stderr)
-                return 1
-            try:
-                attempts = run_distill(problems, teacher, prompts, samples=samples, rounds=rounds,
-                                       verifier=verifier, sampling=options.sampling, progress=say,
-                                       keep_missing=keep_missing)
-            finally:
-                ctx.__exit__(None, None, None)
-    final = write_samples(out, attempts)
+    say(f"teacher ready in {time.monotonic() - t0:.1f}s; {len(checked.problems)} problems x {checked.samples} "
+        f"samples, up to {checked.rounds} follow-up round(s)"
+        + (f"; {len(recorded)} attempts recorded by an earlier run" if recorded else ""))
+    writer = None
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(teacher)
+            verifier = None
+            if not args.no_verify:
+                try:
+                    verifier = stack.enter_context(default_verifier(device=args.device, workers=args.verify_workers))
+                except RuntimeError as exc:
+                    print(f"tritonforge distill: {exc}", file=sys.stderr)
+                    return 1
+            # Entered last, closed first: an interrupt writes what settled before the verifier stops.
+            writer = stack.enter_context(folder.writer())
+            attempts = run_distill(checked.problems, teacher, checked.prompts, samples=checked.samples,
+                                   rounds=checked.rounds, verifier=verifier, sampling=checked.options.sampling,
+                                   progress=say, keep_missing=checked.keep_missing, recorded=recorded,
+                                   record=writer.add)
+    except KeyboardInterrupt:
+        kept = len(recorded) + (writer.written if writer else 0)
+        print(f"tritonforge distill: interrupted; {kept} attempts are kept in {folder.parts}; run the same "
+              f"command again to resume", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"tritonforge distill: cannot write to {folder.path}: {exc}", file=sys.stderr)
+        return 1
+    final = folder.finish(attempts)
     passed = sum(a.status == "pass" for a in attempts)
     say(f"wrote {len(attempts)} rows ({passed} pass) to {final} in {time.monotonic() - t0:.1f}s")
     return 0

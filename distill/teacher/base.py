@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 MAX_SAMPLES = 1 << 16
 _SEED_SPAN = (1 << 31) - MAX_SAMPLES
 
+# What one run may ask for per problem. Every count read from a flag or a file is held to these:
+# `samples` and `rounds` size lists and loops (a replay line with "sample": 10**9 once asked for
+# 23 GB of request tuples).
+SAMPLES_CAP = 1024
+ROUNDS_CAP = 16
+
 FINISH_REASONS = ("stop", "length", "abort", "error", "missing")
 
 

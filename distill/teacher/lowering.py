@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from distill.teacher.base import Completion, Teacher, TeacherOptions, TeacherRequest, TeacherSpecError
 
 
-def _templates_digest() -> str:
+def templates_digest() -> str:
     """A hash of the kernel templates and op table: two runs with the same digest emit the same code."""
     from synth.catalog import DATA_DIR
 
@@ -32,7 +32,7 @@ class LoweringTeacher(Teacher):
     model = "reference-lowering"
 
     def __init__(self) -> None:
-        self._digest = _templates_digest()
+        self._digest = templates_digest()
         self._cache: dict[str, tuple[str | None, str | None]] = {}
 
     def _answer(self, problem: Any) -> tuple[str | None, str | None]:

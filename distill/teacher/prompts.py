@@ -8,6 +8,7 @@ A prompt set is a folder `data/prompts/NAME/` with `prompt.toml` (description, o
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from dataclasses import dataclass
@@ -61,9 +62,14 @@ class PromptSet:
             keep_trailing_newline=False,
         )
 
+        used = hashlib.sha256()
+        if self.example is not None:
+            used.update(f"{self.example.source}\0{self.example.candidate}\0".encode())
+
         def pick(fname: str, required: bool) -> Any:
             for cand in (f"{name}/{fname}", f"{_SHARED}/{fname}"):
                 if (root / cand).exists():
+                    used.update(cand.encode() + b"\0" + (root / cand).read_bytes() + b"\0")
                     return env.get_template(cand)
             if required:
                 raise FileNotFoundError(f"prompt set {name!r} has no {fname} (looked in {folder} and {root / _SHARED})")
@@ -72,6 +78,8 @@ class PromptSet:
         self._system = pick("system.j2", False)
         self._user = pick("user.j2", True)
         self._refine = pick("refine.j2", True)
+        # What the conversations are made from: a resumed run refuses a changed prompt set.
+        self.digest = used.hexdigest()[:16]
 
     def initial(self, problem: "Problem") -> list[dict[str, str]]:
         """The first turn: system (if the set has one) and user messages for `problem`."""

@@ -3,7 +3,9 @@
 Each line: `{"problem_id": str, "completion": str, "sample": int = 0, "round": int = 0}` plus
 optional `finish_reason` (default "stop"), `reasoning`, `prompt_tokens`, `completion_tokens`,
 `seed`, `model`. A (problem, sample, round) with no record comes back with
-`finish_reason="missing"`. The file is checked when opened: a bad line is an error naming the line.
+`finish_reason="missing"`. The file is checked when opened: it must be UTF-8 and hold at least one
+record, and a bad line is an error naming FILE:LINE. `sample` and `round` are held to the run's caps
+(`SAMPLES_CAP`, `ROUNDS_CAP`): replaying sizes the run from them.
 """
 from __future__ import annotations
 
@@ -12,36 +14,65 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from distill.teacher.base import Completion, Teacher, TeacherOptions, TeacherRequest
+from distill.teacher.base import ROUNDS_CAP, SAMPLES_CAP, Completion, Teacher, TeacherOptions, TeacherRequest
 
 _OPTIONAL_INT = ("prompt_tokens", "completion_tokens", "seed")
+_INT64 = 1 << 63  # the row's integer columns are int64
+_LIMITS = {"sample": SAMPLES_CAP - 1, "round": ROUNDS_CAP}
 
 
 class ReplayFileError(ValueError):
     """A replay file that cannot be read as recorded answers."""
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_text(v: Any) -> bool:
+    """A str that is valid Unicode: JSON's \\ud800 escapes decode to lone surrogates, which no Parquet
+    writer accepts."""
+    if not isinstance(v, str):
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check(obj: Any, where: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ReplayFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    if not isinstance(obj.get("problem_id"), str) or not obj["problem_id"]:
+    if not _is_text(obj.get("problem_id")) or not obj["problem_id"]:
         raise ReplayFileError(f"{where}: 'problem_id' must be a non-empty string")
-    if not isinstance(obj.get("completion"), str):
-        raise ReplayFileError(f"{where}: 'completion' must be a string")
-    for key in ("sample", "round"):
+    if not _is_text(obj.get("completion")):
+        raise ReplayFileError(f"{where}: 'completion' must be a string of valid Unicode")
+    for key, top in _LIMITS.items():
         v = obj.get(key, 0)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ReplayFileError(f"{where}: {key!r} must be a non-negative integer, got {v!r}")
+        if not _is_int(v) or not 0 <= v <= top:
+            raise ReplayFileError(f"{where}: {key!r} must be an integer from 0 to {top}, got {v!r}")
         obj[key] = v
     for key in _OPTIONAL_INT:
         v = obj.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-            raise ReplayFileError(f"{where}: {key!r} must be an integer or absent, got {v!r}")
+        if v is not None and (not _is_int(v) or not 0 <= v < _INT64):
+            raise ReplayFileError(f"{where}: {key!r} must be a non-negative 64-bit integer or absent, got {v!r}")
+    for key in ("reasoning", "model"):
+        if obj.get(key) is not None and not _is_text(obj[key]):
+            raise ReplayFileError(f"{where}: {key!r} must be a string or absent")
     fr = obj.get("finish_reason", "stop")
-    if not isinstance(fr, str):
+    if not _is_text(fr):
         raise ReplayFileError(f"{where}: 'finish_reason' must be a string")
     obj["finish_reason"] = fr
     return obj
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ReplayFileError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
 
 
 class ReplayTeacher(Teacher):
@@ -57,25 +88,31 @@ class ReplayTeacher(Teacher):
         self._sha256 = hashlib.sha256(raw).hexdigest()
         self.records: dict[tuple[str, int, int], dict[str, Any]] = {}
         models: set[str] = set()
-        for n, line in enumerate(raw.decode("utf-8", errors="strict").splitlines(), 1):
+        for n, line in enumerate(_decode(self.path, raw).splitlines(), 1):
             if not line.strip():
                 continue
             where = f"{self.path}:{n}"
             try:
-                obj = _check(json.loads(line), where)
+                value = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ReplayFileError(f"{where}: not valid JSON ({exc.msg})") from None
+            except (ValueError, RecursionError) as exc:  # an integer past 4300 digits, nesting past the stack
+                raise ReplayFileError(f"{where}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
+            obj = _check(value, where)
             key = (obj["problem_id"], obj["sample"], obj["round"])
             if key in self.records:
                 raise ReplayFileError(f"{where}: second record for problem {key[0]!r} sample {key[1]} round {key[2]}")
             self.records[key] = obj
             if isinstance(obj.get("model"), str):
                 models.add(obj["model"])
+        if not self.records:
+            raise ReplayFileError(f"{self.path}: no recorded answers (the file is empty)")
         self.model = models.pop() if len(models) == 1 else self.path.name
 
     @property
     def problem_ids(self) -> set[str]:
-        return {k[0] for k in self.records}
+        """Problems with a first-round answer: the only ones a replay can start."""
+        return {k[0] for k in self.records if k[2] == 0}
 
     @property
     def max_sample(self) -> int:
@@ -100,6 +137,10 @@ class ReplayTeacher(Teacher):
                     completion_tokens=rec.get("completion_tokens"), reasoning=rec.get("reasoning"),
                 ))
         return out
+
+    @property
+    def sha256(self) -> str:
+        return self._sha256
 
     def provenance(self) -> dict[str, Any]:
         return {"backend": self.backend, "model": self.model, "revision": f"sha256:{self._sha256}",

@@ -36,7 +36,8 @@ class ThreadedVerifier:
         return self._pool.submit(self._verify, problem, source)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        # A finished run has nothing queued; an interrupted one should not verify what it will not record.
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def as_verifier(obj: Any, workers: int = 2) -> Verifier:

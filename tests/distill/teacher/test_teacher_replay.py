@@ -115,6 +115,7 @@ def test_cli_replay_writes_samples_parquet_with_the_schema(tmp_path, recording, 
     assert json.loads(rows[0]["sampling_params"])["max_tokens"] == 4096
     assert not list(out.glob(".*tmp"))  # the atomic write left no temp file
     # asked for explicitly, an unrecorded sample is a clear no_answer row
+    out = tmp_path / "run2"
     assert main(["distill", "--problems", str(probs), "--teacher", f"replay:{recording}", "--out", str(out),
                  "--no-verify", "--samples", "2", "--quiet"]) == 0
     rows = read_samples(out)
