@@ -1,7 +1,7 @@
 """distill.verifier: decides whether a Triton candidate is genuine, correct and honestly timed.
 
 Static layer, sandboxed warm workers, a trusted reference process, run-time provenance, correctness
-trials and GPU timing; see README's "Verifier" section. Heavy modules load on first use.
+trials and GPU timing; see docs/verifier.md. Heavy modules load on first use.
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from distill.verifier.environ import MAX_REASON, scrub
+
 # Exactly the vocabulary of DESIGN §4, in the order checks run.
 STATUSES: tuple[str, ...] = (
     "pass",
@@ -45,6 +47,10 @@ class Verdict:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown verdict status {self.status!r}; expected one of {STATUSES}")
+        # Texts a candidate can influence (its exceptions, its output) are bounded and carry no
+        # value of the verifier's environment: verdicts go into datasets and refinement prompts.
+        self.reason = scrub(str(self.reason), MAX_REASON)
+        self.checks = scrub(self.checks)
 
     @property
     def passed(self) -> bool:

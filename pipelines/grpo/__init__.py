@@ -1,5 +1,5 @@
 """pipelines.grpo: train a policy with GRPO on the RL shards, the verifier as reward, stage by stage.
 
-`tritonforge train-grpo CONFIG.toml [--out DIR]`; see README's "GRPO trainer" section. Heavy
+`tritonforge train-grpo CONFIG.toml [--out DIR]`; see docs/trainer.md. Heavy
 imports (torch, transformers, vLLM) happen inside the modules that need them.
 """
