@@ -11,6 +11,13 @@ import argparse
 import contextlib
 import sys
 import time
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from distill.teacher.preflight import Plan
+    from distill.teacher.records import Attempt
+    from distill.teacher.refine import Key
+    from distill.teacher.resume import RunFolder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +66,7 @@ def _usage(msg: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from distill.teacher.preflight import UsageError, plan
-    from distill.teacher.resume import RunFolder, RunFolderError
+    from distill.teacher.resume import RunFolder, RunFolderError, WriteError
 
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"[distill] {m}", file=sys.stderr, flush=True))
     try:
@@ -75,9 +82,13 @@ def run(args: argparse.Namespace) -> int:
             return _distill(args, checked, folder, recorded, say)
     except (UsageError, RunFolderError) as exc:
         return _usage(str(exc))
+    except WriteError as exc:
+        print(f"tritonforge distill: {exc}; rerun the same command to resume", file=sys.stderr)
+        return 1
 
 
-def _distill(args, checked, folder, recorded, say) -> int:
+def _distill(args: argparse.Namespace, checked: "Plan", folder: "RunFolder", recorded: "dict[Key, Attempt]",
+             say: Callable[[str], None]) -> int:
     from distill.teacher.base import TeacherSpecError, make_teacher
     from distill.teacher.refine import run_distill
     from distill.teacher.verify_adapter import default_verifier
@@ -118,9 +129,6 @@ def _distill(args, checked, folder, recorded, say) -> int:
         print(f"tritonforge distill: interrupted; {kept} attempts are kept in {folder.parts}; run the same "
               f"command again to resume", file=sys.stderr)
         return 130
-    except OSError as exc:
-        print(f"tritonforge distill: cannot write to {folder.path}: {exc}", file=sys.stderr)
-        return 1
     final = folder.finish(attempts)
     passed = sum(a.status == "pass" for a in attempts)
     say(f"wrote {len(attempts)} rows ({passed} pass) to {final} in {time.monotonic() - t0:.1f}s")

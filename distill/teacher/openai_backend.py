@@ -82,7 +82,9 @@ async def _probe(base: str, api_key: str | None, timeout_s: float) -> tuple[list
                     data = await resp.json(content_type=None)
                 except ValueError:
                     raise ValueError(f"openai teacher: GET {base}/models did not answer JSON") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except asyncio.TimeoutError:
+            raise ConnectionError(f"openai teacher: {base}/models did not answer within {timeout_s:g}s") from None
+        except aiohttp.ClientError as exc:
             raise ConnectionError(f"openai teacher: cannot reach {base}: {type(exc).__name__}: {exc}") from exc
         entries = data.get("data") if isinstance(data, dict) else None
         if not isinstance(entries, list):

@@ -34,6 +34,10 @@ class RunFolderError(ValueError):
     """An --out folder this run may not use as it is (other arguments, another writer, a bad part)."""
 
 
+class WriteError(RuntimeError):
+    """A part or samples.parquet could not be written (a full disk, a vanished folder)."""
+
+
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
@@ -69,15 +73,18 @@ class RunFolder:
             os.close(fd)
 
     def claim(self, arguments: dict[str, Any]) -> None:
-        """Record `arguments` for this folder, or check they are the ones it was started with."""
+        """Record `arguments` for this folder, or check they are the ones it was started with.
+
+        Other arguments are taken only while the folder holds no rows (a teacher that never started):
+        rows of two settings must never be mixed."""
         stamp = self.path / RUN_FILE
-        if not stamp.exists():
-            if (self.path / SAMPLES_FILE).exists() or self.parts.exists():
-                raise RunFolderError(f"--out {self.path} holds the output of a run that recorded no arguments "
-                                     f"(no {RUN_FILE}); use a new --out or empty the folder")
+        if not (self.complete or any(self.parts.glob("part-*.parquet"))):
             atomic_write_text(stamp, json.dumps({"format": _FORMAT, "arguments": arguments}, indent=1,
                                                 sort_keys=True) + "\n")
             return
+        if not stamp.exists():
+            raise RunFolderError(f"--out {self.path} holds the output of a run that recorded no arguments "
+                                 f"(no {RUN_FILE}); use a new --out or empty the folder")
         try:
             before = json.loads(stamp.read_text(encoding="utf-8"))["arguments"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -125,7 +132,10 @@ class RunFolder:
 
     def finish(self, attempts: Iterable[Attempt]) -> Path:
         """Write DIR/samples.parquet, then drop the parts it now holds."""
-        final = write_samples(self.path, attempts)
+        try:
+            final = write_samples(self.path, attempts)
+        except OSError as exc:
+            raise WriteError(f"cannot write {self.path / SAMPLES_FILE} ({exc}); the parts are kept") from exc
         shutil.rmtree(self.parts, ignore_errors=True)
         return final
 
@@ -159,7 +169,7 @@ class PartWriter:
         while not self._stop.wait(max(1.0, (time.monotonic() - self._t0) / 50)):
             try:
                 self.flush()
-            except Exception as exc:  # noqa: BLE001 - handed to the run's thread by add() and close()
+            except WriteError as exc:
                 self._error = exc
                 return
 
@@ -172,9 +182,13 @@ class PartWriter:
                 rows, self._rows = self._rows, []
             if not rows:
                 return
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with atomic_path(self.folder / f"part-{self._next:05d}.parquet") as tmp:
-                pq.write_table(pa.Table.from_pylist(rows, schema=samples_schema()), tmp, compression="zstd")
+            path = self.folder / f"part-{self._next:05d}.parquet"
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                with atomic_path(path) as tmp:
+                    pq.write_table(pa.Table.from_pylist(rows, schema=samples_schema()), tmp, compression="zstd")
+            except OSError as exc:
+                raise WriteError(f"cannot write {path} ({exc})") from exc
             self._next += 1
             self.written += len(rows)
 

@@ -201,6 +201,15 @@ def test_rerun_with_other_arguments_is_refused(problems_file, recording, tmp_pat
     assert json.loads((out / "distill.json").read_text())["arguments"]["sampling"]["temperature"] == 0.7
 
 
+def test_other_arguments_are_taken_while_the_folder_holds_no_rows(problems_file, recording, tmp_path):
+    """A first try whose teacher never answered (a bad flag, a server down) leaves no rows to mix."""
+    out = tmp_path / "out"
+    assert main(_replay_args(problems_file, recording, out)) == 0
+    (out / "samples.parquet").unlink()
+    assert main(_replay_args(problems_file, recording, out, "--temperature", "0.2")) == 0
+    assert json.loads((out / "distill.json").read_text())["arguments"]["sampling"]["temperature"] == 0.2
+
+
 def test_rerun_of_a_finished_run_changes_nothing(problems_file, recording, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(_replay_args(problems_file, recording, out)) == 0
@@ -269,3 +278,13 @@ def test_samples_parquet_is_readable_by_datasets(problems_file, recording, tmp_p
     assert main(_replay_args(problems_file, recording, out)) == 0
     ds = datasets.Dataset.from_parquet(str(out / "samples.parquet"))
     assert ds.num_rows == len(read_samples(out)) > 0
+
+
+def test_a_part_that_cannot_be_written_fails_the_run_with_a_message(problems_file, recording, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "parts").write_text("a file where the parts folder goes")
+    assert main(_replay_args(problems_file, recording, out)) == 1
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "part-00000.parquet" in err and "rerun the same command" in err
+    assert "Traceback" not in err and not (out / "samples.parquet").exists()

@@ -38,6 +38,12 @@ def test_replay_hands_back_records_verbatim_and_marks_missing(recording, problem
 @pytest.mark.parametrize("line, msg", [
     ("not json", "not valid JSON"), ('["a"]', "JSON object"), ('{"completion": "x"}', "problem_id"),
     ('{"problem_id": "p", "completion": 3}', "completion"), ('{"problem_id": "p", "completion": "", "sample": -1}', "sample"),
+    ('{"problem_id": "p", "completion": "", "sample": 1024}', "'sample' must be an integer from 0 to 1023"),
+    ('{"problem_id": "p", "completion": "", "round": true}', "'round'"),
+    ('{"problem_id": "p", "completion": "", "seed": 1e3}', "'seed'"),
+    ('{"problem_id": "p", "completion": "", "reasoning": 3}', "'reasoning' must be a string"),
+    (r'{"problem_id": "p", "completion": "\ud800"}', "valid Unicode"),
+    ('{"problem_id": "p", "completion": "", "sample": 1' + "0" * 5000 + "}", "not valid JSON"),
 ])
 def test_bad_replay_lines_name_the_line(tmp_path, line, msg):
     f = tmp_path / "bad.jsonl"
