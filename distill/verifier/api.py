@@ -17,7 +17,7 @@ def _shared_pool(device: str, timeout: float | None, max_memory_mb: int | None) 
     key = (device, timeout, max_memory_mb)
     with _lock:
         pool = _pools.get(key)
-        if pool is None:
+        if pool is None or pool.closed:  # a pool whose start failed is closed: the next call starts anew
             pool = VerifierPool(workers=1, device=device, timeout=timeout, max_memory_mb=max_memory_mb)
             _pools[key] = pool
         return pool

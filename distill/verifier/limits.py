@@ -5,6 +5,10 @@ Two mechanisms, both measured at start-up and reported:
   this process may create one — the kernel then kills the worker at the cap;
 * always, a watchdog thread in the parent that polls each worker's resident set (its process group
   included) every 50 ms and kills the group past the cap.
+
+A cgroup is named `tritonforge-<parent pid>-<worker pid>` and removed once its worker is dead (the
+kernel refuses to remove an occupied one). Those of a parent that died before removing them are
+removed by the next pool's start (`leftovers.sweep`).
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from dataclasses import dataclass
 
 _V2 = "/sys/fs/cgroup"
 _V1 = "/sys/fs/cgroup/memory"
+CGROUP_ROOTS = (_V2, _V1)
+CGROUP_PREFIX = "tritonforge-"
 
 
 def _rss_bytes(pid: int) -> int:
@@ -90,12 +96,12 @@ class MemoryGuard:
     def _cgroup(self, pid: int, limit: int) -> str | None:
         try:
             if self.mode.startswith("cgroup v2"):
-                path = f"{_V2}/tritonforge-{os.getpid()}-{pid}"
+                path = f"{_V2}/{CGROUP_PREFIX}{os.getpid()}-{pid}"
                 os.makedirs(path, exist_ok=True)
                 _write(f"{path}/memory.max", str(limit))
                 _write(f"{path}/memory.swap.max", "0", missing_ok=True)
             elif self.mode.startswith("cgroup v1"):
-                path = f"{_V1}/tritonforge-{os.getpid()}-{pid}"
+                path = f"{_V1}/{CGROUP_PREFIX}{os.getpid()}-{pid}"
                 os.makedirs(path, exist_ok=True)
                 _write(f"{path}/memory.limit_in_bytes", str(limit))
             else:
@@ -133,15 +139,12 @@ class MemoryGuard:
         return False
 
     def remove(self, pid: int) -> None:
+        """Forget `pid` and remove its cgroup; call once the process is dead (a dying one may take
+        a moment to leave its cgroup)."""
         with self._lock:
             cap = self._procs.pop(pid, None)
         if cap and cap.cgroup:
-            for _ in range(20):
-                try:
-                    os.rmdir(cap.cgroup)
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            remove_cgroup(cap.cgroup)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll):
@@ -162,6 +165,21 @@ class MemoryGuard:
         self._stop.set()
         for pid in list(self._procs):
             self.remove(pid)
+
+
+def remove_cgroup(path: str, seconds: float = 1.0) -> bool:
+    """rmdir `path`, retrying while its last process leaves; whether it is gone."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def _write(path: str, text: str, missing_ok: bool = False) -> None:

@@ -3,72 +3,40 @@
 Torch import and CUDA initialisation are paid once per worker, not per candidate. Any candidate that
 does not pass, or leaves its worker tainted, gets its worker killed and replaced in the background
 (a fork from the zygote). Several threads may call `verify` at once; `verify_many` does so itself.
+
+Nothing is charged to a candidate or a problem for the pool's own failures:
+- a worker or reference found dead when handed out (it died idle) is replaced first;
+- a job whose worker died while running it (not at the memory cap), or whose reference process
+  failed (died, hung, garbled its reply), runs once more, on a fresh worker and a fresh reference.
+  Only the second run's outcome counts: `crash` if that worker dies too, `ProblemError` if that
+  reference fails too. A retried verdict says why in `checks["retry"]`.
+- every wait has a deadline (`handout`, `procs`); what cannot be had in time raises `PoolError`.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import queue
 import shutil
-import sysconfig
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
-from distill.verifier import limits, procs, reference, worker
+from distill.verifier import leftovers, limits, procs, reference, trusted, worker
 from distill.verifier.gate import TimingGate, timing_core
+from distill.verifier.handout import Handout, PoolError, References
 from distill.verifier.job import JobSpec, _ref_timing, apply_ref_timing, run_job
+from distill.verifier.problemio import ProblemError
 from distill.verifier.verdict import Verdict
+
+__all__ = ["PoolError", "ProblemError", "VerifierPool"]
 
 DEFAULT_TIMEOUT = {"cpu": 60.0, "cuda": 60.0}
 DEFAULT_MEMORY_MB = {"cpu": 4096, "cuda": 16384}
-
-
-def _trusted_roots() -> list[str]:
-    """Where trusted code lives: the interpreter's own paths, every folder holding an installed
-    distribution (a user site, a `.pth`- or PYTHONPATH-added site dir: torch may be imported from
-    there), and the verifier itself. The working directory is left out even when it holds metadata."""
-    paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots |= {str(d.locate_file("")) for d in importlib.metadata.distributions()}
-    roots.add(os.path.dirname(os.path.abspath(__file__)))
-    cwd = os.path.realpath(os.getcwd())
-    return sorted({os.path.realpath(r) for r in roots if r and os.path.isabs(r)} - {cwd})
-
-
-def _toolchain() -> list[str]:
-    """Executables a GPU worker may start: Triton's ptxas and the C compiler that builds launchers."""
-    import triton
-
-    found = []
-    nv = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    for name in ("ptxas", "ptxas-blackwell"):
-        if os.path.exists(os.path.join(nv, name)):
-            found.append(os.path.join(nv, name))
-    for knob in ("ptxas", "ptxas_blackwell"):
-        try:
-            found.append(getattr(triton.knobs.nvidia, knob).path)
-        except Exception:  # noqa: BLE001 - a missing tool only means that tool is not allowed
-            continue
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
-    if cc:
-        found.append(cc)
-        import subprocess
-
-        for prog in ("cc1", "collect2", "as", "ld", "lto-wrapper"):
-            try:
-                out = subprocess.run([cc, f"-print-prog-name={prog}"], capture_output=True, text=True, timeout=10)
-                path = out.stdout.strip()
-                path = path if os.path.isabs(path) else (shutil.which(path) or "")
-                if path:
-                    found.append(path)
-            except (OSError, subprocess.SubprocessError):
-                continue
-    for loader in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"):
-        if os.path.exists(loader):
-            found.append(loader)
-    return sorted({os.path.realpath(p) for p in found})
+# The longest a job holds a reference (job.py: trials wait max(t, 120) s; a timer compiles and
+# times for up to 600 s each) and a worker (its phases: load, run, timing, clean-up), in s.
+REF_HOLD = 120.0
+TIMER_HOLD = 1200.0
+CLOSE_WAIT = 10.0  # seconds close() waits for background starts before it removes their folders
 
 
 class _Slot:
@@ -76,6 +44,7 @@ class _Slot:
         self.index, self.gpu = index, gpu
         self.proc: procs.Proc | None = None
         self.info: dict[str, Any] = {}
+        self.scratch = ""
 
 
 class VerifierPool:
@@ -100,23 +69,31 @@ class VerifierPool:
         # True: the layers known to work on this device; False: none; or a tuple naming them.
         self.layers = DEFAULT_LAYERS[device] if lockdown is True else () if lockdown is False else tuple(lockdown)
         self.start_timeout = start_timeout
-        self.root = tempfile.mkdtemp(prefix="tritonforge-verify-")
+        leftovers.sweep()  # what pools killed before their close() left behind
+        self.root = tempfile.mkdtemp(prefix=f"{leftovers.TEMP_PREFIX}{os.getpid()}-")
         self.memory = limits.MemoryGuard()
-        self.trusted = _trusted_roots()
-        self.exec_files = _toolchain() if device == "cuda" else []
+        self.trusted = trusted.code_roots()
+        self.exec_files = trusted.toolchain() if device == "cuda" else []
         self.children = device == "cuda"  # Triton on GPU runs ptxas and cc; the interpreter runs nothing
         self.template = os.path.join(self.root, "triton-template")
         os.makedirs(self.template, exist_ok=True)
+        self._closed = False
+        # A start is a launch and a ready message, each under start_timeout.
+        start_s = 2 * start_timeout
+        job_s = REF_HOLD + self.timeout * (trials + 9) + 60
         self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
-        self._free: queue.Queue[_Slot] = queue.Queue()
-        self._refs: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
+        self._free: Handout[_Slot] = Handout("worker", start_s + job_s, lambda: self._closed)
         self._n_refs = references or (max(4, n // 2) if device == "cuda" else 1)
+        self._refs = {g: References("reference process", lambda g=g: self._start_reference(g, "ref"),
+                                    self._discard, start_s + max(REF_HOLD, self.timeout), lambda: self._closed)
+                      for g in self.gpus}
         # Reference processes that only compile and time references (torch.compile holds one for
         # seconds per problem): correctness work never queues behind a compile.
-        self._timers: dict[int, queue.Queue[procs.Proc]] = {g: queue.Queue() for g in self.gpus}
         self._n_timers = 2 if device == "cuda" else 0
-        # pid -> (process, GPU) for every worker and reference: what a timing run pauses. Only
-        # processes still alive are signalled, so a reused pid is never someone else's.
+        self._timers = {g: References("reference timer", lambda g=g: self._start_reference(g, "timer"),
+                                      self._discard, start_s + TIMER_HOLD, lambda: self._closed) for g in self.gpus}
+        # pid -> (process, GPU) for every worker and reference: what a timing run pauses and what
+        # close() kills. Only processes still alive are signalled, so a reused pid is never someone else's.
         self.live: dict[int, tuple[procs.Proc, int]] = {}
         self.gates = {g: TimingGate(lambda g=g: [pid for pid, (pr, gg) in list(self.live.items())
                                                  if gg == g and pr.alive()],
@@ -126,9 +103,10 @@ class VerifierPool:
         self.ref_prefetch: set[tuple] = set()
         self.peaks: dict[int, dict[str, float]] = {}
         self._lock = threading.Lock()
-        self._closed = False
         self._started = False
-        self.stats = {"recycled": 0, "started": 0}
+        self._background: set[threading.Thread] = set()
+        self._job = threading.local()  # this thread's job: whether its reference broke, or must be fresh
+        self.stats = {"recycled": 0, "started": 0, "replaced": 0, "retried": 0}
 
     # -- lifecycle ------------------------------------------------------------------------------
     @staticmethod
@@ -139,16 +117,32 @@ class VerifierPool:
 
     def start(self) -> "VerifierPool":
         with self._lock:
+            if self._closed:
+                raise PoolError("the pool is closed")
             if self._started:
                 return self
             self._started = True
+        try:
+            self._start_all()
+        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol, procs.ProcStartError) as exc:
+            self.close()  # nothing half-started outlives a failed start
+            raise PoolError(f"the pool could not start its reference processes: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start_all(self) -> None:
         # References first: on GPU they build the warm Triton cache the workers start from.
         jobs = [(g, k) for g in self.gpus for k in range(self._n_refs + self._n_timers)]
         with ThreadPoolExecutor(max_workers=len(jobs)) as ex:
-            for (g, k), proc in zip(jobs, ex.map(lambda gk: self._start_reference(*gk), jobs)):
-                (self._refs if k < self._n_refs else self._timers)[g].put(proc)
+            started = ex.map(lambda gk: self._start_reference(gk[0], "ref" if gk[1] < self._n_refs else "timer"), jobs)
+            for (g, k), proc in zip(jobs, started):
+                (self._refs if k < self._n_refs else self._timers)[g].add(proc)
         with ThreadPoolExecutor(max_workers=len(self._slots)) as ex:
-            list(ex.map(self._fill, self._slots))
+            list(ex.map(self._start_worker, self._slots))
+        for slot in self._slots:
+            self._free.put(slot)
         if self.device == "cuda":  # the physical floor needs the measured ceilings: once, GPU idle
             for g in self.gpus:
                 ref = self.acquire_reference(g)
@@ -158,7 +152,6 @@ class VerifierPool:
                         self.peaks[g] = ref.receive(300, "device peaks")
                 finally:
                     self.release_reference(g, ref, False)
-        return self
 
     def __enter__(self) -> "VerifierPool":
         return self.start()
@@ -166,77 +159,122 @@ class VerifierPool:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
+        """Kill every process, remove every cgroup, arena and folder of this pool."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        for refs in list(self._refs.values()) + list(self._timers.values()):
+            refs.drain()
+        for proc, _ in list(self.live.values()):  # workers and references, busy or starting included
+            proc.kill()
+        for thread in list(self._background):  # their starts end now that their processes are dead
+            thread.join(CLOSE_WAIT)
+        for proc, _ in list(self.live.values()):
+            proc.kill()
         self.live.clear()
-        for slot in self._slots:
-            if slot.proc is not None:
-                self.memory.remove(slot.proc.pid)
-                slot.proc.kill()
-        for q in list(self._refs.values()) + list(self._timers.values()):
-            while not q.empty():
-                q.get_nowait().kill()
         self.memory.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _start_reference(self, gpu: int, k: int) -> procs.Proc:
-        own = os.path.join(self.root, f"ref-{gpu}-{k}")
-        os.makedirs(own, exist_ok=True)
-        cfg = {"device": self.device, "gpu": gpu, "template_cache": self.template, "own_cache": own}
-        proc = procs.Proc(reference.reference_main, cfg, f"tritonforge-ref-{gpu}-{k}")
+    def _register(self, proc: procs.Proc, gpu: int) -> None:
         self.live[proc.pid] = (proc, gpu)
-        proc.wait_ready(self.start_timeout)
+        if self._closed:  # close() may have missed it: it started while the pool closed
+            self._discard(proc)
+
+    def _discard(self, proc: procs.Proc) -> None:
+        """Kill a process of this pool and remove what it had (its cgroup)."""
+        self.live.pop(proc.pid, None)
+        proc.kill()
+        self.memory.remove(proc.pid)
+
+    def _start_reference(self, gpu: int, role: str) -> procs.Proc:
+        own = os.path.join(self.root, f"{role}-{gpu}-{os.urandom(4).hex()}")
+        os.mkdir(own)  # not makedirs: after close() the root is gone and stays gone
+        cfg = {"device": self.device, "gpu": gpu, "template_cache": self.template, "own_cache": own}
+        proc = procs.Proc(reference.reference_main, cfg, f"tritonforge-{role}-{gpu}", self.start_timeout)
+        self._register(proc, gpu)
+        try:
+            proc.wait_ready(self.start_timeout)
+        except BaseException:
+            self._discard(proc)
+            raise
         return proc
 
-    def _fill(self, slot: _Slot) -> None:
-        """Start a fresh worker in `slot` and hand the slot to waiting callers."""
-        scratch = os.path.join(self.root, f"w{slot.index}-{os.urandom(4).hex()}")
-        os.makedirs(scratch)
-        if self.device == "cuda":
-            shutil.copytree(self.template, os.path.join(scratch, "triton"), dirs_exist_ok=True)
-        cfg = {"device": self.device, "gpu": slot.gpu, "scratch": scratch, "trusted_roots": self.trusted,
-               "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children}
-        slot.scratch = scratch
-        if self._closed:
-            return
+    def _start_worker(self, slot: _Slot) -> None:
+        """Start a fresh worker in `slot` (which holds none); on failure the slot keeps why."""
+        slot.proc, slot.info = None, {}
         proc = None
         try:
-            proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}")
-            self.live[proc.pid] = (proc, slot.gpu)
+            if self._closed:
+                raise PoolError("the pool is closed")
+            slot.scratch = os.path.join(self.root, f"w{slot.index}-{os.urandom(4).hex()}")
+            os.mkdir(slot.scratch)  # not makedirs: after close() the root is gone and stays gone
+            if self.device == "cuda":
+                shutil.copytree(self.template, os.path.join(slot.scratch, "triton"), dirs_exist_ok=True)
+            cfg = {"device": self.device, "gpu": slot.gpu, "scratch": slot.scratch, "trusted_roots": self.trusted,
+                   "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children}
+            proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout)
             self.memory.add(proc.pid, self.max_memory_mb)
+            self._register(proc, slot.gpu)
             slot.info = proc.wait_ready(self.start_timeout)
             slot.proc = proc
             self.stats["started"] += 1
-        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol, procs.ProcStartError, PoolError,
+                OSError) as exc:
             if proc is not None:
-                self.live.pop(proc.pid, None)
-                proc.kill()
-            slot.proc, slot.info = None, {"start_error": str(exc)}
+                self._discard(proc)
+            slot.info = {"start_error": str(exc)}
         if self._closed and slot.proc is not None:  # the pool closed while this worker started
-            slot.proc.kill()
-            self.memory.remove(slot.proc.pid)
-            return
-        self._free.put(slot)
+            self._discard(slot.proc)
+            slot.proc = None
+
+    def _retire(self, slot: _Slot) -> None:
+        """Kill the slot's worker (if any) and remove its scratch."""
+        if slot.proc is not None:
+            self._discard(slot.proc)
+            slot.proc = None
+        if slot.scratch:
+            shutil.rmtree(slot.scratch, ignore_errors=True)
 
     def _recycle(self, slot: _Slot) -> None:
-        """Kill the slot's worker and refill the slot, all off the caller's thread."""
-        old, scratch = slot.proc, getattr(slot, "scratch", "")
-        slot.proc = None
+        """Kill the slot's worker and refill the slot, all off the caller's thread. The slot always
+        goes back to the queue, with a worker or with why none could start."""
         self.stats["recycled"] += 1
 
         def work() -> None:
-            if old is not None:
-                self.live.pop(old.pid, None)
-                old.kill()
-                self.memory.remove(old.pid)
-            shutil.rmtree(scratch, ignore_errors=True)
-            if not self._closed:
-                self._fill(slot)
+            try:
+                self._retire(slot)
+                self._start_worker(slot)
+            finally:
+                self._free.put(slot)
+                self._background.discard(threading.current_thread())
 
-        threading.Thread(target=work, name=f"tritonforge-recycle-{slot.index}", daemon=True).start()
+        thread = threading.Thread(target=work, name=f"tritonforge-recycle-{slot.index}", daemon=True)
+        self._background.add(thread)
+        thread.start()
+
+    def _take_worker(self) -> _Slot:
+        """A slot with a live worker. One found dead (it died idle, or never started) is replaced
+        here, once; a replacement that fails to start raises PoolError."""
+        slot = self._free.get()
+        if slot.proc is not None and slot.proc.alive():
+            return slot
+        self.stats["replaced"] += 1
+        try:
+            self._retire(slot)
+            self._start_worker(slot)
+        except BaseException:
+            self._free.put(slot)
+            raise
+        if slot.proc is None:
+            self._free.put(slot)  # the next caller tries again
+            raise PoolError(f"a worker could not start: {slot.info.get('start_error')}")
+        return slot
 
     # -- verification ---------------------------------------------------------------------------
     @property
@@ -246,25 +284,26 @@ class VerifierPool:
         return {**info.get("sandbox", {}), "memory": self.memory.mode}
 
     def acquire_reference(self, gpu: int) -> procs.Proc:
-        return self._refs[gpu].get()
+        return self._refs[gpu].acquire(fresh=getattr(self._job, "fresh_reference", False))
 
     def release_reference(self, gpu: int, proc: procs.Proc, broken: bool, timer: bool = False) -> None:
         if broken:
-            self.live.pop(proc.pid, None)
-            proc.kill()
-            proc = self._start_reference(gpu, 99)
-        (self._timers if timer else self._refs)[gpu].put(proc)
+            self._job.reference_broke = True
+        (self._timers if timer else self._refs)[gpu].release(proc, broken)
 
     def acquire_timer(self, gpu: int) -> procs.Proc:
         """A reference process for compiling and timing references (a plain one on pools without)."""
-        return self._timers[gpu].get() if self._n_timers else self._refs[gpu].get()
+        return self._timers[gpu].acquire() if self._n_timers else self.acquire_reference(gpu)
 
     def release_timer(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
         self.release_reference(gpu, proc, broken, timer=bool(self._n_timers))
 
     def verify(self, problem: Any, candidate_source: str, timeout: float | None = None,
                static_checks: bool | None = None) -> Verdict:
-        """Verify one (problem, candidate) pair. `problem` is a Problem-like object or module source."""
+        """Verify one (problem, candidate) pair. `problem` is a Problem-like object or module source.
+
+        Raises ProblemError when the problem is broken (its reference failed, on a fresh process
+        too), PoolError when the pool could not serve the pair in time or closed meanwhile."""
         self.start()
         spec = JobSpec.make(problem, candidate_source, self.device, timeout or self.timeout,
                             **{**self.spec_defaults,
@@ -272,27 +311,60 @@ class VerifierPool:
         early = spec.static_verdict()
         if early is not None:
             return early
-        slot = self._free.get()
-        keep = False
-        try:
-            if slot.proc is None:
-                return Verdict("crash", f"worker could not start: {slot.info.get('start_error')}",
-                               device=self.device)
-            verdict, keep = run_job(self, slot, spec)
-        finally:
-            if keep:
-                self._free.put(slot)
-            else:
-                self._recycle(slot)
+        verdict, slot, why = self._attempt(spec, last=False)
+        if verdict is None:
+            self.stats["retried"] += 1
+            verdict, slot, _ = self._attempt(spec, last=True)
+            assert verdict is not None
+            verdict.checks["retry"] = {"first_attempt": why}
         if verdict.status == "pass" and self.device == "cuda":  # worker already released
             apply_ref_timing(verdict, _ref_timing(self, spec, slot.gpu))
         return verdict
 
-    def verify_many(self, pairs: Iterable[tuple[Any, str]]) -> list[Verdict]:
-        """Verify many pairs concurrently (one thread per worker); results in input order."""
+    def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, _Slot, str]:
+        """One run of a job: (verdict, slot, "") or, unless `last`, (None, slot, why) when the pool
+        failed it (the worker died while running it, or the reference process failed)."""
+        slot = self._take_worker()
+        keep = False
+        self._job.fresh_reference, self._job.reference_broke = last, False
+        try:
+            try:
+                verdict, keep = run_job(self, slot, spec)
+            except ProblemError as exc:
+                if self._closed:
+                    raise PoolError("the pool closed during this job") from None
+                if self._job.reference_broke and not last:
+                    return None, slot, str(exc)
+                raise
+            died = (verdict.status == "crash" and not slot.proc.alive()
+                    and not self.memory.tripped(slot.proc.pid))
+            if died and self._closed:
+                raise PoolError("the pool closed during this job")
+            if died and not last:
+                return None, slot, verdict.reason
+            return verdict, slot, ""
+        finally:
+            self._job.fresh_reference = False
+            if keep:
+                self._free.put(slot)
+            else:
+                self._recycle(slot)
+
+    def verify_many(self, pairs: Iterable[tuple[Any, str]]) -> list[Verdict | ProblemError | PoolError]:
+        """Verify many pairs concurrently (one thread per worker); results in input order.
+
+        Each entry is the pair's Verdict or, where `verify` raised for that pair, the ProblemError
+        (its problem is broken) or PoolError it raised: one broken problem costs only its own pairs."""
         pairs = list(pairs)
         self.start()
+
+        def one(pair: tuple[Any, str]) -> Verdict | ProblemError | PoolError:
+            try:
+                return self.verify(pair[0], pair[1])
+            except (ProblemError, PoolError) as exc:
+                return exc
+
         # More threads than workers: a thread waiting for its reference's torch.compile timing has
         # already given its worker back, and others should use it meanwhile.
         with ThreadPoolExecutor(max_workers=max(1, 4 * len(self._slots))) as ex:
-            return list(ex.map(lambda p: self.verify(p[0], p[1]), pairs))
+            return list(ex.map(one, pairs))

@@ -4,9 +4,18 @@ Processes are forked from a multiprocessing *forkserver* (our zygote): a process
 `spawn`, which preloads torch and Triton and never initialises CUDA, so starting a worker costs a
 fork (milliseconds) rather than a Python + torch import (seconds), and no process that initialised
 CUDA is ever forked.
+
+The zygote can die (killed, out of memory). `ensure_running` restarts a dead one (it reaps it with
+`waitpid`), but a zygote that dies while it serves a start leaves that start with an EOF, and one
+that hangs would hold it forever; so every start runs under a deadline whose watchdog kills the
+zygote, is tried once more on a restarted zygote, then falls back to `spawn` (correct, only slower).
+Children of the zygote die with it (PR_SET_PDEATHSIG): the zygote lives exactly as long as the pool's
+process, so a parent killed with SIGKILL leaves no worker running a candidate with nobody to stop it.
+Spawned children (the fallback) do without: a thread's exit would fire the signal.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -15,10 +24,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from distill.verifier import codec
+from distill.verifier import codec, environ
 
 # Sparse: pages exist only where a reply wrote; a bigger reply travels inline through the pipe.
 ARENA_BYTES = 1 << 30
+ARENA_PREFIX = "tritonforge-arena-"  # + the parent's pid: `leftovers` sweeps those of dead parents
 _ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
@@ -38,17 +48,11 @@ def zygote_context(device: str) -> Any:
             ctx = multiprocessing.get_context("forkserver")
             # Replace the default ['__main__'] so the zygote never imports the caller's script.
             ctx.set_forkserver_preload(list(_ZYGOTE_PRELOAD))
-            saved = os.environ.get("TRITON_INTERPRET")
-            os.environ["TRITON_INTERPRET"] = "1" if device == "cpu" else "0"
-            try:
-                from multiprocessing import forkserver
+            from multiprocessing import forkserver
 
-                forkserver.ensure_running()  # the zygote inherits the environment as it is now
-            finally:
-                if saved is None:
-                    os.environ.pop("TRITON_INTERPRET", None)
-                else:
-                    os.environ["TRITON_INTERPRET"] = saved
+            # The zygote inherits the environment as it is now: the allow-list, no secrets.
+            with environ.child_environ(TRITON_INTERPRET="1" if device == "cpu" else "0"):
+                forkserver.ensure_running()
             _zygote_device = device
         if _zygote_device == device:
             return multiprocessing.get_context("forkserver")
@@ -72,6 +76,36 @@ class ProcProtocol(RuntimeError):
     """A reply that is malformed or carries the wrong nonce: the worker's channel was tampered with."""
 
 
+class ProcStartError(RuntimeError):
+    """No process could be started, on the zygote (twice) nor by `spawn`, before the deadline."""
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def zygote_pid() -> int | None:
+    """The running zygote's pid (multiprocessing keeps it in its private forkserver singleton)."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+def _child_main(target: Callable, conn: Any, cfg: dict[str, Any]) -> None:
+    """First code of every child: die with the zygote that forked it, then run `target`."""
+    if cfg.get("die_with_zygote"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    target(conn, cfg)
+
+
+def _kill_zygote(pid: int) -> None:
+    """The watchdog of a start that ran past its deadline: the start then ends with an EOF. The
+    zygote is our child and not yet reaped, so its pid cannot belong to anyone else."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def _signame(num: int) -> str:
     try:
         return signal.Signals(num).name
@@ -82,23 +116,27 @@ def _signame(num: int) -> str:
 class Proc:
     """One child process speaking the codec over a pipe."""
 
-    def __init__(self, target: Callable, cfg: dict[str, Any], name: str) -> None:
+    def __init__(self, target: Callable, cfg: dict[str, Any], name: str, seconds: float = 300.0) -> None:
+        """Start `target(conn, cfg)` in a child; raises ProcStartError if no start succeeded within
+        `seconds` (each try on the zygote under that deadline, then one by `spawn`)."""
         ctx = zygote_context(cfg["device"])
         # The reply arena (codec.Arena): created here, opened by the child before it runs anything
         # untrusted, unlinked once the child is ready so no other process can open it by name.
         self.arena: codec.Arena | None = None
         try:
-            path = os.path.join(codec.shm_dir(), f"tritonforge-arena-{os.getpid()}-{os.urandom(8).hex()}")
+            path = os.path.join(codec.shm_dir(), f"{ARENA_PREFIX}{os.getpid()}-{os.urandom(8).hex()}")
             self.arena = codec.Arena(path, ARENA_BYTES, create=True)
             cfg = {**cfg, "arena": path, "arena_bytes": ARENA_BYTES}
         except OSError:
             self.arena = None  # messages carry their tensors inline
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=target, args=(child, cfg), name=name, daemon=True)
-        with _ctx_lock:  # a (re)started zygote or a spawned child takes Triton's mode from the environment
-            saved = os.environ.get("TRITON_INTERPRET")
-            os.environ["TRITON_INTERPRET"] = "1" if (_zygote_device if ctx.get_start_method() == "forkserver"
-                                                     else cfg["device"]) == "cpu" else "0"
+        methods = ["forkserver", "forkserver", "spawn"] if ctx.get_start_method() == "forkserver" else ["spawn"]
+        deadline = time.monotonic() + seconds
+        errors: list[str] = []
+        # A (re)started zygote or a spawned child takes its environment (Triton's mode included) from
+        # os.environ at this moment: the allow-list, never the caller's secrets. The zygote serves
+        # only its own device (zygote_context), so the mode is the child's device either way.
+        interpret = "1" if cfg["device"] == "cpu" else "0"
+        with _ctx_lock, environ.child_environ(TRITON_INTERPRET=interpret):
             main = sys.modules.get("__main__")
             hidden = {k: getattr(main, k) for k in ("__file__", "__spec__") if hasattr(main, k)}
             try:
@@ -107,18 +145,55 @@ class Proc:
                 # unguarded script (a notebook export, a quick example) and kills the child at start-up.
                 for k in hidden:
                     delattr(main, k) if k == "__file__" else setattr(main, k, None)
-                self.process.start()
+                for method in methods:
+                    left = deadline - time.monotonic()
+                    if left <= 0 and method != "spawn":
+                        continue
+                    try:
+                        self.conn, self.process = self._launch(method, target, cfg, name, left)
+                        break
+                    except (OSError, EOFError) as exc:  # the zygote died or was killed by the watchdog
+                        errors.append(f"{method}: {type(exc).__name__}: {exc}")
+                        time.sleep(0.1)  # a zygote killed just now becomes reapable, and is restarted
+                else:
+                    self._unlink_arena()
+                    raise ProcStartError(f"{name} could not be started: {'; '.join(errors)}")
             finally:
                 for k, v in hidden.items():
                     setattr(main, k, v)
-                if saved is None:
-                    os.environ.pop("TRITON_INTERPRET", None)
-                else:
-                    os.environ["TRITON_INTERPRET"] = saved
-        child.close()
         self.pid: int = self.process.pid
         self.started = time.monotonic()
         self.info: dict[str, Any] = {}
+        self.served = 0  # jobs handed this process (a fresh one has served none)
+
+    @staticmethod
+    def _launch(method: str, target: Callable, cfg: dict[str, Any], name: str, seconds: float) -> tuple[Any, Any]:
+        ctx = multiprocessing.get_context(method)
+        zygote = None
+        if method == "forkserver":
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()  # starts a new zygote if the last one died (it reaps it)
+            zygote = zygote_pid()
+        conn, child = ctx.Pipe(duplex=True)
+        process = ctx.Process(target=_child_main, args=(target, child, {**cfg, "die_with_zygote": bool(zygote)}),
+                              name=name, daemon=True)
+        # A start blocks until the zygote forks (a restarted one imports torch first); one that hangs
+        # is killed, which ends the start with an EOF.
+        watchdog = threading.Timer(max(seconds, 0.0), _kill_zygote, (zygote,)) if zygote else None
+        try:
+            if watchdog is not None:
+                watchdog.daemon = True
+                watchdog.start()
+            process.start()
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            child.close()
+        return conn, process
 
     def _unlink_arena(self) -> None:
         if self.arena is not None:

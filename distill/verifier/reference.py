@@ -129,7 +129,10 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
     arena = codec.open_arena(cfg)
     conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid()}))
     while True:
-        msg = codec.decode(conn.recv_bytes())
+        try:
+            msg = codec.decode(conn.recv_bytes())
+        except (EOFError, OSError):  # the pool closed or died: nothing left to serve
+            os._exit(0)
         cmd = msg["cmd"]
         if arena is not None:
             arena.reset()
@@ -151,4 +154,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 out = {"problem_error": f"unknown command {cmd}"}
         except Exception as exc:  # noqa: BLE001 - report, keep serving
             out = {"problem_error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
-        conn.send_bytes(codec.encode(out, arena))
+        try:
+            conn.send_bytes(codec.encode(out, arena))
+        except OSError:  # the pool went away mid-command
+            os._exit(0)
