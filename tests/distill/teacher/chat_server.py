@@ -61,11 +61,8 @@ class ChatServer:
 
 
 @contextlib.contextmanager
-def serve(server: ChatServer) -> Iterator[ChatServer]:
-    """Run `server` on a free 127.0.0.1 port until the block ends; `server.url` is its address."""
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", server.chat)
-    app.router.add_get("/v1/models", server.list_models)
+def serve_app(app: web.Application) -> Iterator[str]:
+    """Run an aiohttp `app` on a free 127.0.0.1 port in a thread until the block ends; yields its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -82,11 +79,21 @@ def serve(server: ChatServer) -> Iterator[ChatServer]:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert ready.wait(10), "chat server did not start"
-    server.url = f"http://127.0.0.1:{port}"
+    assert ready.wait(10), "server did not start"
     try:
-        yield server
+        yield f"http://127.0.0.1:{port}"
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+@contextlib.contextmanager
+def serve(server: ChatServer) -> Iterator[ChatServer]:
+    """Run `server` on a free 127.0.0.1 port until the block ends; `server.url` is its address."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_get("/v1/models", server.list_models)
+    with serve_app(app) as url:
+        server.url = url
+        yield server

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections import Counter
 
@@ -16,6 +15,7 @@ from aiohttp import web  # noqa: E402
 
 from distill.teacher.base import SamplingConfig, TeacherOptions, TeacherRequest  # noqa: E402
 from distill.teacher.openai_backend import OpenAITeacher  # noqa: E402
+from tests.distill.teacher.chat_server import serve_app  # noqa: E402
 
 
 class Scripted:
@@ -83,27 +83,8 @@ def server():
     app.router.add_get("/v1/models", script.models)
     app.router.add_post("/kernels/v1/chat/completions", script.kernels)
     app.router.add_get("/kernels/v1/models", script.models)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        ready.set()
-        loop.run_forever()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert ready.wait(10)
-    yield f"http://127.0.0.1:{port}", script
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(10)
+    with serve_app(app) as url:
+        yield url, script
 
 
 def teacher(url: str, **kw) -> OpenAITeacher:
