@@ -18,10 +18,12 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import select
 import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 from distill.verifier import codec, environ
@@ -106,6 +108,14 @@ def _kill_zygote(pid: int) -> None:
         pass
 
 
+def _pidfd_open(pid: int) -> int | None:
+    """A descriptor that turns readable when `pid` exits (Linux >= 5.3), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 def _signame(num: int) -> str:
     try:
         return signal.Signals(num).name
@@ -162,6 +172,11 @@ class Proc:
                 for k, v in hidden.items():
                     setattr(main, k, v)
         self.pid: int = self.process.pid
+        # Whether the child lives, asked of the kernel: multiprocessing asks the zygote, which
+        # answers "dead" for every child once it died and nothing while it hangs.
+        self._pidfd = _pidfd_open(self.pid)
+        if self._pidfd is not None:
+            weakref.finalize(self, os.close, self._pidfd)
         self.started = time.monotonic()
         self.info: dict[str, Any] = {}
         self.served = 0  # jobs handed this process (a fresh one has served none)
@@ -239,7 +254,7 @@ class Proc:
                 if not isinstance(msg, dict):
                     raise ProcProtocol(f"reply during {phase} is not an object")
                 return msg
-            if not self.process.is_alive():
+            if not self.alive():
                 raise ProcDied(self._exitcode(), phase)
 
     def begin(self, msg: dict[str, Any]) -> str:
@@ -272,11 +287,18 @@ class Proc:
         return self.finish(self.begin(msg), seconds, phase, total)
 
     def _exitcode(self) -> int | None:
-        self.process.join(timeout=2)
+        self._wait_exit(2)
+        self.process.join(timeout=2)  # the status comes from the zygote, when it answers
         return self.process.exitcode
 
+    def _wait_exit(self, seconds: float) -> bool:
+        if self._pidfd is None:
+            self.process.join(timeout=seconds)
+            return not self.process.is_alive()
+        return bool(select.select([self._pidfd], [], [], seconds)[0])
+
     def alive(self) -> bool:
-        return self.process.is_alive()
+        return not self._wait_exit(0)
 
     def kill(self) -> None:
         self._unlink_arena()
@@ -285,10 +307,14 @@ class Proc:
         except OSError:
             pass
         try:
-            self.process.kill()
+            if self._pidfd is not None:  # never a reused pid
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            else:
+                self.process.kill()
         except (OSError, ValueError, AttributeError):
             pass
-        self.process.join(timeout=5)
+        self._wait_exit(5)
+        self.process.join(timeout=1)  # collects the exit status when the zygote answers
         try:
             self.conn.close()
         except OSError:

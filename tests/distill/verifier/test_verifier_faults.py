@@ -3,6 +3,7 @@ a pool leaves on the machine after a close, a killed worker and a killed parent.
 real SIGKILLs throughout."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -165,6 +166,25 @@ def test_a_zygote_dying_while_a_replacement_starts_blocks_nothing(one_worker, de
     v, took = _verify_within(pool, 60)
     assert v.status == "pass", v.reason
     assert took < 30
+
+
+@pytest.mark.slow
+def test_a_hung_zygote_is_killed_at_the_start_deadline_and_the_worker_spawned():
+    """A zygote that never answers (stopped): the start's watchdog kills it at the deadline, and the
+    worker starts by spawn; the reference, which died with the zygote, from a restarted one."""
+    with VerifierPool(workers=1, device="cpu", timeout=8, start_timeout=10) as pool:
+        zygote, worker = procs.zygote_pid(), pool._slots[0].proc
+        os.kill(zygote, signal.SIGSTOP)
+        try:
+            os.kill(worker.pid, signal.SIGKILL)
+            _wait(lambda: not worker.alive())
+            v, took = _verify_within(pool, 90)
+            assert v.status == "pass", v.reason
+            assert 10 <= took < 60
+            assert pool._slots[0].proc.process._start_method == "spawn" and _gone(zygote)
+        finally:  # a stopped zygote would hold multiprocessing's joins at exit
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(zygote, signal.SIGKILL)
 
 
 def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
