@@ -24,13 +24,14 @@ def _shared_pool(device: str, timeout: float | None, max_memory_mb: int | None) 
 
 
 def verify(problem: Any, candidate_source: str, device: str = "cpu", timeout: float | None = None,
-           max_memory_mb: int | None = None) -> Verdict:
+           max_memory_mb: int | None = None, seeds: list[int] | None = None) -> Verdict:
     """Verify one candidate against one problem (a Problem-like object or KernelBench module source).
 
     The first call per (device, limits) starts a one-worker pool that later calls reuse; use
-    `VerifierPool` directly for batches and concurrency.
+    `VerifierPool` directly for batches and concurrency. `seeds` replays a recorded verdict's
+    `checks["replay"]["seeds"]`.
     """
-    return _shared_pool(device, timeout, max_memory_mb).verify(problem, candidate_source)
+    return _shared_pool(device, timeout, max_memory_mb).verify(problem, candidate_source, seeds=seeds)
 
 
 @atexit.register

@@ -22,6 +22,15 @@ TIMING_SETS = 2
 TIMING_CHECKS = 3
 
 
+def _seeds(given: list[int] | None, n: int) -> list[int]:
+    if given is None:
+        return [secrets.randbits(62) for _ in range(n)]
+    if len(given) != n or not all(type(x) is int and 0 <= x < 1 << 62 for x in given):
+        raise ValueError(f"replay seeds must be {n} integers in [0, 2^62) for this pool's trial settings, "
+                         f"got {len(given)} values")
+    return list(given)
+
+
 @dataclass
 class JobSpec:
     source: str
@@ -40,7 +49,9 @@ class JobSpec:
 
     @classmethod
     def make(cls, problem: Any, candidate: str, device: str, timeout: float, trials: int, timing_trials: int,
-             warmup: int, static_checks: bool) -> "JobSpec":
+             warmup: int, static_checks: bool, seeds: list[int] | None = None) -> "JobSpec":
+        """`seeds`: replay a recorded verdict's (`checks["replay"]["seeds"]`); default: fresh secret ones.
+        Layout: [init, trial 0..n-1, timing sets, call, timing init, timing inputs]."""
         source = problem if isinstance(problem, str) else getattr(problem, "source", None)
         if not isinstance(source, str):
             raise TypeError("problem must be module source text or an object with a .source string")
@@ -49,7 +60,7 @@ class JobSpec:
                    timing_trials=timing_trials, warmup=warmup, static_checks=static_checks, problem_id=str(pid),
                    flops=float(getattr(problem, "flops", 0) or 0),
                    bytes_moved=float(getattr(problem, "bytes_moved", 0) or 0),
-                   seeds=[secrets.randbits(62) for _ in range(max(trials, 2) + TIMING_SETS + 3)])
+                   seeds=_seeds(seeds, max(trials, 2) + TIMING_SETS + 4))
 
     @property
     def key(self) -> str:
@@ -204,7 +215,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
         run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
-                            "init_seed": spec.seeds[0], "call_seed": secrets.randbits(62), "problem": spec.source,
+                            "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         lap("run")

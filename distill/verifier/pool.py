@@ -299,15 +299,17 @@ class VerifierPool:
         self.release_reference(gpu, proc, broken, timer=bool(self._n_timers))
 
     def verify(self, problem: Any, candidate_source: str, timeout: float | None = None,
-               static_checks: bool | None = None) -> Verdict:
+               static_checks: bool | None = None, seeds: list[int] | None = None) -> Verdict:
         """Verify one (problem, candidate) pair. `problem` is a Problem-like object or module source.
 
+        The verdict records its trials' seeds in `checks["replay"]` once judged (the candidate has
+        finished by then); passing them back as `seeds` replays the same inputs and weights.
         Raises ProblemError when the problem is broken (its reference failed, on a fresh process
         too), PoolError when the pool could not serve the pair in time or closed meanwhile."""
         self.start()
         spec = JobSpec.make(problem, candidate_source, self.device, timeout or self.timeout,
                             **{**self.spec_defaults,
-                               **({} if static_checks is None else {"static_checks": static_checks})})
+                               **({} if static_checks is None else {"static_checks": static_checks})}, seeds=seeds)
         early = spec.static_verdict()
         if early is not None:
             return early
@@ -319,6 +321,7 @@ class VerifierPool:
             verdict.checks["retry"] = {"first_attempt": why}
         if verdict.status == "pass" and self.device == "cuda":  # worker already released
             apply_ref_timing(verdict, _ref_timing(self, spec, slot.gpu))
+        verdict.checks["replay"] = {"seeds": list(spec.seeds), "trials": spec.trials}
         return verdict
 
     def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, _Slot, str]:

@@ -1,0 +1,27 @@
+"""Replayable verdicts: a verdict records its trials' seeds once judged, and the same seeds give the
+same inputs, so the same verdict (distill/verifier/job.py `JobSpec.make(seeds=...)`)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.distill.verifier.conftest import honest, hostile, problem
+
+
+def test_recorded_seeds_replay_the_same_verdict_and_fresh_ones_differ(pool):
+    first = pool.verify(problem("cross_entropy"), hostile("ce_ignores_targets"))
+    assert first.status == "wrong_output" and "norm rel err" in first.reason
+    seeds = first.checks["replay"]["seeds"]
+    again = pool.verify(problem("cross_entropy"), hostile("ce_ignores_targets"), seeds=seeds)
+    fresh = pool.verify(problem("cross_entropy"), hostile("ce_ignores_targets"))
+    assert again.reason == first.reason and again.checks["replay"] == first.checks["replay"]
+    assert fresh.checks["replay"]["seeds"] != seeds and fresh.reason != first.reason
+
+
+def test_a_pass_records_its_seeds_too(pool):
+    v = pool.verify(problem("add"), honest("add"))
+    assert v.status == "pass" and len(v.checks["replay"]["seeds"]) > v.checks["replay"]["trials"]
+
+
+def test_seeds_of_the_wrong_length_are_refused(pool):
+    with pytest.raises(ValueError, match="replay seeds"):
+        pool.verify(problem("add"), honest("add"), seeds=[1, 2, 3])
