@@ -2,28 +2,27 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from synth.cli_checks import UsageError, writable_file
+from synth.sampler import MAX_BATCH, MAX_LEVEL
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n", type=int, required=True, help="number of problems")
+    p.add_argument("--n", type=int, required=True, help=f"number of problems (1 to {MAX_BATCH})")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--level", type=int, help="difficulty: number of compute ops")
+    g.add_argument("--level", type=int, help=f"difficulty: number of compute ops (1 to {MAX_LEVEL})")
     g.add_argument("--levels", help="a mixture of levels, comma separated (uniform over them), e.g. 1,2,5")
-    p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="run seed, >= 0 (default 0)")
     p.add_argument("--ops", help="restrict the operator space, comma separated (default: whole catalog)")
     p.add_argument("--out", required=True, help="output Parquet file")
-    p.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="processes (default 1, at most the CPU count)")
     p.add_argument("--max-elements", type=int, default=None, help="cap on any tensor's element count")
     p.add_argument("--allow-duplicates", action="store_true", help="keep problems with an equal dag_hash")
-
-
-def _error(msg: str) -> int:
-    print(f"tritonforge sample: error: {msg}", file=sys.stderr)
-    return 2
 
 
 def _draw(kwargs: dict) -> list:
@@ -32,62 +31,94 @@ def _draw(kwargs: dict) -> list:
     return synth.sample(**kwargs)
 
 
-def run(args: argparse.Namespace) -> int:
-    import synth
-    from synth.shard import write_problems
-
-    if args.n < 1:
-        return _error(f"--n must be >= 1, got {args.n}")
-    if args.workers < 1:
-        return _error(f"--workers must be >= 1, got {args.workers}")
-    if args.levels is not None:
+def _levels(args: argparse.Namespace) -> list[int]:
+    if args.levels is None:
+        levels, flag = [args.level], "--level"
+    else:
+        flag = "--levels"
         try:
             levels = [int(x) for x in args.levels.split(",") if x.strip()]
         except ValueError:
-            return _error(f"--levels must be comma-separated integers, got {args.levels!r}")
-        if not levels or min(levels) < 1:
-            return _error(f"--levels must be positive integers, got {args.levels!r}")
-        level_kw = {"levels": levels}
-    else:
-        if args.level < 1:
-            return _error(f"--level must be >= 1, got {args.level}")
-        level_kw = {"level": args.level}
+            raise UsageError(f"--levels must be comma-separated integers, got {args.levels!r}") from None
+        if not levels:
+            raise UsageError(f"--levels must name at least one level, got {args.levels!r}")
+    bad = [k for k in levels if not 1 <= k <= MAX_LEVEL]
+    if bad:
+        raise UsageError(f"{flag} must be from 1 to {MAX_LEVEL}, got {bad[0]}")
+    return levels
+
+
+def _check(args: argparse.Namespace) -> tuple[list[int], list[str] | None, Path]:
+    """The levels, ops and output path, all checked; a UsageError naming the flag otherwise."""
+    import synth
+
+    if not 1 <= args.n <= MAX_BATCH:
+        raise UsageError(f"--n must be from 1 to {MAX_BATCH} (one shard, held in memory), got {args.n}")
+    cpus = os.cpu_count() or 1
+    if not 1 <= args.workers <= cpus:
+        raise UsageError(f"--workers must be from 1 to {cpus} (this machine's CPUs), got {args.workers}")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if args.max_elements is not None and args.max_elements < 1:
+        raise UsageError(f"--max-elements must be >= 1, got {args.max_elements}")
+    levels = _levels(args)
     ops = None
-    if args.ops:
+    if args.ops is not None:
         ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+        if not ops:
+            raise UsageError(f"--ops must name at least one operator, got {args.ops!r}")
         unknown = sorted(set(ops) - set(synth.operators()))
         if unknown:
-            return _error(f"--ops: unknown operator(s) {', '.join(unknown)}; `python -c 'import synth; "
-                          f"print(synth.operators())'` lists them")
+            raise UsageError(f"--ops: unknown operator(s) {', '.join(unknown)}; `python -c 'import synth; "
+                             f"print(synth.operators())'` lists them")
     out = Path(args.out)
-    if out.exists() and out.is_dir():
-        return _error(f"--out {out} is a directory; give a file name such as {out}/problems.parquet")
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; give a file name such as {out}/problems.parquet")
+    writable_file(out, "--out")
+    return levels, ops, out
+
+
+def run(args: argparse.Namespace) -> int:
+    import synth
+    from synth.sampler import Distinct, SpaceExhausted, describe
+    from synth.shard import write_problems
+
+    try:
+        levels, ops, out = _check(args)
+    except UsageError as exc:
+        return exc.report("sample")
     config = synth.SampleConfig() if args.max_elements is None else synth.SampleConfig(max_elements=args.max_elements)
+    level_kw = {"level": levels[0]} if args.levels is None else {"levels": levels}
 
     from tqdm import tqdm
 
-    problems, seen, start = [], set(), 0
+    problems, start = [], 0
+    distinct = Distinct(args.n, describe(levels, ops, config))
     t0 = time.perf_counter()
-    with tqdm(total=args.n, desc="sampling", unit="problem", file=sys.stderr) as bar:
-        while len(problems) < args.n:
-            need = args.n - len(problems)
-            chunk = max(1, -(-need // args.workers))
-            jobs = [dict(n=min(chunk, need - i * chunk), seed=args.seed, ops=ops, config=config,
-                         start=start + i * chunk, **level_kw)
-                    for i in range(args.workers) if need - i * chunk > 0]
-            if args.workers == 1:
-                batches = [synth.sample(progress=bar.update, **jobs[0])]
-            else:
-                with ProcessPoolExecutor(args.workers) as pool:
-                    batches = list(pool.map(_draw, jobs))
-                bar.update(sum(map(len, batches)))
-            start += sum(j["n"] for j in jobs)
-            for p in (p for batch in batches for p in batch):
-                if args.allow_duplicates or p.dag_hash not in seen:
-                    seen.add(p.dag_hash)
-                    problems.append(p)
-            bar.n = len(problems)
-            bar.refresh()
+    try:
+        with tqdm(total=args.n, desc="sampling", unit="problem", file=sys.stderr) as bar:
+            while len(problems) < args.n:
+                need = args.n - len(problems)
+                chunk = max(1, -(-need // args.workers))
+                jobs = [dict(n=min(chunk, need - i * chunk), seed=args.seed, ops=ops, config=config,
+                             start=start + i * chunk, **level_kw)
+                        for i in range(args.workers) if need - i * chunk > 0]
+                if args.workers == 1:
+                    batches = [synth.sample(progress=bar.update, **jobs[0])]
+                else:
+                    with ProcessPoolExecutor(args.workers) as pool:
+                        batches = list(pool.map(_draw, jobs))
+                    bar.update(sum(map(len, batches)))
+                start += sum(j["n"] for j in jobs)
+                for p in (p for batch in batches for p in batch):
+                    if args.allow_duplicates or distinct.add(p):
+                        problems.append(p)
+                bar.n = len(problems)
+                bar.refresh()
+    except SpaceExhausted as exc:
+        return UsageError(f"{exc} (--allow-duplicates)").report("sample")
+    except synth.SamplingError as exc:
+        return UsageError(f"{exc} (--max-elements, --ops)").report("sample")
     write_problems(problems[: args.n], out)
     dt = time.perf_counter() - t0
     print(f"wrote {len(problems[: args.n])} problems to {out} ({start} drawn, "

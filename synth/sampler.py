@@ -50,8 +50,66 @@ class SampleConfig:
             raise ValueError(f"flop_window must be (lo, hi) with 0 <= lo <= hi, got {self.flop_window!r}")
 
 
+# The largest level `sample` draws. Measured on the 2-core CPU box (seconds per problem): level 20
+# 0.07, 64 2.3, 128 5, 256 90; at 512 no op list found a valid program in 64 wirings (500 s).
+# Levels past the cap are refused at once rather than left to run for minutes.
+MAX_LEVEL = 64
+# The most problems one `sample` call returns: they are all held in memory (about 8 KiB each at
+# level 1, 70 KiB at level 20).
+MAX_BATCH = 100_000
+# Unique sampling stops after this many draws in a row that were all repeats. The problems still
+# unseen then carry under 0.3% of the draw probability (the rule of three, 95% confidence), so
+# going on would cost hundreds of draws per new problem. Tiny spaces need room: with
+# `triplet_margin_loss` at max_elements 64 (14 distinct problems), 81 repeats came before the last new one.
+MAX_REPEATS = 1000
+
+
 class SamplingError(RuntimeError):
     pass
+
+
+class SpaceExhausted(ValueError):
+    """Fewer distinct problems exist for these settings than were asked for."""
+
+
+class Distinct:
+    """Tells new `dag_hash`es from repeats, and gives up (SpaceExhausted) after `MAX_REPEATS`
+    repeats in a row. `what` says which settings were sampled, for the message."""
+
+    def __init__(self, want: int, what: str) -> None:
+        self.want, self.what = want, what
+        self.hashes: set[str] = set()
+        self.repeats = 0
+
+    def add(self, problem: Problem) -> bool:
+        """True if `problem` is new (its hash is then remembered)."""
+        if problem.dag_hash in self.hashes:
+            self.repeats += 1
+            if self.repeats >= MAX_REPEATS:
+                raise SpaceExhausted(
+                    f"found only {len(self.hashes)} distinct problems for {self.what}, {self.want} asked for: "
+                    f"the last {MAX_REPEATS} draws were all repeats; ask for fewer, widen the op set or sizes, "
+                    f"or allow duplicates")
+            return False
+        self.repeats = 0
+        self.hashes.add(problem.dag_hash)
+        return True
+
+
+def describe(levels: Sequence[int], ops: Iterable[str] | None, config: SampleConfig) -> str:
+    """The settings a draw used, as a message names them."""
+    lv = f"level {levels[0]}" if len(levels) == 1 else f"levels {','.join(map(str, levels))}"
+    where = f"ops {','.join(ops)}" if ops is not None else "the whole catalog"
+    return f"{lv} over {where} (max_elements {config.max_elements})"
+
+
+def check_levels(levels: Sequence[int]) -> None:
+    """Levels must be ints from 1 to MAX_LEVEL (ValueError naming the first that is not)."""
+    if not levels:
+        raise ValueError("no level given")
+    for k in levels:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_LEVEL:
+            raise ValueError(f"levels must be integers from 1 to {MAX_LEVEL}, got {k!r}")
 
 
 @dataclass
@@ -139,22 +197,24 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
 
     Problem i (counting from `start`) depends only on (seed, i, level settings, ops, config).
     With `unique=True`, problems whose `dag_hash` was already drawn are skipped and more indices are
-    drawn until `n` distinct problems exist.
+    drawn until `n` distinct problems exist, or SpaceExhausted after `MAX_REPEATS` repeats in a row.
+    Levels go up to `MAX_LEVEL`, `n` up to `MAX_BATCH`; seeds and `start` are >= 0.
     """
     if (level is None) == (levels is None):
         raise ValueError("give exactly one of level= or levels=")
     lv = [level] if level is not None else list(levels)
-    if not lv or any((not isinstance(k, (int, np.integer))) or k < 1 for k in lv):
-        raise ValueError(f"levels must be positive ints, got {lv!r}")
+    check_levels(lv)
     if weights is not None and (len(weights) != len(lv) or min(weights) < 0 or sum(weights) <= 0):
         raise ValueError("weights must be non-negative, one per level, not all zero")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+    if not 0 <= n <= MAX_BATCH:
+        raise ValueError(f"n must be from 0 to {MAX_BATCH}, got {n}")
+    if seed < 0 or start < 0:
+        raise ValueError(f"seed and start must be >= 0, got seed={seed}, start={start}")
     p = None if weights is None else np.asarray(weights, float) / sum(weights)
     config = config or SampleConfig()
     space = resolve_ops(ops)
+    distinct = Distinct(n, describe(lv, None if ops is None else [o.name for o in space], config)) if unique else None
     out: list[Problem] = []
-    hashes: set[str] = set()
     i = start
     while len(out) < n:
         rng = problem_stream(i, seed)
@@ -162,9 +222,8 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
         seed_i = int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0])
         problem = build_problem(draw_ops(rng, space, k), rng, config, seed_i, stats)
         i += 1
-        if unique and problem.dag_hash in hashes:
+        if distinct is not None and not distinct.add(problem):
             continue
-        hashes.add(problem.dag_hash)
         out.append(problem)
         if progress:
             progress(1)

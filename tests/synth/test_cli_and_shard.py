@@ -52,8 +52,8 @@ def test_show(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["sample", "--n", "3", "--level", "0", "--out", "x.parquet"], "--level must be >= 1"),
-    (["sample", "--n", "0", "--level", "1", "--out", "x.parquet"], "--n must be >= 1"),
+    (["sample", "--n", "3", "--level", "0", "--out", "x.parquet"], "--level must be from 1 to 64, got 0"),
+    (["sample", "--n", "0", "--level", "1", "--out", "x.parquet"], "--n must be from 1 to 100000"),
     (["sample", "--n", "3", "--levels", "1,a", "--out", "x.parquet"], "--levels must be comma-separated"),
     (["sample", "--n", "3", "--level", "1", "--ops", "relu,nope", "--out", "x.parquet"], "unknown operator(s) nope"),
     (["sample", "--n", "3", "--level", "1", "--level", "2", "--levels", "1", "--out", "x.parquet"], "not allowed"),
