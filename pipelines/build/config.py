@@ -1,14 +1,31 @@
-"""The build config (TOML): parsed into dataclasses, with every unknown or bad key named in the error."""
+"""The build config (TOML): parsed into dataclasses, every key's type and range checked first.
+
+`load_config` reads the file, checks every key (`parse_config`) and then that the teacher is there
+(`check_teacher`), all before a cluster starts or a folder is touched. An error names the file and
+the key, e.g. `demo.toml: [verify] timeout: must be a finite number > 0, got -5`.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from curriculum.config import CurriculumConfig, Stage
+from synth.sampler import MAX_BATCH, MAX_LEVEL
+
+# Problems in one stage or held-out level, and in all of them together: the client keeps every
+# problem's dag_hash and one task per shard.
+MAX_PROBLEMS = 1_000_000
+# Dask workers, threads and verifier workers are a process or a thread each, with torch loaded
+# (hundreds of MB apiece): past these counts a value is a typo, not a machine.
+MAX_WORKERS = 256
+MAX_VERIFY_WORKERS = 64
+PROBE_TIMEOUT_S = 5.0  # an openai:URL teacher must list its models this fast
 
 
 class ConfigError(ValueError):
@@ -64,100 +81,190 @@ class BuildConfig:
         return asdict(self)
 
 
-TOP = {"seed", "name", "license", "sample", "stage", "heldout", "teacher", "verify", "cluster"}
+class _Table:
+    """One TOML table being read: each getter checks a key's type and range; `done` refuses the rest."""
+
+    def __init__(self, raw: Any, where: str, path: str) -> None:
+        self.path, self.where = path, where
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: {where or 'the file'} must be a table, got {raw!r}")
+        self.raw, self.read = raw, set()
+
+    def error(self, key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {self.where + ' ' if self.where else ''}{key}: {msg}")
+
+    def get(self, key: str, default: Any) -> Any:
+        self.read.add(key)
+        return self.raw.get(key, default)
+
+    def integer(self, key: str, default: int | None, low: int, high: int | None = None) -> int:
+        v = self.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+            want = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+            raise self.error(key, f"must be {want}, got {v!r}")
+        return v
+
+    def number(self, key: str, default: float, low: float, strict: bool) -> float:
+        v = self.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v < low or (strict and v == low):
+            raise self.error(key, f"must be a finite number {'>' if strict else '>='} {low:g}, got {v!r}")
+        return v  # as written: `timeout = 120` stays an int, so the config digest of a build does not change
+
+    def text(self, key: str, default: str, choices: tuple[str, ...] = ()) -> str:
+        v = self.get(key, default)
+        if not isinstance(v, str) or not v or (choices and v not in choices):
+            want = " or ".join(f'"{c}"' for c in choices) if choices else "a non-empty string"
+            raise self.error(key, f"must be {want}, got {v!r}")
+        return v
+
+    def levels(self, key: str, default: tuple[int, ...] | None, empty_ok: bool) -> tuple[int, ...]:
+        v = self.get(key, default)
+        if not isinstance(v, (list, tuple)) or (not v and not empty_ok) or any(
+                isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_LEVEL for k in v):
+            raise self.error(key, f"must be a {'' if empty_ok else 'non-empty '}list of levels from 1 to {MAX_LEVEL}, "
+                                  f"got {v!r}")
+        return tuple(v)
+
+    def done(self) -> None:
+        for key in self.raw:
+            if key not in self.read:
+                raise self.error(key, f"unknown key (known: {', '.join(sorted(self.read))})")
 
 
-def _section(cls, raw: Any, where: str, path: str):
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: [{where}] must be a table")
-    known = {f for f in cls.__dataclass_fields__}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{path}: unknown key '{where}.{key}' (known: {', '.join(sorted(known))})")
-    defaults = cls()
-    out = {}
-    for key, value in raw.items():
-        want = type(getattr(defaults, key)) if getattr(defaults, key) is not None else None
-        if key == "ops" and value is not None:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"{path}: '{where}.{key}' must be a list of operator names")
-            value = tuple(value)
-        elif want in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{path}: '{where}.{key}' must be a number, got {value!r}")
-        elif want is int and not isinstance(value, int):
-            raise ConfigError(f"{path}: '{where}.{key}' must be an integer, got {value!r}")
-        elif want is str and not isinstance(value, str):
-            raise ConfigError(f"{path}: '{where}.{key}' must be a string, got {value!r}")
-        out[key] = value
+def _stages(raw: Any, path: str) -> tuple[Stage, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: stage: must be [[stage]] tables, got {raw!r}")
+    if not raw:
+        raise ConfigError(f"{path}: stage: at least one [[stage]] is needed, got an empty list")
+    stages, seen = [], set()
+    for i, entry in enumerate(raw, 1):
+        t = _Table(entry, f"[[stage]] #{i}", path)
+        for key in ("index", "levels", "size"):
+            if key not in t.raw:
+                raise t.error(key, "missing")
+        index = t.integer("index", None, 1)
+        if index in seen:
+            raise t.error("index", f"{index} is used by an earlier stage")
+        seen.add(index)
+        stages.append(Stage(index, t.levels("levels", None, empty_ok=False), t.integer("size", None, 1, MAX_PROBLEMS)))
+        t.done()
+    return tuple(stages)
+
+
+def _sample(raw: Any, path: str) -> SampleSection:
+    t = _Table(raw, "[sample]", path)
+    shard_size = t.integer("shard_size", SampleSection.shard_size, 1, MAX_BATCH)
+    max_elements = None if t.get("max_elements", None) is None else t.integer("max_elements", None, 1)
+    ops = t.get("ops", None)
+    if ops is not None:
+        if not isinstance(ops, list) or not ops or not all(isinstance(o, str) for o in ops):
+            raise t.error("ops", f"must be a non-empty list of operator names, got {ops!r}")
+        import synth
+
+        unknown = sorted(set(ops) - set(synth.operators()))
+        if unknown:
+            raise t.error("ops", f"unknown operator(s): {', '.join(unknown)}")
+        ops = tuple(ops)
+    t.done()
+    return SampleSection(shard_size, max_elements, ops)
+
+
+def _teacher(raw: Any, path: str) -> TeacherSection:
+    from distill.teacher.base import ROUNDS_CAP, SAMPLES_CAP, TeacherSpecError, parse_spec
+    from distill.teacher.prompts import list_prompts
+
+    t, d = _Table(raw, "[teacher]", path), TeacherSection()
+    spec = t.text("spec", d.spec)
     try:
-        return cls(**out)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path}: [{where}]: {exc}") from None
-
-
-def _positive(path: str, key: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{path}: '{key}' must be >= 1, got {value}")
+        name, arg = parse_spec(spec)
+    except TeacherSpecError as exc:
+        raise t.error("spec", str(exc)) from None
+    if name == "lowering" and arg:
+        raise t.error("spec", f"'lowering' takes no argument, got {spec!r}")
+    prompts = list_prompts()
+    prompt = t.text("prompt", d.prompt)
+    if prompt not in prompts:
+        raise t.error("prompt", f"no prompt set {prompt!r} (known: {', '.join(prompts) or 'none'})")
+    section = TeacherSection(spec=spec, samples=t.integer("samples", d.samples, 1, SAMPLES_CAP),
+                             rounds=t.integer("rounds", d.rounds, 0, ROUNDS_CAP), prompt=prompt,
+                             max_tokens=t.integer("max_tokens", d.max_tokens, 1),
+                             temperature=t.number("temperature", d.temperature, 0, strict=False))
+    t.done()
+    return section
 
 
 def parse_config(doc: dict[str, Any], path: str = "<config>") -> BuildConfig:
-    for key in doc:
-        if key not in TOP:
-            raise ConfigError(f"{path}: unknown key '{key}' (known: {', '.join(sorted(TOP))})")
-    stages = []
-    for i, raw in enumerate(doc.get("stage", [])):
-        where = f"stage[{i}]"
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: '{where}' must be a table ([[stage]])")
-        for key in raw:
-            if key not in {"index", "levels", "size"}:
-                raise ConfigError(f"{path}: unknown key '{where}.{key}' (known: index, levels, size)")
-        for key in ("index", "levels", "size"):
-            if key not in raw:
-                raise ConfigError(f"{path}: '{where}.{key}' is missing")
-        levels = raw["levels"]
-        if not isinstance(levels, list) or not levels or not all(isinstance(v, int) and v >= 1 for v in levels):
-            raise ConfigError(f"{path}: '{where}.levels' must be a non-empty list of levels >= 1")
-        if not isinstance(raw["size"], int) or raw["size"] < 1:
-            raise ConfigError(f"{path}: '{where}.size' must be an integer >= 1")
-        stages.append(Stage(int(raw["index"]), tuple(levels), int(raw["size"])))
-    held = doc.get("heldout", {})
-    for key in held:
-        if key not in {"levels", "size"}:
-            raise ConfigError(f"{path}: unknown key 'heldout.{key}' (known: levels, size)")
-    try:
-        cur = CurriculumConfig(stages=tuple(stages) or CurriculumConfig().stages,
-                               heldout_levels=tuple(held.get("levels", CurriculumConfig().heldout_levels)),
-                               heldout_size=int(held.get("size", CurriculumConfig().heldout_size)))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    cfg = BuildConfig(
-        seed=doc.get("seed", 0), name=doc.get("name", "tritonforge"), license=doc.get("license", "apache-2.0"),
-        sample=_section(SampleSection, doc.get("sample", {}), "sample", path), curriculum=cur,
-        teacher=_section(TeacherSection, doc.get("teacher", {}), "teacher", path),
-        verify=_section(VerifySection, doc.get("verify", {}), "verify", path),
-        cluster=_section(ClusterSection, doc.get("cluster", {}), "cluster", path),
-    )
-    if not isinstance(cfg.seed, int):
-        raise ConfigError(f"{path}: 'seed' must be an integer, got {cfg.seed!r}")
-    _positive(path, "sample.shard_size", cfg.sample.shard_size)
-    _positive(path, "cluster.n_workers", cfg.cluster.n_workers)
-    _positive(path, "verify.workers", cfg.verify.workers)
-    if cfg.verify.device not in ("cpu", "cuda"):
-        raise ConfigError(f"{path}: 'verify.device' must be \"cpu\" or \"cuda\", got {cfg.verify.device!r}")
-    if cfg.sample.ops is not None:
-        import synth
+    """Check every key of a parsed TOML document; a ConfigError names the first bad one."""
+    top = _Table(doc, "", path)
+    seed = top.integer("seed", 0, 0)
+    name, license_ = top.text("name", BuildConfig.name), top.text("license", BuildConfig.license)
+    sample = _sample(top.get("sample", {}), path)
+    stages = _stages(top.get("stage", None), path) if "stage" in doc else CurriculumConfig().stages
+    top.read.add("stage")
+    held = _Table(top.get("heldout", {}), "[heldout]", path)
+    held_levels = held.levels("levels", CurriculumConfig.heldout_levels, empty_ok=True)
+    if len(set(held_levels)) < len(held_levels):
+        raise held.error("levels", f"names a level twice: {list(held_levels)}")
+    held_size = held.integer("size", CurriculumConfig.heldout_size, 0, MAX_PROBLEMS)
+    held.done()
+    total = sum(s.size for s in stages) + held_size * len(held_levels)
+    if total > MAX_PROBLEMS:
+        raise ConfigError(f"{path}: [[stage]] size, [heldout] size: {total} problems in all; at most {MAX_PROBLEMS}")
+    teacher = _teacher(top.get("teacher", {}), path)
+    v, d = _Table(top.get("verify", {}), "[verify]", path), VerifySection()
+    verify = VerifySection(device=v.text("device", d.device, ("cpu", "cuda")),
+                           workers=v.integer("workers", d.workers, 1, MAX_VERIFY_WORKERS),
+                           timeout=v.number("timeout", d.timeout, 0, strict=True))
+    v.done()
+    c, d = _Table(top.get("cluster", {}), "[cluster]", path), ClusterSection()
+    cluster = ClusterSection(n_workers=c.integer("n_workers", d.n_workers, 1, MAX_WORKERS),
+                             threads_per_worker=c.integer("threads_per_worker", d.threads_per_worker, 1, MAX_WORKERS),
+                             gpus_per_worker=c.integer("gpus_per_worker", d.gpus_per_worker, 0))
+    c.done()
+    top.done()
+    curriculum = CurriculumConfig(stages=stages, heldout_levels=held_levels, heldout_size=held_size)
+    return BuildConfig(seed=seed, name=name, license=license_, sample=sample, curriculum=curriculum,
+                       teacher=teacher, verify=verify, cluster=cluster)
 
-        unknown = sorted(set(cfg.sample.ops) - set(synth.operators()))
-        if unknown:
-            raise ConfigError(f"{path}: 'sample.ops' names unknown operator(s): {', '.join(unknown)}")
-    from distill.teacher.base import TeacherSpecError, parse_spec
 
-    try:
-        parse_spec(cfg.teacher.spec)
-    except TeacherSpecError as exc:
-        raise ConfigError(f"{path}: 'teacher.spec': {exc}") from None
-    return cfg
+def check_teacher(spec: str, path: str) -> None:
+    """The teacher is there: a vllm:PATH model folder (or a model in the local Hugging Face cache),
+    a readable replay:FILE of answers, an openai:URL listing a model within PROBE_TIMEOUT_S."""
+    from distill.teacher.base import parse_spec
+
+    name, arg = parse_spec(spec)
+    where = f"{path}: [teacher] spec: {spec}"
+    if name == "replay":
+        from distill.teacher.replay import ReplayFileError, ReplayTeacher
+
+        try:
+            ReplayTeacher(arg)
+        except (ReplayFileError, OSError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    elif name == "openai":
+        from distill.teacher.openai_backend import probe_server
+
+        try:
+            models, _ = probe_server(arg, os.environ.get("OPENAI_API_KEY"), PROBE_TIMEOUT_S)
+        except (ConnectionError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if not models:
+            raise ConfigError(f"{where}: the server lists no models at /models")
+    elif name == "vllm":
+        folder = Path(arg).expanduser()
+        if folder.exists() or arg.startswith((".", "/", "~")):
+            if not (folder / "config.json").is_file():
+                raise ConfigError(f"{where}: {'no config.json in this folder' if folder.exists() else 'no such folder'}")
+            return
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(arg, "config.json")
+        except ValueError:  # not shaped like a repository id
+            cached = None
+        if not isinstance(cached, str):
+            raise ConfigError(f"{where}: no such model folder, and not a model in the local Hugging Face cache")
 
 
 def load_config(path: str | Path) -> BuildConfig:
@@ -168,7 +275,11 @@ def load_config(path: str | Path) -> BuildConfig:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path} (shipped configs: {', '.join(shipped_configs())})")
     try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+        doc = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(doc, str(path))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    cfg = parse_config(doc, str(path))
+    check_teacher(cfg.teacher.spec, str(path))
+    return cfg
