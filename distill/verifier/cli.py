@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -16,32 +17,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cpu runs kernels in Triton's interpreter (no timing); cuda also times them")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit per phase (s)")
-    parser.add_argument("--max-memory", type=int, default=None, metavar="MB", help="host-memory cap of the worker")
+    parser.add_argument("--max-memory", type=int, default=None, metavar="MB",
+                        help="host-memory cap of the worker (at least 768 on cpu, 1536 on cuda)")
     parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
 
 
-def _read(path: str, what: str) -> str | None:
+# The smallest --max-memory a worker is given, in MB: about twice what the honest fixtures
+# (data/fixtures/verifier) needed on 2026-11-23, since the worker's own footprint moves as the
+# verifier changes. CPU (interpreter): no start at 248, all passed at 352 (construct was killed at 320).
+# CUDA (H100): no start at 384, construct killed at 512, call at 640, all passed at 768. Below the floor
+# a cap would only fail honest work, and charge the candidate for it.
+MIN_MEMORY_MB = {"cpu": 768, "cuda": 1536}
+
+
+class _Usage(ValueError):
+    """A flag or file that cannot work; the message names it."""
+
+
+def _read(path: str, flag: str) -> str:
+    """The file's text; a UTF-8 byte-order mark, which some editors write, is not part of it."""
+    if not os.path.exists(path):
+        raise _Usage(f"{flag} {path}: file not found")
     if not os.path.isfile(path):
-        print(f"tritonforge verify: {what} file not found: {path}", file=sys.stderr)
-        return None
+        raise _Usage(f"{flag} {path}: not a file")
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:
             return fh.read()
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"tritonforge verify: cannot read {what} file {path}: {exc}", file=sys.stderr)
-        return None
+        raise _Usage(f"{flag} {path}: cannot read it ({exc})") from None
+
+
+def _check(args: argparse.Namespace) -> tuple[str, str]:
+    """The problem's and the candidate's text, once every flag is known to work."""
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise _Usage(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    floor = MIN_MEMORY_MB[args.device]
+    if args.max_memory is not None and args.max_memory < floor:
+        raise _Usage(f"--max-memory must be at least {floor} MB on {args.device} (about twice what a worker needs "
+                     f"to start and run an honest kernel), got {args.max_memory}")
+    problem = _read(args.problem, "--problem")
+    candidate = _read(args.candidate, "--candidate")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise _Usage("--device cuda: no CUDA device is available here (use --device cpu)")
+    return problem, candidate
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = _read(args.problem, "problem")
-    candidate = _read(args.candidate, "candidate")
-    if problem is None or candidate is None:
-        return 2
-    if args.timeout is not None and args.timeout <= 0:
-        print("tritonforge verify: --timeout must be positive", file=sys.stderr)
-        return 2
-    if args.max_memory is not None and args.max_memory <= 0:
-        print("tritonforge verify: --max-memory must be positive", file=sys.stderr)
+    try:
+        problem, candidate = _check(args)
+    except _Usage as exc:
+        print(f"tritonforge verify: error: {exc}", file=sys.stderr)
         return 2
     from distill.verifier.pool import VerifierPool
     from distill.verifier.reference import ProblemError
@@ -50,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         with VerifierPool(workers=1, device=args.device, timeout=args.timeout, max_memory_mb=args.max_memory) as pool:
             verdict = pool.verify(problem, candidate)
     except ProblemError as exc:
-        print(f"tritonforge verify: the problem {args.problem} could not be run: {exc}", file=sys.stderr)
+        print(f"tritonforge verify: error: --problem {args.problem} could not be run: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(verdict.to_dict(), default=str))
