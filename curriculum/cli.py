@@ -14,7 +14,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from curriculum.export import ExportError, export
+    from curriculum.shards import ShardError
+    from synth.cli_checks import UsageError, writable_folder
 
+    try:
+        writable_folder(args.out, "--out")
+    except UsageError as exc:
+        return exc.report("export")
     stages = None
     if args.stages:
         try:
@@ -25,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         written = export(args.dir, args.format, args.out, stages)
-    except ExportError as exc:
+    except (ExportError, ShardError) as exc:
         print(f"tritonforge export: error: {exc}", file=sys.stderr)
         return 2
     for rel, n in written.items():

@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.grpo.config import ConfigError, load_config
+    from synth.cli_checks import UsageError, writable_folder
 
     try:
         cfg = load_config(args.config, args.out)
@@ -26,9 +27,12 @@ def run(args: argparse.Namespace) -> int:
             if args.steps < 1:
                 raise ConfigError("--steps", "must be >= 1")
             cfg.steps = args.steps
+        writable_folder(cfg.out, "--out" if args.out else f"{args.config}: out")
     except ConfigError as exc:
         print(f"tritonforge train-grpo: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
+    except UsageError as exc:
+        return exc.report("train-grpo")
     except OSError as exc:
         print(f"tritonforge train-grpo: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ config can build its tiny model and synthetic shards next to its checkpoints.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +195,8 @@ def _check(cfg: GRPOConfig) -> None:
         if not cond:
             raise ConfigError(key, msg)
 
+    _finite(cfg, "")
+    need(cfg.seed >= 0, "seed", f"must be >= 0, got {cfg.seed}")
     need(cfg.steps >= 1, "steps", "must be >= 1")
     need(cfg.save_every >= 1, "save_every", "must be >= 1")
     need(bool(cfg.model.path), "model.path", "is required (a local Hugging Face model folder)")
@@ -204,10 +207,7 @@ def _check(cfg: GRPOConfig) -> None:
     need(bool(cfg.data.dir) != (cfg.data.synth is not None), "data",
          "give exactly one of data.dir (a built dataset) or [data.synth]")
     if cfg.data.synth is not None:
-        need(len(cfg.data.synth.stage) >= 1, "data.synth.stage", "needs at least one [[data.synth.stage]]")
-        for i, s in enumerate(cfg.data.synth.stage):
-            need(s.size >= 1 and bool(s.levels) and min(s.levels) >= 1, f"data.synth.stage[{i}]",
-                 "needs size >= 1 and levels >= 1")
+        _check_synth(cfg.data.synth, need)
     need(cfg.data.max_prompt_tokens >= 1, "data.max_prompt_tokens", "must be >= 1")
     r = cfg.rollout
     need(r.backend in BACKENDS, "rollout.backend", f"must be one of {', '.join(BACKENDS)}")
@@ -241,6 +241,42 @@ def _check(cfg: GRPOConfig) -> None:
     need(c.zero_std in ZERO_STD, "curriculum.zero_std", f"must be one of {', '.join(ZERO_STD)}")
     need(c.max_resample >= 0 and c.max_stage_steps >= 0, "curriculum.max_resample",
          "max_resample and max_stage_steps must be >= 0")
+
+
+def _finite(obj: Any, key: str) -> None:
+    """Every float of the config is a finite number (nan passes no comparison, inf every one)."""
+    for f in dataclasses.fields(obj):
+        value, where = getattr(obj, f.name), f"{key}.{f.name}" if key else f.name
+        if dataclasses.is_dataclass(value):
+            _finite(value, where)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(where, f"must be a finite number, got {value}")
+        elif isinstance(value, list) and any(isinstance(v, float) and not math.isfinite(v) for v in value):
+            raise ConfigError(where, f"must hold finite numbers, got {value}")
+
+
+def _check_synth(s: SynthConfig, need: Any) -> None:
+    """Problems drawn on the spot: levels, sizes and seeds the sampler takes, a prompt set that exists."""
+    import synth
+    from distill.teacher.prompts import list_prompts
+    from synth.sampler import MAX_BATCH, MAX_LEVEL
+
+    prompts = list_prompts()
+    need(s.prompt in prompts, "data.synth.prompt", f"no prompt set {s.prompt!r} (known: {', '.join(prompts)})")
+    need(s.seed >= 0, "data.synth.seed", f"must be >= 0, got {s.seed}")
+    # held-out levels draw three times their size, to have enough left once training problems are taken out
+    need(0 <= s.heldout_size <= MAX_BATCH // 3, "data.synth.heldout_size", f"must be from 0 to {MAX_BATCH // 3}")
+    if s.ops is not None:
+        unknown = sorted(set(s.ops) - set(synth.operators()))
+        need(bool(s.ops) and not unknown, "data.synth.ops",
+             f"must name known operators (unknown: {', '.join(unknown) or 'none given'})")
+    need(len(s.stage) >= 1, "data.synth.stage", "needs at least one [[data.synth.stage]]")
+    for i, st in enumerate(s.stage):
+        where = f"data.synth.stage[{i}]"
+        need(st.index >= 1, f"{where}.index", f"must be >= 1, got {st.index}")
+        need(1 <= st.size <= MAX_BATCH, f"{where}.size", f"must be from 1 to {MAX_BATCH}, got {st.size}")
+        need(bool(st.levels) and all(1 <= k <= MAX_LEVEL for k in st.levels), f"{where}.levels",
+             f"must be a non-empty list of levels from 1 to {MAX_LEVEL}, got {st.levels}")
 
 
 def parse_config(raw: dict[str, Any], out: str | None = None) -> GRPOConfig:
