@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-memory", type=int, default=None, metavar="MB",
                         help="host-memory cap of the worker (at least 768 on cpu, 1536 on cuda)")
     parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    parser.add_argument("--replay", metavar="VERDICT.json", default=None,
+                        help="reuse the trial seeds a verdict recorded (checks.replay; as printed by --json)")
 
 
 # The smallest --max-memory a worker is given, in MB: about twice what the honest fixtures
@@ -47,6 +49,16 @@ def _read(path: str, flag: str) -> str:
         raise _Usage(f"{flag} {path}: cannot read it ({exc})") from None
 
 
+def _replay_seeds(path: str) -> list[int]:
+    try:
+        seeds = json.loads(_read(path, "--replay"))["checks"]["replay"]["seeds"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise _Usage(f"--replay {path}: not a verdict with checks.replay.seeds ({type(exc).__name__}: {exc})") from None
+    if not isinstance(seeds, list) or not all(type(x) is int for x in seeds):
+        raise _Usage(f"--replay {path}: checks.replay.seeds must be a list of integers")
+    return seeds
+
+
 def _check(args: argparse.Namespace) -> tuple[str, str]:
     """The problem's and the candidate's text, once every flag is known to work."""
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -57,6 +69,7 @@ def _check(args: argparse.Namespace) -> tuple[str, str]:
                      f"to start and run an honest kernel), got {args.max_memory}")
     problem = _read(args.problem, "--problem")
     candidate = _read(args.candidate, "--candidate")
+    args.seeds = _replay_seeds(args.replay) if args.replay else None
     if args.device == "cuda":
         import torch
 
@@ -71,14 +84,21 @@ def run(args: argparse.Namespace) -> int:
     except _Usage as exc:
         print(f"tritonforge verify: error: {exc}", file=sys.stderr)
         return 2
+    from distill.verifier.handout import PoolError
     from distill.verifier.pool import VerifierPool
     from distill.verifier.reference import ProblemError
 
     try:
         with VerifierPool(workers=1, device=args.device, timeout=args.timeout, max_memory_mb=args.max_memory) as pool:
-            verdict = pool.verify(problem, candidate)
+            verdict = pool.verify(problem, candidate, seeds=args.seeds)
     except ProblemError as exc:
         print(f"tritonforge verify: error: --problem {args.problem} could not be run: {exc}", file=sys.stderr)
+        return 2
+    except PoolError as exc:   # no verdict: nothing is charged to the candidate
+        print(f"tritonforge verify: error: the verifier could not run this pair: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # replay seeds recorded under other trial settings
+        print(f"tritonforge verify: error: --replay {args.replay}: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(verdict.to_dict(), default=str))

@@ -25,3 +25,22 @@ def test_a_pass_records_its_seeds_too(pool):
 def test_seeds_of_the_wrong_length_are_refused(pool):
     with pytest.raises(ValueError, match="replay seeds"):
         pool.verify(problem("add"), honest("add"), seeds=[1, 2, 3])
+
+
+def test_cli_replay_reproduces_a_printed_verdict(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.distill.verifier.conftest import FIXTURES
+
+    args = [sys.executable, "-m", "pipelines.cli", "verify", "--problem", str(FIXTURES / "problems" / "cross_entropy.py"),
+            "--candidate", str(FIXTURES / "candidates" / "hostile" / "ce_ignores_targets.py"), "--json"]
+    first = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path)
+    assert first.returncode == 1, first.stderr
+    (tmp_path / "v.json").write_text(first.stdout)
+    again = subprocess.run(args + ["--replay", str(tmp_path / "v.json")], capture_output=True, text=True, cwd=tmp_path)
+    assert json.loads(again.stdout)["reason"] == json.loads(first.stdout)["reason"]
+    (tmp_path / "bad.json").write_text("{}")
+    bad = subprocess.run(args + ["--replay", str(tmp_path / "bad.json")], capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "checks.replay.seeds" in bad.stderr and "Traceback" not in bad.stderr
