@@ -98,13 +98,9 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
         if args.scheduler is None:
             check_local_cluster(cfg, str(resolve_config(args.config)))
-        manifest = build(cfg, args.out, scheduler=args.scheduler)
+        manifest = build(cfg, args.out, scheduler=args.scheduler, card=not args.no_card)
     except (ConfigError, UsageError) as exc:
         print(f"tritonforge build: error: {exc}", file=sys.stderr)
         return 2
-    if not args.no_card:
-        from pipelines.publish.card import write_card
-
-        write_card(args.out, manifest)
     print(summary_table(manifest))
     return 0

@@ -36,15 +36,22 @@ def _client(cfg: BuildConfig, scheduler: str | None):
     return Client(cluster), cluster
 
 
-def build(cfg: BuildConfig, out: str | Path, scheduler: str | None = None, progress: bool = True) -> dict[str, Any]:
-    """Build (or resume) the dataset in `out`; returns the manifest. Raises FolderError (a ConfigError)
-    when `out` is not this build's folder, another build holds it, or a shard there cannot be read."""
+def build(cfg: BuildConfig, out: str | Path, scheduler: str | None = None, progress: bool = True,
+          card: bool = False) -> dict[str, Any]:
+    """Build (or resume) the dataset in `out` (and its dataset card, with `card`); returns the manifest.
+    Raises FolderError (a ConfigError) when `out` is not this build's folder, another build holds it,
+    or a shard there cannot be read. The card is written under the folder's lock too."""
     out = Path(out)
     with claim(cfg, out):
         try:
-            return _run(cfg, out, scheduler, progress)
+            manifest = _run(cfg, out, scheduler, progress)
         except ShardError as exc:
             raise FolderError(str(exc)) from exc
+        if card:
+            from pipelines.publish.card import write_card
+
+            write_card(out, manifest)
+        return manifest
 
 
 def _report(r: dict[str, Any], bar) -> None:
