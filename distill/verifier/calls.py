@@ -31,7 +31,8 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     cuda_fault = "cuda error" in low or "illegal memory access" in low or "AcceleratorError" in name \
         or "misaligned address" in low or "device-side assert" in low
     compile_fail = name.startswith("triton.compiler") or name.rsplit(".", 1)[-1] in (
-        "CompilationError", "CompileTimeAssertionFailure", "OutOfResources", "UnsupportedLanguageConstruct")
+        "CompilationError", "CompileTimeAssertionFailure", "OutOfResources", "UnsupportedLanguageConstruct",
+        "GpuCompileError")  # the last: the CPU lane's GPU compile (gpu_compile.py)
     # The kernel-level sandbox (Landlock, seccomp) answers EPERM/EACCES, which C++ code reports as text.
     sandbox = isinstance(exc, PermissionError) or "permission denied" in low or "operation not permitted" in low
     return {"type": name, "message": msg[:2000], "cuda_fault": cuda_fault, "compile": compile_fail,

@@ -21,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import bands, calls, codec, guard, integrity, lockdown, problemio, provenance, timing
+from distill.verifier import (bands, calls, codec, gpu_compile, guard, integrity, interp_shims, lockdown, problemio,
+                              provenance, timing)
 
 # Captured before any candidate runs, like timing's CUDA entry points.
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -100,7 +101,15 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     if device.type == "cuda":
         timing.prefer_spin_wait(device.index)
         torch.cuda.set_device(device)
-    flush = _warm_up(device)
+    else:
+        # Trusted, before any candidate code, before provenance takes the launcher and before the
+        # integrity snapshot (which then holds them as the baseline): the interpreter gets the GPU's
+        # semantics, and every launch is also compiled for a GPU (its ptxas version read now, while
+        # this process may still start one).
+        interp_shims.install()
+        gpu_compile.install()
+    flush = _warm_up(device)  # on CPU this also pays the GPU compile's first-use costs
+    gpu_compile.forget()
     sync = (lambda: timing._SYNC(device)) if device.type == "cuda" else (lambda: None)
     guard.install_import_guard()
     real, kinds = provenance.install_patches()
@@ -240,6 +249,8 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         out["calls"].append(rep)
         if rep["error"] is not None and (rep["error"]["cuda_fault"] or spec["kind"] != "ablate"):
             break
+    if device.type == "cpu":  # part of "calls": the CPU lane compiles each launch for a GPU too
+        laps["gpu_compile"] = gpu_compile.spent()["gpu_compile_s"]
     return out
 
 
@@ -306,6 +317,7 @@ def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, t
     block.remove()
     t.append(time.perf_counter())
     job.clear()
+    gpu_compile.forget()
     for name in [n for n in sys.modules if n.startswith("tritonforge_candidate_")]:
         del sys.modules[name]
     gc.collect()

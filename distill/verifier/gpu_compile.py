@@ -1,0 +1,232 @@
+"""On the CPU lane, every kernel a candidate launches is also compiled for a GPU.
+
+Triton's interpreter runs a kernel body as Python, so it happily runs what no GPU compile accepts:
+a plain Python helper or numpy called inside the kernel, a dtype passed to a non-constexpr
+parameter, a launch keyword the kernel does not have. `install` wraps the interpreter's launch
+(`InterpretedFunction.run`) so that each launch is first compiled with Triton's own code generator
+and NVIDIA backend for an H100 (`GPUTarget("cuda", 90, 32)`), with the signature, constexprs and
+options (`num_warps`, `num_stages`, ...) Triton's GPU launcher would derive from the same arguments.
+A compile that fails raises `GpuCompileError` (or Triton's CompilationError), which the judge
+reports as `compile_error`; a failing autotune config is skipped as on a GPU when Triton's
+autotuner would skip it (OutOfResources, a static assertion).
+
+How deep it goes: through PTX (TTIR -> TTGIR -> LLVM IR -> PTX, all in this process). ptxas, the
+last stage, is an executable, and a CPU-lane worker may not start processes (seccomp, Landlock),
+so cubin is not built; it runs once, at install, to read its version. After the LLVM stage the
+kernel's shared memory is checked against the H100's 227 KiB per block (what the driver checks at
+load); registers per thread, which only ptxas knows, are not.
+
+The interpreter's kernels are `InterpretedFunction`s, which Triton's code generator does not
+compile; each gets a JIT twin (`_Twin`) whose globals, and those of the `triton.language` modules
+it reaches, show JIT twins in their place. Results are kept per (kernel, specialization, options)
+until `forget()` (the end of each job), so a candidate pays once per kernel and signature.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import types
+from typing import Any
+
+from triton import knobs
+from triton._C.libtriton import ir
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource, make_backend
+from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure
+from triton.runtime.errors import OutOfResources
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITCallable, JITFunction, create_function_from_signature
+
+TARGET = GPUTarget("cuda", 90, 32)
+MAX_SHARED = 232448  # bytes of shared memory one H100 block may opt into (227 KiB)
+STAGES = ("ttir", "ttgir", "llir", "ptx")
+_LANG_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")
+
+
+class GpuCompileError(Exception):
+    """A kernel the interpreter would run does not compile for a GPU."""
+
+
+@dataclasses.dataclass
+class _Views:
+    """JIT twins of interpreted functions, and their globals as the twins see them, by id (each entry
+    holds its original, so the id stays its own while cached)."""
+
+    twins: dict[int, tuple[InterpretedFunction, "_Twin"]] = dataclasses.field(default_factory=dict)
+    scopes: dict[int, tuple[dict, dict]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class _State:
+    backend: Any = None
+    ptx_version: int = 0
+    module_map: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict)
+    lang: _Views = dataclasses.field(default_factory=_Views)  # triton.language's: kept for the worker's life
+    job: _Views = dataclasses.field(default_factory=_Views)  # the candidate's: dropped after each job
+    wrapped: bool = False
+    compile_s: float = 0.0
+    compiles: int = 0
+
+
+_STATE = _State()
+
+
+class _Twin(JITFunction):
+    """The JIT view of an interpreted kernel: the same function, seeing JIT twins in its globals."""
+
+    checked: dict[str, BaseException | None]
+    binder: Any
+
+    def get_capture_scope(self) -> dict[str, Any]:
+        return {k: _jit_value(v) for k, v in super().get_capture_scope().items()}
+
+
+def _views(fn: InterpretedFunction) -> _Views:
+    return _STATE.lang if fn.fn.__module__.startswith("triton.") else _STATE.job
+
+
+def _twin_of(fn: InterpretedFunction) -> _Twin:
+    views = _views(fn)
+    hit = views.twins.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
+    twin = _Twin(fn.fn, **fn.kwargs)
+    twin.checked = {}
+    twin.binder = None
+    views.twins[id(fn)] = (fn, twin)  # before its globals: they usually hold `fn` itself
+    twin.__globals__ = _scope(fn.fn.__globals__, views)  # also what Triton's dependency hashing reads
+    return twin
+
+
+def _scope(globs: dict[str, Any], views: _Views) -> dict[str, Any]:
+    hit = views.scopes.get(id(globs))
+    if hit is not None and hit[0] is globs:
+        return hit[1]
+    out: dict[str, Any] = {}
+    views.scopes[id(globs)] = (globs, out)  # before filling: the functions in it refer to each other
+    out.update({k: _jit_value(v) for k, v in globs.items()})
+    return out
+
+
+def _jit_value(v: Any) -> Any:
+    if isinstance(v, InterpretedFunction):
+        return _twin_of(v)
+    if type(v) is tuple:
+        return tuple(_jit_value(x) for x in v)
+    return v
+
+
+def _lang_proxy(module: types.ModuleType) -> types.ModuleType:
+    """A stand-in for a triton.language module with its interpreted functions swapped for JIT twins
+    (the code generator follows `module_map` by module name, for globals and attribute chains)."""
+    proxy = types.ModuleType(module.__name__)
+    proxy.__dict__.update({k: _jit_value(v) for k, v in vars(module).items()})
+    return proxy
+
+
+def prepare() -> None:
+    """Set up the GPU backend (once per process). Before the sandbox: this runs ptxas once."""
+    if _STATE.backend is not None:
+        return
+    from triton.backends.nvidia.compiler import get_ptx_version_from_options
+
+    backend = make_backend(TARGET)
+    _STATE.ptx_version = get_ptx_version_from_options(backend.parse_options({}), TARGET.arch)
+    _STATE.module_map = {**{name: _lang_proxy(sys.modules[name]) for name in _LANG_MODULES},
+                         **backend.get_module_map()}
+    _STATE.backend = backend
+
+
+def install() -> None:
+    """`prepare`, then wrap the interpreter's launch: each launch is compiled for the GPU first."""
+    if _STATE.wrapped:
+        return
+    prepare()
+    _STATE.wrapped = True
+    real_run = InterpretedFunction.run
+
+    def run(self: InterpretedFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        check(self, args, kwargs)
+        return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction.run = run
+
+
+def spent() -> dict[str, float]:
+    """What this job's GPU compiles cost so far: seconds and count."""
+    return {"gpu_compile_s": _STATE.compile_s, "gpu_compiles": _STATE.compiles}
+
+
+def forget() -> None:
+    """End of a job: drop the candidate's twins, results and costs."""
+    _STATE.job = _Views()
+    _STATE.compile_s, _STATE.compiles = 0.0, 0
+
+
+def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Compile the launch `fn[grid](*args, **kwargs)` for the GPU target, once per specialization."""
+    twin = _twin_of(fn)
+    backend = _STATE.backend
+    if twin.binder is None:
+        twin.binder = create_function_from_signature(twin.signature, twin.params, backend)
+    args = tuple(_jit_value(a) for a in args)
+    kwargs = {k: _jit_value(v) for k, v in kwargs.items()}
+    kwargs["debug"] = kwargs.get("debug", twin.debug) or knobs.runtime.debug
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    # The GPU launcher's own binding: a missing argument or an unknown keyword raises here as there.
+    bound, specialization, options = twin.binder(*args, **kwargs)
+    key = repr([(s[0], id(s[1]) if isinstance(s[1], JITCallable) else s[1]) for s in specialization]) + repr(options)
+    if key in twin.checked:
+        failure = twin.checked[key]
+        if failure is not None:
+            raise failure
+        return
+    options, signature, constexprs, attrs = twin._pack_args(backend, kwargs, bound, specialization, options)
+    options = dataclasses.replace(options, ptx_version=_STATE.ptx_version)
+    t0 = time.perf_counter()
+    try:
+        _compile(ASTSource(twin, signature, constexprs, attrs), options)
+        twin.checked[key] = None
+    except (CompileTimeAssertionFailure, OutOfResources) as exc:  # Triton's autotuner skips such a config
+        twin.checked[key] = exc
+        raise
+    except Exception as exc:  # noqa: BLE001 - the code generator, an MLIR pass or LLVM refused it
+        failure = GpuCompileError(f"kernel {twin.__name__} does not compile for a GPU (sm_90): {_explain(exc)}")
+        twin.checked[key] = failure
+        raise failure from exc
+    finally:
+        _STATE.compile_s += time.perf_counter() - t0
+        _STATE.compiles += 1
+
+
+def _explain(exc: BaseException) -> str:
+    """One line: the kernel's source line that failed and the innermost reason Triton gave."""
+    if not isinstance(exc, CompilationError):
+        return f"{type(exc).__name__}: {exc}"
+    where, reason, e = "", "", exc
+    while isinstance(e, CompilationError):
+        lineno = getattr(e.node, "lineno", None)
+        if not where and e.src and lineno:
+            where = f"`{e.src.splitlines()[lineno - 1].strip()}`: "
+        reason = e.error_message or reason
+        e = e.__cause__
+    if e is not None and reason and not reason.startswith(type(e).__name__):
+        reason = f"{type(e).__name__}: {reason}"  # Triton kept only str(e): a bare KeyError's is its key
+    return where + (reason or "the code generator refused it")
+
+
+def _compile(src: ASTSource, options: Any) -> None:
+    """Triton's `compile` pipeline up to PTX, without its on-disk cache."""
+    backend = _STATE.backend
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(TARGET, options, backend.get_codegen_implementation(options), _STATE.module_map, context)
+    metadata: dict[str, Any] = {"hash": "gpu-compile-check", "target": TARGET, **options.__dict__}
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, src.language)
+    for ext in STAGES:
+        module = stages[ext](module, metadata)
+    if (metadata.get("shared") or 0) > MAX_SHARED:
+        raise OutOfResources(metadata["shared"], MAX_SHARED, "shared memory")

@@ -1,0 +1,147 @@
+"""Shims that give Triton's CPU interpreter (TRITON_INTERPRET=1) the semantics kernels have on a GPU.
+
+Installed by a CPU-lane worker (`install`), in trusted code, before any candidate code runs and
+before the integrity snapshot, so the snapshot holds them as the baseline. Triton 3.6's interpreter
+fails kernels written in common public styles that pass on a GPU; each shim closes one such gap:
+
+* **Autotune.** `Autotuner.do_bench` asks the active driver for a benchmarker, and the interpreter
+  has no driver ("0 active drivers"). The shim is a benchmarker that runs each (pruned) config once
+  through Triton's own `_bench`, so `pre_hook`, `reset_to_zero` and `restore_value` act as they do
+  on a GPU, and reports equal timings: every config is exercised and the first one is kept. A
+  config that fails with OutOfResources or a static assertion scores inf, as on a GPU. Not covered:
+  which config a GPU would pick (only the first is kept), a user `do_bench` (it is replaced: there
+  is nothing to measure), the disk cache (`cache_results` is off under the interpreter anyway).
+* **libdevice.** `triton.language.extra.libdevice` holds stubs that a GPU compile maps to the CUDA
+  module, and the CUDA module's `@core.extern` functions need a `_semantic` that the interpreter
+  never passes; its builder raises on `create_extern_elementwise`. The shim wraps every function
+  of both modules so that, inside an interpreted launch only, it runs with the interpreter's
+  semantic, and evaluates the `__nv_*` symbol with numpy (`libdevice_np.SYMBOLS`; an unknown symbol
+  raises an error naming it). Outside a launch a call fails as it does on a GPU. The wrappers keep
+  their module and name, so a GPU compile maps them exactly as before. Not covered: the HIP
+  (`__ocml_*`) library, `tl.inline_asm_elementwise`.
+* **Scalar arguments.** A GPU passes a Python float as an fp32 scalar and a bool as an i1 scalar;
+  the interpreter passed a float through as a Python number (no `.to()`, no `.dtype`, and
+  `fp16 * alpha` stayed fp16 where the GPU promotes to fp32) and failed on bools. The shim converts
+  them as the GPU launcher does. Constexpr dtype parameters, `ptr.dtype.element_ty` and dtype
+  globals already worked and are left as they are. Not covered: numpy scalars (a GPU refuses most
+  of them; the GPU compile check in `gpu_compile.py` reports that).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from typing import Any, Callable
+
+import numpy as np
+import triton.language as tl
+from triton.language.extra import libdevice as stub_libdevice
+from triton.language.extra.cuda import libdevice as cuda_libdevice
+from triton.runtime import autotuner, interpreter
+
+from distill.verifier import libdevice_np
+
+# Inside an interpreted launch: the interpreter's semantic (which libdevice calls then use), the
+# launch's patch scope and the attributes it records.
+_ACTIVE = types.SimpleNamespace(semantic=None, scope=None, recorded=None)
+_INSTALLED: list[bool] = []
+
+
+def install() -> None:
+    """Install every shim (once per process). CPU lane only: a GPU compiles kernels for real."""
+    if _INSTALLED:
+        return
+    _INSTALLED.append(True)
+    _install_autotune()
+    _install_libdevice()
+    _install_launch_scope()
+    _install_scalar_args()
+
+
+# -- autotune ----------------------------------------------------------------------------------------
+def bench_once(kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+    """A benchmarker that runs the config once and gives every config the same time."""
+    kernel_call()
+    return [0.0] * len(quantiles) if quantiles else 0.0
+
+
+def _install_autotune() -> None:
+    autotuner.Autotuner.do_bench = property(lambda self: bench_once)
+
+
+# -- libdevice ---------------------------------------------------------------------------------------
+def _extern_elementwise(self: Any, lib_name: str, lib_path: str, symbol: str, args: list, ret_type: Any,
+                        is_pure: bool) -> interpreter.TensorHandle:
+    scalar = ret_type.scalar
+    out = libdevice_np.evaluate(symbol, [np.asarray(a.data) for a in args], interpreter._get_np_dtype(scalar))
+    return interpreter.TensorHandle(out, scalar)
+
+
+def _in_launch(fn: Callable, module: str) -> Callable:
+    """`fn` (an extern builtin) taking the interpreter's semantic inside a launch, under `module`'s name."""
+    @functools.wraps(fn)
+    def extern(*args: Any, _semantic: Any = None, **kwargs: Any) -> Any:
+        return fn(*args, _semantic=_semantic if _semantic is not None else _ACTIVE.semantic, **kwargs)
+
+    extern.__module__ = module
+    return extern
+
+
+def _missing(name: str) -> Callable:
+    def missing(*args: Any, _semantic: Any = None, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"libdevice.{name} has no CUDA implementation in this Triton")
+
+    missing.__name__ = missing.__qualname__ = name
+    missing.__module__ = stub_libdevice.__name__
+    return missing
+
+
+def _install_libdevice() -> None:
+    interpreter.InterpreterBuilder.create_extern_elementwise = _extern_elementwise
+    originals = {name: fn for name, fn in vars(cuda_libdevice).items() if tl.core.is_builtin(fn)}
+    for name, fn in originals.items():
+        setattr(cuda_libdevice, name, _in_launch(fn, cuda_libdevice.__name__))
+    for name, fn in list(vars(stub_libdevice).items()):
+        if inspect.isfunction(fn) and fn.__module__ == stub_libdevice.__name__:
+            setattr(stub_libdevice, name, _in_launch(originals[name], stub_libdevice.__name__)
+                    if name in originals else _missing(name))
+
+
+# -- one scope per launch ------------------------------------------------------------------------------
+def _install_launch_scope() -> None:
+    real_patch_lang = interpreter._patch_lang
+
+    def patch_lang(fn: Any) -> Any:
+        scope = real_patch_lang(fn)
+        outer = _ACTIVE.scope
+        if outer is not None:
+            # A device-function call inside a launch. Triton drops this scope, so what it patched and
+            # the launch did not (tl.core's builtins, reached from triton.language.standard) stayed
+            # patched for good, and a later GPU compile ran on the interpreter's semantic. Its changes
+            # not yet recorded join the launch's scope, to be undone with it.
+            for change in scope._changes:
+                key = (id(change[0]), change[1])
+                if key not in _ACTIVE.recorded:
+                    _ACTIVE.recorded.add(key)
+                    outer._changes.append(change)
+            return scope
+        scope.set_attr(_ACTIVE, "semantic", interpreter.interpreter_semantic)
+        scope.set_attr(_ACTIVE, "recorded", {(id(obj), name) for obj, name, _ in scope._changes})
+        scope.set_attr(_ACTIVE, "scope", scope)
+        return scope
+
+    interpreter._patch_lang = patch_lang
+
+
+# -- scalar arguments --------------------------------------------------------------------------------
+def _install_scalar_args() -> None:
+    real = interpreter._implicit_cvt
+
+    def implicit_cvt(arg: Any) -> Any:
+        if isinstance(arg, bool):
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.bool_), tl.int1), tl.int1)
+        if isinstance(arg, float):
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        return real(arg)
+
+    interpreter._implicit_cvt = implicit_cvt
