@@ -32,7 +32,10 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         or "misaligned address" in low or "device-side assert" in low
     compile_fail = name.startswith("triton.compiler") or name.rsplit(".", 1)[-1] in (
         "CompilationError", "CompileTimeAssertionFailure", "OutOfResources", "UnsupportedLanguageConstruct",
-        "GpuCompileError")  # the last: the CPU lane's GPU compile (gpu_compile.py)
+        "GpuCompileError") or (  # the last: the CPU lane's GPU compile (gpu_compile.py)
+        # Triton's JIT hashes a kernel's dependencies before its code generator runs, and refuses a plain
+        # Python function there with a RuntimeError: on a GPU, the first sign of a kernel no GPU compiles.
+        name == "builtins.RuntimeError" and msg.startswith("Unsupported function referenced:"))
     # The kernel-level sandbox (Landlock, seccomp) answers EPERM/EACCES, which C++ code reports as text.
     sandbox = isinstance(exc, PermissionError) or "permission denied" in low or "operation not permitted" in low
     return {"type": name, "message": msg[:2000], "cuda_fault": cuda_fault, "compile": compile_fail,

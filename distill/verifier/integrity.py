@@ -15,10 +15,14 @@ from typing import Any
 MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.testing", "torch.library", "time", "gc",
            "sys", "builtins", "math", "os", "triton", "triton.language", "triton.testing", "ctypes",
            "distill.verifier.guard", "distill.verifier.provenance", "distill.verifier.worker",
-           "distill.verifier.codec", "distill.verifier.timing", "distill.verifier.lockdown")
+           "distill.verifier.codec", "distill.verifier.timing", "distill.verifier.lockdown",
+           # the CPU lane's shims and GPU compile check (interp_shims.py, gpu_compile.py)
+           "triton.runtime.interpreter", "triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
+           "distill.verifier.interp_shims", "distill.verifier.gpu_compile", "distill.verifier.libdevice_np")
 CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream",
            "triton.runtime.jit.JITFunction", "triton.runtime.interpreter.InterpretedFunction",
-           "triton.runtime.jit.KernelInterface", "torch.utils._python_dispatch.TorchDispatchMode")
+           "triton.runtime.jit.KernelInterface", "torch.utils._python_dispatch.TorchDispatchMode",
+           "triton.runtime.autotuner.Autotuner", "triton.runtime.interpreter.InterpreterBuilder")
 # Attributes that legitimately change while code runs (caches, counters, lazily built state).
 _VOLATILE = frozenset({"modules", "path_importer_cache", "last_exc", "last_value", "last_type",
                        "last_traceback", "_current_frames", "dont_write_bytecode", "ps1", "ps2",

@@ -17,12 +17,13 @@ calls one fails naming the symbol: the Bessel functions j0/j1/y0/y1/jn/yn and cy
 from __future__ import annotations
 
 import math
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 import numpy as np
 
 Fn = Callable[..., np.ndarray]
-SYMBOLS: dict[str, Fn] = {}
+_TABLE: dict[str, Fn] = {}
 
 
 def _wide(dtype: np.dtype) -> type:
@@ -154,10 +155,10 @@ _FLOAT: dict[str, Fn] = {
     "rnorm4d": lambda a, b, c, d: 1 / np.sqrt(a * a + b * b + c * c + d * d),
 }
 for _name, _fn in _FLOAT.items():
-    SYMBOLS[f"__nv_{_name}f"] = _fn
-    SYMBOLS[f"__nv_{_name}"] = _fn
+    _TABLE[f"__nv_{_name}f"] = _fn
+    _TABLE[f"__nv_{_name}"] = _fn
 
-SYMBOLS.update({
+_TABLE.update({
     "__nv_isnanf": np.isnan, "__nv_isnand": np.isnan, "__nv_isinff": np.isinf, "__nv_isinfd": np.isinf,
     "__nv_finitef": np.isfinite, "__nv_isfinited": np.isfinite, "__nv_signbitf": np.signbit,
     "__nv_signbitd": np.signbit, "__nv_saturatef": lambda x: np.where(np.isnan(x), 0, np.clip(x, 0, 1)).astype(x.dtype),
@@ -199,10 +200,10 @@ _OPS: dict[str, Callable[..., np.ndarray]] = {
 }
 for _mode in ("rn", "rz", "rd", "ru"):
     for _op, _f in _OPS.items():
-        SYMBOLS[f"__nv_f{_op}_{_mode}"] = _arith(_f, np.float32, _mode)
-        SYMBOLS[f"__nv_d{_op}_{_mode}"] = _arith(_f, np.float64, _mode)
-    SYMBOLS[f"__nv_fmaf_{_mode}"] = _arith(lambda x, y, z: x * y + z, np.float32, _mode)
-    SYMBOLS[f"__nv_fma_{_mode}"] = _arith(lambda x, y, z: x * y + z, np.float64, _mode)
+        _TABLE[f"__nv_f{_op}_{_mode}"] = _arith(_f, np.float32, _mode)
+        _TABLE[f"__nv_d{_op}_{_mode}"] = _arith(_f, np.float64, _mode)
+    _TABLE[f"__nv_fmaf_{_mode}"] = _arith(lambda x, y, z: x * y + z, np.float32, _mode)
+    _TABLE[f"__nv_fma_{_mode}"] = _arith(lambda x, y, z: x * y + z, np.float64, _mode)
 
 _ROUND_INT = {"rn": np.rint, "rz": np.trunc, "rd": np.floor, "ru": np.ceil}
 _INTS = {"int": np.int32, "uint": np.uint32, "ll": np.int64, "ull": np.uint64}
@@ -228,12 +229,12 @@ def _to_float(mode: str, dtype: type) -> Fn:
 for _mode in ("rn", "rz", "rd", "ru"):
     for _fname, _ftype in _FLOATS.items():
         for _iname, _itype in _INTS.items():
-            SYMBOLS[f"__nv_{_fname}2{_iname}_{_mode}"] = _to_int(_mode, _itype)
+            _TABLE[f"__nv_{_fname}2{_iname}_{_mode}"] = _to_int(_mode, _itype)
             if _mode == "rn" or _fname == "float" or _iname in ("ll", "ull"):  # 32-bit ints to double are exact
-                SYMBOLS[f"__nv_{_iname}2{_fname}_{_mode}"] = _to_float(_mode, _ftype)
-    SYMBOLS[f"__nv_double2float_{_mode}"] = _to_float(_mode, np.float32)
+                _TABLE[f"__nv_{_iname}2{_fname}_{_mode}"] = _to_float(_mode, _ftype)
+    _TABLE[f"__nv_double2float_{_mode}"] = _to_float(_mode, np.float32)
 
-SYMBOLS.update({
+_TABLE.update({
     "__nv_int_as_float": lambda x: x.astype(np.int32).view(np.float32),
     "__nv_float_as_int": lambda x: x.astype(np.float32).view(np.int32),
     "__nv_uint_as_float": lambda x: x.astype(np.uint32).view(np.float32),
@@ -304,7 +305,7 @@ def _byte_perm(x: np.ndarray, y: np.ndarray, s: np.ndarray) -> np.ndarray:
     return _per_element(perm, np.uint32)(x, y, s).view(np.int32)
 
 
-SYMBOLS.update({
+_TABLE.update({
     "__nv_abs": np.abs, "__nv_llabs": np.abs, "__nv_popc": _popc, "__nv_popcll": _popc, "__nv_clz": _clz,
     "__nv_clzll": _clz, "__nv_ffs": _ffs, "__nv_ffsll": _ffs, "__nv_brev": _brev, "__nv_brevll": _brev,
     "__nv_mulhi": _mulhi, "__nv_umulhi": _mulhi, "__nv_mul64hi": _mulhi, "__nv_umul64hi": _mulhi,
@@ -320,9 +321,12 @@ SYMBOLS.update({
 })
 
 
+SYMBOLS: Mapping[str, Fn] = MappingProxyType(_TABLE)  # read-only: the worker's integrity check holds it by identity
+
+
 def evaluate(symbol: str, args: list[np.ndarray], out_dtype: np.dtype) -> np.ndarray:
     """`symbol` applied to `args`, cast to `out_dtype`; a symbol we lack raises a NotImplementedError naming it."""
-    fn = SYMBOLS.get(symbol)
+    fn = _TABLE.get(symbol)
     if fn is None:
         raise NotImplementedError(f"libdevice function {symbol} has no CPU-interpreter implementation "
                                   "(distill/verifier/libdevice_np.py); it runs only on a GPU")

@@ -187,11 +187,15 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_libdevice_calls_in_every_import_style_match_torch(pool):
+def _libdevice_pair() -> tuple[str, str]:
+    """A problem returning each torch reference and a candidate storing each libdevice call, in order."""
     refs = ", ".join(ref for _, ref in LIBDEVICE_CALLS)
     stores = "\n".join(f"    tl.store(out_ptr + {i} * n + offs, {call}, mask=m)" for i, (call, _) in enumerate(LIBDEVICE_CALLS))
-    v = pool.verify(LIBDEVICE_PROBLEM.format(refs=refs),
-                    LIBDEVICE_CANDIDATE.format(stores=stores, count=len(LIBDEVICE_CALLS)))
+    return LIBDEVICE_PROBLEM.format(refs=refs), LIBDEVICE_CANDIDATE.format(stores=stores, count=len(LIBDEVICE_CALLS))
+
+
+def test_libdevice_calls_in_every_import_style_match_torch(pool):
+    v = pool.verify(*_libdevice_pair())
     bad = re.search(r"output (\d+) differs", v.reason)
     assert v.status == "pass", (LIBDEVICE_CALLS[int(bad.group(1))] if bad else None, v.reason)
 
@@ -560,3 +564,55 @@ def test_every_mapped_symbol_is_checked_here_and_every_libdevice_symbol_is_mappe
 def test_an_unknown_symbol_is_named():
     with pytest.raises(NotImplementedError, match="__nv_j0f"):
         libdevice_np.evaluate("__nv_j0f", [np.zeros(3, dtype=np.float32)], np.dtype(np.float32))
+
+
+def test_patching_a_shim_is_forbidden(pool):
+    source = honest("liger_geglu") + "\nfrom triton.language.extra import libdevice as ld\nld.tanh = ld.exp\n"
+    v = pool.verify(problem("liger_geglu"), source, static_checks=False)
+    assert v.status == "forbidden" and "triton.language.extra.libdevice.tanh" in v.reason, v.reason
+
+
+# -- the same candidates on a GPU (`-m gpu`, run through the device tool; never collected in CI) -------------
+@pytest.fixture(scope="module")
+def gpu_pool():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from distill.verifier import VerifierPool
+
+    with VerifierPool(workers=4, device="cuda", timeout=120, timing_trials=20) as p:
+        yield p
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", MANIFEST["honest"])
+def test_the_honest_corpus_passes_on_a_gpu(gpu_pool, name):
+    v = gpu_pool.verify(problem(name), honest(name))
+    assert v.status == "pass", v.reason
+
+
+def _both_lanes() -> list[tuple[str, str, str, str]]:
+    """(id, problem, candidate, status): what the CPU tests above expect, which a GPU must agree with."""
+    cases = [("oversized_config", problem("matmul"), OVERSIZED, "pass"), ("scalars", problem("flaggems_add_alpha"),
+                                                                          SCALARS, "pass")]
+    cases.append(("libdevice", *_libdevice_pair(), "pass"))
+    for name, hook in (("autotune_restore", 'restore_value=["acc_ptr"],'), ("splitk_matmul", 'reset_to_zero=["c_ptr"],'),
+                       ("autotune_prehook", ", pre_hook=zero_output")):
+        cases.append((f"{name}_without_hook", problem(name), honest(name).replace(hook, ""), "wrong_output"))
+    cases += [(c["name"], problem(c["problem"]), hostile(c["name"]), c["status"]) for c in GPU_IMPOSSIBLE]
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _both_lanes(), ids=lambda c: c[0])
+def test_a_gpu_gives_the_cpu_lanes_verdicts(gpu_pool, case):
+    _, prob, source, status = case
+    v = gpu_pool.verify(prob, source)
+    assert v.status == status, v.reason
+
+
+def test_a_gpu_refusing_a_plain_python_function_is_a_compile_error():
+    """On a GPU, Triton refuses such a kernel while hashing its dependencies, before its code generator."""
+    from distill.verifier import calls
+
+    assert calls.describe_error(RuntimeError("Unsupported function referenced: <function f at 0x1>"))["compile"]
+    assert not calls.describe_error(RuntimeError("something else"))["compile"]
