@@ -24,7 +24,19 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   `fp16 * alpha` stayed fp16 where the GPU promotes to fp32) and failed on bools. The shim converts
   them as the GPU launcher does. Constexpr dtype parameters, `ptr.dtype.element_ty` and dtype
   globals already worked and are left as they are. Not covered: numpy scalars (a GPU refuses most
-  of them; the GPU compile check in `gpu_compile.py` reports that).
+  of them; the GPU compile check in `gpu_compile.py` reports that), Triton's specialisation of an
+  int argument equal to 1 into a constant (the GPU compile check sees it; the interpreter runs the
+  kernel with an i32 either way).
+* **One patch scope per launch.** The interpreter swaps `triton.language` builtins for its own while
+  a kernel runs and puts them back after, but a device-function call inside the kernel (every
+  `tl.sum`, `tl.sigmoid`, ... is one) patches `triton.language.core` in a scope it drops, so those
+  stayed patched for the worker's life and a later GPU compile ran on the interpreter's semantic.
+  The shim records them in the launch's scope, which undoes them with the rest. A `@triton.jit`
+  function called outside a kernel raises, as on a GPU (the interpreter ran it, leaving its patches
+  behind for the jobs that follow on the same worker). Not covered (left
+  as Triton does it): the interpreter also copies its own module globals (`np`, `inspect`, ...)
+  into a kernel's module the first time it rewrites the kernel; the GPU compile check refuses
+  kernels that use them.
 """
 from __future__ import annotations
 
@@ -44,14 +56,11 @@ from distill.verifier import libdevice_np
 # Inside an interpreted launch: the interpreter's semantic (which libdevice calls then use), the
 # launch's patch scope and the attributes it records.
 _ACTIVE = types.SimpleNamespace(semantic=None, scope=None, recorded=None)
-_INSTALLED: list[bool] = []
 
 
+@functools.cache
 def install() -> None:
     """Install every shim (once per process). CPU lane only: a GPU compiles kernels for real."""
-    if _INSTALLED:
-        return
-    _INSTALLED.append(True)
     _install_autotune()
     _install_libdevice()
     _install_launch_scope()
@@ -131,6 +140,14 @@ def _install_launch_scope() -> None:
         return scope
 
     interpreter._patch_lang = patch_lang
+    real_call = interpreter.InterpretedFunction.__call__
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _ACTIVE.scope is None:  # what a GPU says; the interpreter ran it, leaving its patches behind
+            raise RuntimeError("Cannot call @triton.jit'd outside of the scope of a kernel")
+        return real_call(self, *args, **kwargs)
+
+    interpreter.InterpretedFunction.__call__ = call
 
 
 # -- scalar arguments --------------------------------------------------------------------------------

@@ -242,6 +242,18 @@ def test_float_and_bool_scalars_are_what_a_gpu_passes(pool):
     assert v.status == "pass", v.reason
 
 
+OUTSIDE_A_KERNEL = honest("liger_swiglu").replace("        c = torch.empty_like(a2)\n",
+                                                 "        c = torch.empty_like(a2)\n        silu(a2)\n")
+
+
+def test_a_jit_function_called_outside_a_kernel_raises_as_on_a_gpu(pool):
+    assert "silu(a2)" in OUTSIDE_A_KERNEL
+    v = pool.verify(problem("liger_swiglu"), OUTSIDE_A_KERNEL)
+    assert v.status == "runtime_error" and "outside of the scope of a kernel" in v.reason, v.reason
+    after = pool.verify(problem("tutorial_matmul"), honest("tutorial_matmul"))  # compiles as before
+    assert after.status == "pass", after.reason
+
+
 # -- the GPU compile ---------------------------------------------------------------------------------------
 GPU_IMPOSSIBLE = [c for c in MANIFEST["cases"] if c["family"] == "gpu_compile"]
 
@@ -599,6 +611,7 @@ def _both_lanes() -> list[tuple[str, str, str, str]]:
                        ("autotune_prehook", ", pre_hook=zero_output")):
         cases.append((f"{name}_without_hook", problem(name), honest(name).replace(hook, ""), "wrong_output"))
     cases += [(c["name"], problem(c["problem"]), hostile(c["name"]), c["status"]) for c in GPU_IMPOSSIBLE]
+    cases.append(("jit_call_outside_a_kernel", problem("liger_swiglu"), OUTSIDE_A_KERNEL, "runtime_error"))
     return cases
 
 
