@@ -109,12 +109,13 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_config_over_the_gpus_shared_memory_is_skipped_as_on_a_gpu(pool):
-    """The first config needs 512 KiB of shared memory (an H100 block has 227): OutOfResources, which
-    Triton's autotuner scores as inf, so the second config is kept and only it ever runs."""
+def test_a_config_over_the_gpus_shared_memory_still_runs_on_the_cpu_lane(pool):
+    """The first config needs 512 KiB of shared memory (an H100 block has 227). A GPU's autotuner would
+    skip it; the CPU lane's GPU compile stops before shared memory is known (gpu_compile.STAGES), so
+    both configs run once and the first is kept: still a pass, as the kernel is right in both."""
     v = pool.verify(problem("matmul"), OVERSIZED)
     assert v.status == "pass", v.reason
-    assert [t["launches"] for t in v.checks["trials"]][:2] == [2, 1]
+    assert [t["launches"] for t in v.checks["trials"]][:2] == [3, 1]
 
 
 # -- libdevice, end to end ---------------------------------------------------------------------------------
@@ -297,23 +298,40 @@ def _plain_helper_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, _halve(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
 
 
+_PAYS_ONCE = """
+import pytest, torch
+from distill.verifier import gpu_compile
+from tests.distill.verifier.test_verifier_realworld import _plain_helper_kernel, _scale_kernel
+
+gpu_compile.prepare()
+gpu_compile.forget()
+x, out = torch.randn(64), torch.empty(64)
+gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 64})
+gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 64})
+assert gpu_compile.spent()["gpu_compiles"] == 1
+gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 128})  # another constexpr, another kernel
+gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 64, "num_warps": 8})  # other options too
+assert gpu_compile.spent()["gpu_compiles"] == 3
+for _ in range(2):  # a failure is kept too, and raised again without compiling
+    with pytest.raises(gpu_compile.GpuCompileError, match="_halve"):
+        gpu_compile.check(_plain_helper_kernel, (x, out, 64), {"BLOCK": 64})
+assert gpu_compile.spent()["gpu_compiles"] == 4
+gpu_compile.forget()
+assert gpu_compile.spent()["gpu_compiles"] == 0
+"""
+
+
 @interpreting
 def test_the_gpu_compile_pays_once_per_kernel_and_specialization():
-    gpu_compile.prepare()
-    gpu_compile.forget()
-    x, out = torch.randn(64), torch.empty(64)
-    gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 64})
-    gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 64})
-    assert gpu_compile.spent()["gpu_compiles"] == 1
-    gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 128})  # another constexpr, another kernel
-    gpu_compile.check(_scale_kernel, (x, out, 64), {"BLOCK": 64, "num_warps": 8})  # other options too
-    assert gpu_compile.spent()["gpu_compiles"] == 3
-    for _ in range(2):  # a failure is kept too, and raised again without compiling
-        with pytest.raises(gpu_compile.GpuCompileError, match="_halve"):
-            gpu_compile.check(_plain_helper_kernel, (x, out, 64), {"BLOCK": 64})
-    assert gpu_compile.spent()["gpu_compiles"] == 4
-    gpu_compile.forget()
-    assert gpu_compile.spent()["gpu_compiles"] == 0
+    # A fresh process, as a worker is: interpreted launches earlier in this one (other tests) may have
+    # left triton.language patched, which only the worker's launch scope undoes.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    r = subprocess.run([sys.executable, "-c", _PAYS_ONCE], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 @interpreting
