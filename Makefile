@@ -29,6 +29,7 @@ lock:
 	.lock-venv/bin/pip install -q --upgrade pip "setuptools>=68" wheel
 	.lock-venv/bin/pip install -q "torch==2.13.0" "triton==3.6.0"
 	.lock-venv/bin/pip install -q ".[$(EXTRAS)]"
+	.lock-venv/bin/pip install -q --no-deps "verl==0.9.1"
 	.lock-venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	{ echo "# Exact versions of the whole environment; made by \`make lock\` from pyproject.toml ($(EXTRAS))."; \
 	  echo "# Installed with --no-deps by \`make install\`; tests/test_lock.py checks it against pyproject.toml."; \
