@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from curriculum.rewards.scheme import speed_reward  # DRTriton's gate, shared with the TRL and verl rewards
 from pipelines.grpo.config import RewardConfig
 
 SPEED_ABSENT = "absent: the CPU verifier runs Triton through its interpreter and measures no time"
@@ -37,13 +38,6 @@ class RewardResult:
     code_reward: float
     speedup: float | None = None
     reason: str = ""
-
-
-def speed_reward(speedup: float | None, clip: Sequence[float]) -> float:
-    """DRTriton's reward for a passing kernel: 1 + clipped log speedup, or 1 when nothing was timed."""
-    if speedup is None or not math.isfinite(speedup) or speedup <= 0:
-        return 1.0
-    return 1.0 + min(max(math.log(speedup), clip[0]), clip[1])
 
 
 def from_verdict(status: str, speedup: float | None, scheme: str, clip: Sequence[float], reason: str = "") -> RewardResult:
