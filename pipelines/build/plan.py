@@ -23,6 +23,7 @@ class Shard:
     count: int
     levels: tuple[int, ...]
     seed: int
+    offset: int               # the dataset-wide index of its first problem (`extra_info.index` counts from it)
 
     @property
     def name(self) -> str:
@@ -40,11 +41,14 @@ def stream_seed(run_seed: int, kind: str, group: int) -> int:
 def plan(cfg: BuildConfig) -> list[Shard]:
     shards: list[Shard] = []
     size = cfg.sample.shard_size
+    before = 0  # problems planned in earlier groups: indices never restart, so they are unique in the dataset
 
     def split(kind: str, group: int, total: int, levels: tuple[int, ...]) -> None:
+        nonlocal before
         seed = stream_seed(cfg.seed, kind, group)
         for i, start in enumerate(range(0, total, size)):
-            shards.append(Shard(kind, group, i, start, min(size, total - start), levels, seed))
+            shards.append(Shard(kind, group, i, start, min(size, total - start), levels, seed, before + start))
+        before += total
 
     for level in cfg.curriculum.heldout_levels:
         if cfg.curriculum.heldout_size:

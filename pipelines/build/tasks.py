@@ -90,7 +90,7 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
             problems.append(p)
     prompts = load_prompts(cfg.teacher.prompt)
     stage, split = (shard.group, "train") if shard.kind == "stage" else (0, "test")
-    rows = [rl_row(p, prompts.initial(p), stage, split, shard.start + i) for i, p in enumerate(problems)]
+    rows = [rl_row(p, prompts.initial(p), stage, split, shard.offset + i) for i, p in enumerate(problems)]
     if problems:
         write_problems(problems, ppath)
     _write(rows, RL_SCHEMA, rpath)

@@ -42,3 +42,11 @@ def test_export_errors(built_dataset, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["export", str(built_dataset), "--format", "parquet", "--out", str(tmp_path / "o")])
     assert exc.value.code == 2
+
+
+def test_extra_info_index_is_unique_across_the_dataset(built_dataset, tmp_path):
+    # verl keys its per-row bookkeeping on extra_info.index: held-out and every stage share one numbering
+    assert main(["export", str(built_dataset), "--format", "verl", "--out", str(tmp_path)]) == 0
+    index = [r["index"] for split in ("train", "test")
+             for r in pq.read_table(tmp_path / f"{split}.parquet").column("extra_info").to_pylist()]
+    assert len(index) == 6 and len(set(index)) == 6
