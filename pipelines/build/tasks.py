@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import multiprocessing
 import time
 from collections import Counter
 from pathlib import Path
@@ -100,6 +101,19 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     return {**summary, "stale": stale}  # why a marker was not trusted, for the client to say
 
 
+def allow_children() -> None:
+    """Let this worker process start the verifier's processes (and vLLM's).
+
+    `dask worker` runs each worker in a daemonic process under its nanny, and multiprocessing refuses
+    a daemon children ("daemonic processes are not allowed to have children"): the flag keeps a
+    parent from exiting with its children orphaned. Here the pool closes its processes when the worker
+    exits, and the nanny keeps its own copy of the flag, so it still ends the worker with itself. The
+    same as `distributed.worker.daemon: False`, without asking the user to set it on every worker."""
+    me = multiprocessing.current_process()
+    if me.daemon:
+        me.daemon = False
+
+
 def _teacher(cfg: BuildConfig):
     from distill.teacher.base import SamplingConfig, TeacherOptions, make_teacher
 
@@ -133,6 +147,7 @@ def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any =
     from distill.teacher.refine import run_distill
     from synth.shard import read_problems
 
+    allow_children()
     out = Path(out)
     spath, fpath = out / "samples" / f"{shard.name}.parquet", out / "sft" / f"{shard.name}.parquet"
     t0 = time.perf_counter()
