@@ -2,8 +2,16 @@
 
 After wiring, every size and numeric attribute is either a free variable with a finite domain or a
 function of free variables (synth.dims). The constraints are the catalog's per-op constraints, every
-derived dim >= 1, every tensor's element count <= `max_elements`, equalities wiring could not unify,
-each op's FLOPs <= `max_op_flops`, and one global constraint: total FLOPs inside `flop_window`.
+derived dim >= 1, every tensor's element count <= its cap, equalities wiring could not unify, each
+op's FLOPs <= its cap, the profile's per-op targets (synth.profiles), and one global constraint: total
+FLOPs inside `flop_window`. A tensor's cap is `max_elements` or its equal share of the profile's
+memory cap (`max_bytes` over the program's tensor count), whichever is smaller: the memory cap then
+holds for the whole program while every constraint stays local to a few variables. The per-op
+targets bind the ops that read only program inputs (the sources of the program's data); an op fed
+by another op takes its scale from it, since a pooled, reduced or loss output may be small by design
+and a target there would make the wiring infeasible. An element target (the op's largest tensor
+holds at least `min_elements`) is lowered to 1/FLOOR_ROOM of the per-tensor cap when the program has
+many tensors, so a long program stays feasible under the memory cap.
 
 Why the draw is exactly uniform over the feasible set F:
 1. Split the variables into connected components of the "appears in one local constraint" graph.
@@ -18,21 +26,34 @@ Why the draw is exactly uniform over the feasible set F:
    inside the window is uniform on F = F' ∩ window, by the same argument.
 Variables that appear in no constraint are drawn uniformly from their domain (a component of one).
 A draw that exhausts its budget returns None: the caller repairs the *wiring* (never the op list).
+
+Proposals are tested `batch` at a time with numpy (each constraint compiled once more over float64
+arrays); a proposal that passes is confirmed with exact integer arithmetic, and the first confirmed
+one in proposal order is returned, as a one-by-one scan would. Float64 cannot wrongly reject: every
+quantity of a feasible point is an integer below 2^53 (tensor sizes, FLOPs), which float64 holds exactly.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from constraint import FunctionConstraint, Problem as CSProblem
 
 from synth.dims import Const, Derived, Var, evaluate, free_vars, resolve
 from synth.exprs import canonical, compile_text, expand, op_flops_text
+from synth.profiles import SampleConfig
 from synth.wiring import Numel, Structure
 
 ENUM_LIMIT = 1 << 14
+# An op's element target is at most the per-tensor cap over this: room for three doublings (stack,
+# cat, an upsampling conv) between a tensor at its op's target and the cap.
+FLOOR_ROOM = 8
+# numpy stand-ins for the builtins catalog expressions may use, so they evaluate over arrays
+_VEC_BUILTINS = {"min": lambda *a: functools.reduce(np.minimum, a), "max": lambda *a: functools.reduce(np.maximum, a),
+                 "abs": np.abs, "int": np.trunc, "len": len, "prod": math.prod}
 _SOLUTION_CACHE: dict[tuple, list[tuple]] = {}
 _CACHE_BUDGET = 2_000_000  # stored solution tuples before the cache is cleared
 
@@ -46,11 +67,17 @@ def env_value(v: Any, assign: dict[int, Any], memo: dict) -> Any:
     return evaluate(v, assign, memo)
 
 
+@functools.lru_cache(maxsize=65536)
+def _vec_lambda(text: str, nargs: int) -> Callable:
+    args = ", ".join(f"v{i}" for i in range(nargs))
+    return eval(compile(f"lambda {args}: {text}", "<constraint>", "eval"), {"__builtins__": _VEC_BUILTINS})  # noqa: S307 - catalog constraints
+
+
 class Check:
     """One constraint: a boolean expression over named values (dims, attrs, element counts),
     compiled to a function of the free variables it depends on."""
 
-    __slots__ = ("source", "text", "fn", "ids", "vars")
+    __slots__ = ("source", "text", "fn", "ids", "vars", "canon")
 
     def __init__(self, source: str, env: dict[str, Any], text: str | None = None):
         used: dict[int, Var] = {}
@@ -59,7 +86,7 @@ class Check:
         if text is not None:
             for m in re.finditer(r"\bv(\d+)\b", text):
                 used.setdefault(int(m.group(1)), env[int(m.group(1))])
-        self.fn, self.ids, _ = compile_text(self.text)
+        self.fn, self.ids, self.canon = compile_text(self.text)
         self.vars = [used[i] for i in sorted(used)]
 
     def test(self, *values: Any) -> bool:
@@ -71,17 +98,36 @@ class Check:
     def __call__(self, assign: dict[int, Any]) -> bool:
         return self.test(*[assign[i] for i in self.ids])
 
+    def vector(self, columns: list[np.ndarray]) -> np.ndarray | None:
+        """The constraint over arrays of proposals (float64), or None when it cannot be vectorised."""
+        try:  # the caller silences numpy's division warnings: a 0 divisor fails the check, as in `test`
+            return np.asarray(_vec_lambda(self.canon, len(self.ids))(*columns), dtype=bool)
+        except Exception:  # noqa: BLE001 - an expression numpy cannot take: the exact check decides alone
+            return None
 
-def build_checks(s: Structure, max_elements: int, max_op_flops: float | None = None) -> list[Check]:
-    limit = {"max_elements": Const(max_elements)}
+
+def tensor_caps(s: Structure, config: SampleConfig) -> dict[str, int]:
+    """Element caps by catalog dtype: `max_elements`, or an equal share of the memory cap over every
+    tensor of the program (inputs, op outputs, weights), whichever is smaller."""
+    count = len(s.inputs) + len(s.ops) + sum(len(op.spec.params) for op in s.ops)
+    share = config.max_bytes // max(1, count)
+    return {dt: min(config.max_elements, share // config.tensor_bytes(dt)) for dt in ("f32", "i64")}
+
+
+def _flops_check(op, relation: str, bound: float) -> Check:
+    used: dict[int, Var] = {}
+    return Check(f"op flops {relation} bound", used, f"{op_flops_text(op, used)} {relation} {int(bound)}")
+
+
+def build_checks(s: Structure, config: SampleConfig) -> list[Check]:
+    caps = tensor_caps(s, config)
+    limit = {"max_elements": Const(caps["f32"])}
     checks: list[Check] = []
     seen: set[int] = set()
     for op in s.ops:
         checks += [Check(c, op.env) for c in op.spec.constraints]
-        if max_op_flops is not None:
-            used: dict[int, Var] = {}
-            text = f"{op_flops_text(op, used)} <= {int(max_op_flops)}"
-            checks.append(Check("op flops <= max_op_flops", used, text))
+        target = config.target(op.spec)
+        checks.append(_flops_check(op, "<=", config.max_op_flops if target.max_flops is None else target.max_flops))
         checks += [Check(f"({text}) <= max_elements", {**op.env, **limit}) for text in op.spec.params.values()]
     for t in list(s.inputs) + [op.out for op in s.ops]:
         for d in t.dims:
@@ -90,10 +136,20 @@ def build_checks(s: Structure, max_elements: int, max_op_flops: float | None = N
                 seen.add(id(r))
                 checks.append(Check("d >= 1", {"d": r}))
         if t.dims:
-            checks.append(Check("n <= max_elements", {"n": Numel([t.dims]), **limit}))
+            checks.append(Check("n <= max_elements", {"n": Numel([t.dims]), "max_elements": Const(caps[t.dtype])}))
         if t.int_high is not None:
             checks.append(Check("h >= 1", {"h": t.int_high}))
     checks += [Check("a == b", {"a": a, "b": b}) for a, b in s.equalities]
+    for op in s.ops:  # the profile's per-op targets (after the rest, so profiles without them check as before)
+        if any(t.producer is not None for t in op.inputs):
+            continue  # it takes its scale from what feeds it (a pooled or reduced input may be small by design)
+        target = config.target(op.spec)
+        if target.min_elements:
+            floor = min(target.min_elements, caps["f32"] // FLOOR_ROOM)
+            env = {f"t{i}": Numel([t.dims]) for i, t in enumerate(op.inputs + [op.out])}
+            checks.append(Check(" | ".join(f"({name} >= {floor})" for name in env), env))
+        if target.min_flops:
+            checks.append(_flops_check(op, ">=", target.min_flops))
     return checks
 
 
@@ -138,43 +194,65 @@ def components(variables: list[Var], checks: list[Check]) -> list[tuple[list[Var
     return list(groups.values())
 
 
-def _enumerate(ordered: list[Var], checks: list[Check]) -> list[tuple]:
+def _enumerate(ordered: list[Var], checks: list[Check], dom: dict[int, tuple]) -> list[tuple]:
     problem = CSProblem()
     for v in ordered:
-        problem.addVariable(v.id, list(v.domain))
+        problem.addVariable(v.id, list(dom[v.id]))
     for c in checks:
         problem.addConstraint(FunctionConstraint(c.test), c.ids)
     # python-constraint's order depends on its search; sort so an index means the same point
     return sorted(tuple(sol[v.id] for v in ordered) for sol in problem.getSolutions())
 
 
-def _reject(vars_: list[Var], checks: list[Check], rng: np.random.Generator, draws: int) -> dict[int, Any] | None:
-    sizes = np.array([len(v.domain) for v in vars_])
-    batch = 64
+def _as_floats(domain: tuple) -> np.ndarray | None:
+    try:
+        return np.asarray(domain, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def _reject(vars_: list[Var], checks: list[Check], rng: np.random.Generator, draws: int, batch: int,
+            dom: dict[int, tuple]) -> dict[int, Any] | None:
+    domains = [dom[v.id] for v in vars_]
+    sizes = np.array([len(d) for d in domains])
+    col = {v.id: k for k, v in enumerate(vars_)}
+    values = [_as_floats(d) for d in domains]
+    numeric = [k for k, vals in enumerate(values) if vals is not None]
+    vectorised = [(c, [col[i] for i in c.ids]) for c in checks if all(values[col[i]] is not None for i in c.ids)]
     for _ in range(max(1, draws // batch)):
-        for row in rng.integers(0, sizes, size=(batch, len(vars_))):
-            assign = {v.id: v.domain[i] for v, i in zip(vars_, row)}
+        rows = rng.integers(0, sizes, size=(batch, len(vars_)))
+        columns = {k: values[k][rows[:, k]] for k in numeric}
+        keep = np.ones(batch, dtype=bool)
+        with np.errstate(all="ignore"):
+            for c, cols in vectorised:
+                ok = c.vector([columns[k] for k in cols])
+                if ok is not None:
+                    keep &= ok
+                    if not keep.any():
+                        break
+        for r in np.flatnonzero(keep):
+            assign = {v.id: d[i] for v, d, i in zip(vars_, domains, rows[r])}
             if all(c(assign) for c in checks):
                 return assign
     return None
 
 
-def _sample_component(vars_: list[Var], checks: list[Check], rng: np.random.Generator,
-                      budget: int) -> dict[int, Any] | None:
+def _sample_component(vars_: list[Var], checks: list[Check], rng: np.random.Generator, config: SampleConfig,
+                      dom: dict[int, tuple]) -> dict[int, Any] | None:
     """Uniform proposals first; if a small component rejects them all, enumerate it (cached).
     Either branch yields the uniform law on the component's feasible set, and which branch runs does
     not depend on the point finally drawn, so the mixture is uniform too."""
-    enumerable = math.prod(len(v.domain) for v in vars_) <= ENUM_LIMIT
-    found = _reject(vars_, checks, rng, 256 if enumerable else budget)
+    enumerable = math.prod(len(dom[v.id]) for v in vars_) <= ENUM_LIMIT
+    found = _reject(vars_, checks, rng, 256 if enumerable else config.budget, config.batch, dom)
     if found is not None or not enumerable:
         return found
     text, order = canonical([c.text for c in checks])
     by_id = {v.id: v for v in vars_}
     ordered = [by_id[i] for i in order]
-    key = (text, tuple(v.domain for v in ordered))
+    key = (text, tuple(dom[v.id] for v in ordered))
     sols = _SOLUTION_CACHE.get(key)
     if sols is None:
-        sols = _enumerate(ordered, checks)
+        sols = _enumerate(ordered, checks, dom)
         if sum(map(len, _SOLUTION_CACHE.values())) + len(sols) > _CACHE_BUDGET:
             _SOLUTION_CACHE.clear()
         _SOLUTION_CACHE[key] = sols
@@ -184,24 +262,31 @@ def _sample_component(vars_: list[Var], checks: list[Check], rng: np.random.Gene
     return {v.id: val for v, val in zip(ordered, pick)}
 
 
-def solve(s: Structure, rng: np.random.Generator, max_elements: int, flop_window: tuple[float, float],
-          flops_of, max_op_flops: float | None = None, budget: int = 4096,
-          window_tries: int = 64) -> dict[int, Any] | None:
-    """Draw an assignment of all free variables uniformly from the feasible set, or None."""
-    checks = build_checks(s, max_elements, max_op_flops)
+def solve(s: Structure, rng: np.random.Generator, config: SampleConfig, flops_of: Callable | None = None,
+          domains: dict[int, tuple] | None = None, extra: list[Check] = (), window_tries: int = 64) -> dict[int, Any] | None:
+    """Draw an assignment of all free variables uniformly from the feasible set under `config`, or None.
+    `domains` (var id -> values) replaces the domains wiring gave and `extra` adds constraints (a
+    twin's sizes, pinned attributes and kept 1s)."""
+    from synth.exprs import flops_function
+
+    flops_of = flops_of or flops_function(s)
+    checks = build_checks(s, config) + list(extra)
     if any(not c.ids and not c.test() for c in checks):  # a constant constraint that is false
         return None
     checks = [c for c in checks if c.ids]
-    comps = components(free_variables(s), checks)
-    lo, hi = flop_window
+    variables = free_variables(s)
+    dom = {v.id: v.domain for v in variables} | {v.id: v.domain for c in checks for v in c.vars}
+    dom.update(domains or {})
+    comps = components(variables, checks)
+    lo, hi = config.flop_window
     for _ in range(window_tries):
         assign: dict[int, Any] = {}
         for vars_, cs in comps:
             if not cs:
                 for v in vars_:
-                    assign[v.id] = v.domain[int(rng.integers(len(v.domain)))]
+                    assign[v.id] = dom[v.id][int(rng.integers(len(dom[v.id])))]
                 continue
-            part = _sample_component(vars_, cs, rng, budget)
+            part = _sample_component(vars_, cs, rng, config, dom)
             if part is None:
                 return None
             assign.update(part)

@@ -15,14 +15,18 @@ SAFE_BUILTINS = {"min": min, "max": max, "abs": abs, "int": int, "len": len, "pr
 
 
 class Var:
-    """A free CSP variable (a dimension or an attribute) with a finite domain."""
+    """A free CSP variable (a dimension or an attribute) with a finite domain.
 
-    __slots__ = ("id", "domain", "name", "bound")
+    `role` names the profile domain a size is drawn from (`rank2`: a dim of a rank-2 tensor); an
+    attribute drawn from the catalog's own list (kernel_size, stride...) has none, and a twin keeps it."""
 
-    def __init__(self, id: int, domain: tuple, name: str):
+    __slots__ = ("id", "domain", "name", "bound", "role")
+
+    def __init__(self, id: int, domain: tuple, name: str, role: str | None = None):
         self.id = id
         self.domain = domain
         self.name = name
+        self.role = role
         self.bound: "Dim | None" = None  # set when unified with another dim
 
     def __repr__(self) -> str:

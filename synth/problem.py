@@ -33,6 +33,15 @@ class Problem:
     output_shapes: list[list[int]]
     input_dtypes: list[str] = field(default_factory=list)
     output_dtypes: list[str] = field(default_factory=list)
+    profile: str = "cpu"        # the size profile it was drawn at (synth.profiles)
+    recipe: str = ""            # JSON: wiring tape and variable values, what `twin` rebuilds it from
+
+    def twin(self, profile: str, seed: int) -> "Problem":
+        """This problem at `profile`: the same ops, wiring and attributes, sizes drawn there under the
+        same constraints, checked by that profile's rule; deterministic in the seed (synth.realize)."""
+        from synth.realize import twin
+
+        return twin(self, profile, seed)
 
     # -- serialisation -------------------------------------------------------------------------
     def to_row(self) -> dict[str, Any]:
@@ -52,6 +61,8 @@ class Problem:
             "output_shapes": [list(s) for s in self.output_shapes],
             "input_dtypes": list(self.input_dtypes),
             "output_dtypes": list(self.output_dtypes),
+            "profile": self.profile,
+            "recipe": self.recipe,
         }
 
     @classmethod
@@ -74,6 +85,8 @@ class Problem:
             output_shapes=[list(s) for s in row["output_shapes"]],
             input_dtypes=list(row.get("input_dtypes") or []),
             output_dtypes=list(row.get("output_dtypes") or []),
+            profile=row.get("profile") or "cpu",   # rows written before profiles: all cpu
+            recipe=row.get("recipe") or "",
         )
 
     # -- display -------------------------------------------------------------------------------
@@ -81,7 +94,7 @@ class Problem:
         ins = ", ".join(f"{tuple(s)}" for s in self.input_shapes)
         outs = ", ".join(f"{tuple(s)}" for s in self.output_shapes)
         return (
-            f"{self.problem_id}  level {self.level}  {self.dtype}  flops {self.flops:,}  "
+            f"{self.problem_id}  level {self.level}  {self.profile}  {self.dtype}  flops {self.flops:,}  "
             f"bytes {self.bytes_moved:,}\n  ops: {' -> '.join(self.ops)}\n  inputs: {ins}\n  outputs: {outs}"
         )
 
@@ -95,7 +108,7 @@ class Problem:
         from synth.draw import graph_svg
 
         return (
-            f"<div><b>{html.escape(self.problem_id)}</b> · level {self.level} · {self.dtype} · "
+            f"<div><b>{html.escape(self.problem_id)}</b> · level {self.level} · {html.escape(self.profile)} · {self.dtype} · "
             f"{self.flops:,} FLOPs · {self.bytes_moved:,} bytes<br/>"
             f"ops: {html.escape(' → '.join(self.ops))}<br/>"
             f"inputs: {html.escape(str(self.input_shapes))} · outputs: {html.escape(str(self.output_shapes))}"

@@ -6,6 +6,10 @@ problem with no solution within budget, a program that is not finite or not inpu
 repaired by redrawing sizes or a new wiring for the same op list (fresh program inputs increasingly
 preferred), so the op-sequence law stays exactly uniform: no op is ever redrawn because it is hard.
 
+Sizes come from a profile (synth.profiles; `cpu` unless asked): `sample(..., profile="gpu")`, or a
+`config` made from one (`load_profile("gpu").config(max_elements=...)`). A profile with `check_on`
+checks each draw on a small twin plus a full-size meta-tensor pass (synth.check, synth.realize).
+
 Seeds: problem i of `sample(seed=s)` uses `numpy.random.SeedSequence(s, spawn_key=(i,))`, the same
 stream `SeedSequence(s).spawn(...)[i]` gives, so any worker can draw any index range independently and
 the union equals a serial run, byte for byte.
@@ -18,36 +22,17 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from synth.catalog import OpSpec, default_catalog
-from synth.check import CheckFailed, run_checks
+from synth.check import CheckFailed
 from synth.csp import solve
-from synth.dag_hash import build_graph, dag_hash
-from synth.problem import Problem
 from synth.exprs import flops_function
-from synth.render import materialize, render
+from synth.problem import Problem
+from synth.profiles import DEFAULT_DIMS, SampleConfig, load_profile
+from synth.realize import realize
 from synth.wiring import WiringError, wire
 
-# Sizes include non-powers of two and primes; 1 lets broadcasting and degenerate dims appear.
+__all__ = ["DEFAULT_DIMS", "SampleConfig", "SamplingError", "build_problem", "sample"]
+
 SIZE_TRIES = 3  # size redraws per wiring after a failed run check
-DEFAULT_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 24, 31, 32, 48, 61, 64, 96, 127, 128, 192, 256)
-
-
-@dataclass(frozen=True)
-class SampleConfig:
-    dims: tuple[int, ...] = DEFAULT_DIMS
-    max_elements: int = 1 << 15            # per tensor (inputs, intermediates, outputs, weights)
-    flop_window: tuple[float, float] = (500, 5e8)   # whole program: not trivial, not huge
-    max_op_flops: float = 2e7                        # per op, so large levels stay feasible
-    max_attempts: int = 64                  # wiring repairs before giving up on an op list
-    check: bool = True                      # run on the CPU: shapes, finiteness, sensitivity
-
-    def __post_init__(self) -> None:
-        if not self.dims or any((not isinstance(d, int)) or d < 1 for d in self.dims):
-            raise ValueError(f"dims must be positive ints, got {self.dims!r}")
-        if self.max_elements < 1:
-            raise ValueError(f"max_elements must be >= 1, got {self.max_elements}")
-        lo, hi = self.flop_window
-        if not 0 <= lo <= hi:
-            raise ValueError(f"flop_window must be (lo, hi) with 0 <= lo <= hi, got {self.flop_window!r}")
 
 
 # The largest level `sample` draws. Measured on the 2-core CPU box (seconds per problem): level 20
@@ -100,7 +85,8 @@ def describe(levels: Sequence[int], ops: Iterable[str] | None, config: SampleCon
     """The settings a draw used, as a message names them."""
     lv = f"level {levels[0]}" if len(levels) == 1 else f"levels {','.join(map(str, levels))}"
     where = f"ops {','.join(ops)}" if ops is not None else "the whole catalog"
-    return f"{lv} over {where} (max_elements {config.max_elements})"
+    at = "" if config.profile == "cpu" else f" at profile {config.profile}"  # cpu: the default goes unsaid
+    return f"{lv} over {where}{at} (max_elements {config.max_elements})"
 
 
 def check_levels(levels: Sequence[int]) -> None:
@@ -156,33 +142,16 @@ def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: Sampl
             continue
         flops = flops_function(s)
         for _ in range(SIZE_TRIES):
-            assign = solve(s, rng, config.max_elements, config.flop_window, flops, config.max_op_flops)
+            assign = solve(s, rng, config, flops)
             if assign is None:
                 stats.add("constraints")
                 break
-            prog = materialize(s, assign)
-            doc = f"Level {len(op_list)}: {', '.join(o.spec.name for o in prog.ops)}."
-            source = render(s, prog, doc)
-            out_shapes = [prog.shapes[o] for o in prog.outputs]
-            out_dtypes = [prog.dtypes[o] for o in prog.outputs]
-            if config.check:
-                try:
-                    run_checks(source, seed, out_shapes, out_dtypes)
-                except CheckFailed as exc:
-                    stats.add(exc.kind)
-                    continue
-            graph = build_graph(prog)
-            h = dag_hash(graph)
-            return Problem(
-                problem_id=f"L{len(op_list)}-{h[:16]}", source=source, dag_hash=h, level=len(op_list),
-                ops=[o.spec.name for o in prog.ops], graph=graph, seed=seed, flops=prog.flops,
-                bytes_moved=prog.bytes_moved, dtype="float32",
-                input_shapes=[i["shape"] for i in prog.inputs], output_shapes=out_shapes,
-                input_dtypes=["float32" if i["dtype"] == "f32" else "int64" for i in prog.inputs],
-                output_dtypes=["float32" if d == "f32" else "int64" for d in out_dtypes],
-            )
+            try:
+                return realize(s, assign, config, seed, rng, flops)
+            except CheckFailed as exc:
+                stats.add(exc.kind)
     raise SamplingError(f"no valid program for ops {[o.name for o in op_list]} after {config.max_attempts} "
-                        f"wirings ({stats.counts}); loosen max_elements/flop_window or drop an op")
+                        f"wirings at profile {config.profile} ({stats.counts}); loosen max_elements/flop_window or drop an op")
 
 
 def problem_stream(index: int, seed: int) -> np.random.Generator:
@@ -191,10 +160,12 @@ def problem_stream(index: int, seed: int) -> np.random.Generator:
 
 def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None = None,
            weights: Sequence[float] | None = None, seed: int = 0, ops: Iterable[str] | None = None,
-           config: SampleConfig | None = None, start: int = 0, unique: bool = False,
+           profile: str | None = None, config: SampleConfig | None = None, start: int = 0, unique: bool = False,
            progress: Callable[[int], None] | None = None, stats: Attempts | None = None) -> list[Problem]:
     """Draw `n` problems at `level` (or a mixture over `levels`, optionally weighted).
 
+    Sizes come from `profile` (default `cpu`; synth.profiles), or from `config`, settings made from a
+    profile with overrides (`load_profile("gpu").config(max_elements=...)`); not both.
     Problem i (counting from `start`) depends only on (seed, i, level settings, ops, config).
     With `unique=True`, problems whose `dag_hash` was already drawn are skipped and more indices are
     drawn until `n` distinct problems exist, or SpaceExhausted after `MAX_REPEATS` repeats in a row.
@@ -211,7 +182,9 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
     if seed < 0 or start < 0:
         raise ValueError(f"seed and start must be >= 0, got seed={seed}, start={start}")
     p = None if weights is None else np.asarray(weights, float) / sum(weights)
-    config = config or SampleConfig()
+    if profile is not None and config is not None:
+        raise ValueError("give profile= or config=, not both (a config names its profile: load_profile(name).config(...))")
+    config = config or load_profile(profile or "cpu").config()
     space = resolve_ops(ops)
     distinct = Distinct(n, describe(lv, None if ops is None else [o.name for o in space], config)) if unique else None
     out: list[Problem] = []

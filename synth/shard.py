@@ -26,7 +26,11 @@ PROBLEM_SCHEMA = pa.schema([
     pa.field("output_shapes", pa.list_(pa.list_(pa.int64())), nullable=False),
     pa.field("input_dtypes", pa.list_(pa.string()), nullable=False),
     pa.field("output_dtypes", pa.list_(pa.string()), nullable=False),
+    pa.field("profile", pa.string(), nullable=False),  # size profile (synth.profiles)
+    pa.field("recipe", pa.string(), nullable=False),   # JSON: what Problem.twin rebuilds the graph from
 ], metadata={b"tritonforge": b"problems/v1"})
+# Columns added after the first shards were written: a shard without them reads as `cpu`, no recipe.
+LATER_COLUMNS = ("profile", "recipe")
 
 
 def write_atomic(table: pa.Table, path: str | os.PathLike, row_group_size: int = 1024) -> Path:
@@ -47,7 +51,7 @@ def write_problems(problems: Iterable[Problem], path: str | os.PathLike) -> Path
 
 def read_problems(path: str | os.PathLike) -> list[Problem]:
     table = pq.read_table(path)
-    missing = [f.name for f in PROBLEM_SCHEMA if f.name not in table.column_names]
+    missing = [f.name for f in PROBLEM_SCHEMA if f.name not in table.column_names and f.name not in LATER_COLUMNS]
     if missing:
         raise ValueError(f"{path}: not a problems shard (missing columns: {', '.join(missing)})")
     return [Problem.from_row(row) for row in table.to_pylist()]

@@ -6,37 +6,23 @@ Compatibility (dtype, value range, rank) is respected; equal dims are unified. O
 choices happen here (sources, ranks, reduced/transposed dims, keepdim, broadcast pattern); the sizes
 and numeric attributes stay symbolic for the constraint problem (synth.csp). Computed tensors nobody
 consumes become the program's outputs, so every computed tensor reaches an output.
+
+Every random choice goes through `Wirer.decide`, which records it on a tape (`Structure.tape`):
+replaying the tape (`wire(..., replay=tape)`) rebuilds the same structure without a generator. A
+problem keeps its tape, so it can be resized (a twin) long after it was drawn. Sizes are variables
+with a role (`rank2`: a dim of a rank-2 tensor) that a profile maps to a domain (synth.profiles).
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from synth.catalog import OpSpec
 from synth.dims import Const, Derived, Dim, Var, resolve, unify
-
-RANGE_ACCEPTS = {
-    "any": {"any", "nonneg", "pos", "unit", "sign"},
-    "signed": {"any", "sign"},  # ops that are constant on one-signed inputs (sign of a positive tensor)
-    "nonneg": {"nonneg", "pos", "unit"},
-    "pos": {"pos", "unit"},
-    "unit": {"unit"},
-    "sign": set(),   # +-1 targets: always a fresh input
-    "class": set(),  # class indices: always a fresh input
-}
-
-
-def meet(ranges: list[str]) -> str:
-    s = set(ranges)
-    if len(s) == 1:
-        return ranges[0]
-    for r in ("unit", "pos", "nonneg"):
-        if s <= RANGE_ACCEPTS[r] | {r}:
-            return r
-    return "any"
+from synth.slots import RANGE_ACCEPTS, accepted_ranks, meet, output_ranks
 
 
 @dataclass(eq=False)
@@ -82,6 +68,7 @@ class Structure:
     inputs: list[Tensor]
     vars: list[Var]
     equalities: list[tuple[Dim, Dim]]
+    tape: list[list] = field(default_factory=list)   # the random choices, in order (JSON-able)
 
     @property
     def outputs(self) -> list[Tensor]:
@@ -92,23 +79,45 @@ class WiringError(Exception):
     """This wiring attempt is infeasible (for example two different constants had to be equal)."""
 
 
+class ReplayError(ValueError):
+    """A recorded tape does not fit these ops (another catalog, or a damaged record)."""
+
+
 class Wirer:
-    def __init__(self, rng: np.random.Generator, dims_domain: tuple[int, ...], fresh_bias: float = 0.0):
+    def __init__(self, rng: np.random.Generator | None, dims: Mapping[str, tuple[int, ...]], fresh_bias: float = 0.0,
+                 replay: Iterator[list] | None = None):
         self.next_spec: OpSpec | None = None
         self.current: list[Tensor] = []
         self.rng = rng
-        self.dims_domain = dims_domain
+        self.dims = dims
         self.fresh_bias = fresh_bias
         self.vars: list[Var] = []
         self.inputs: list[Tensor] = []
         self.computed: list[Tensor] = []
+        self.by_name: dict[str, Tensor] = {}
         self.equalities: list[tuple[Dim, Dim]] = []
+        self.tape: list[list] = []
+        self.replay = replay
 
     # -- helpers -----------------------------------------------------------------------------
-    def var(self, name: str, domain: tuple | None = None) -> Var:
-        v = Var(len(self.vars), tuple(domain) if domain is not None else self.dims_domain, name)
+    def var(self, name: str, domain: tuple | None = None, rank: int | None = None) -> Var:
+        """A catalog attribute (its `domain`), or a size: a dim of a rank-`rank` tensor."""
+        role = None if domain is not None else f"rank{rank}"
+        dom = tuple(domain) if domain is not None else self.dims.get(role, self.dims["default"])
+        v = Var(len(self.vars), dom, name, role)
         self.vars.append(v)
         return v
+
+    def decide(self, what: str, draw: Callable[[], Any]) -> Any:
+        """A random choice: drawn and recorded on the tape, or read back from the replayed tape."""
+        if self.replay is None:
+            value = draw()
+            self.tape.append([what, value])
+            return value
+        step = next(self.replay, None)
+        if step is None or step[0] != what:
+            raise ReplayError(f"the recorded wiring does not fit these ops: expected a {what!r} choice, found {step!r}")
+        return step[1]
 
     def choice(self, seq):
         return seq[int(self.rng.integers(len(seq)))]
@@ -125,14 +134,18 @@ class Wirer:
         rng_class = "any" if rng_class == "signed" else rng_class  # randn: both signs
         t = Tensor(f"x{len(self.inputs)}", dims, dtype, rng_class)
         self.inputs.append(t)
+        self.by_name[t.name] = t
         return t
 
     def fresh_dims(self, rank: int, names: str = "D") -> list[Dim]:
-        return [self.var(names) for _ in range(rank)]
+        return [self.var(names, rank=rank) for _ in range(rank)]
 
     def fresh_rank(self, spec: OpSpec) -> int:
         """A rank for a fresh input of `spec`; half the time one whose output can feed the next op,
         which keeps programs connected (chains rather than many small islands)."""
+        return self.decide("rank", lambda: self._draw_rank(spec))
+
+    def _draw_rank(self, spec: OpSpec) -> int:
         ranks = list(spec.ranks)
         if self.next_spec is not None and self.rng.random() < 0.5:
             good = [r for r in ranks if output_ranks(spec, r) & accepted_ranks(self.next_spec)]
@@ -145,7 +158,11 @@ class Wirer:
         need = spec.in_range[slot]
         if spec.in_dtype[slot] != "f32" or not RANGE_ACCEPTS[need]:
             return None
+        name = self.decide("source", lambda: getattr(self._draw_source(spec, slot, ranks), "name", None))
+        return None if name is None else self.by_name[name]
 
+    def _draw_source(self, spec: OpSpec, slot: int, ranks: set[int]) -> Tensor | None:
+        need = spec.in_range[slot]
         taken = {id(t) for t in self.current if t is not None} if spec.distinct else set()
 
         def ok(t: Tensor) -> bool:
@@ -178,7 +195,7 @@ class Wirer:
         op.out = Tensor(f"y{index}", out_dims, spec.out_dtype, out_range, producer=op)
         for name, domain in spec.attrs.items():
             if name not in op.attr_vars:
-                op.attr_vars[name] = self.var(name, self.dims_domain if domain == ("dims",) else domain)
+                op.attr_vars[name] = self.var(name, None if domain == ("dims",) else domain, len(out_dims))
         for name, v in op.attr_vars.items():
             op.env[name] = v
         for t in op.inputs:
@@ -187,6 +204,7 @@ class Wirer:
         op.env["numel_in"] = Numel([t.dims for t in op.inputs])
         op.env["numel_out"] = Numel([out_dims])
         self.computed.append(op.out)
+        self.by_name[op.out.name] = op.out
         return op
 
     def _single_input(self, op: OpNode, ranks: set[int] | None = None) -> Tensor:
@@ -206,21 +224,21 @@ class Wirer:
 
     def _wire_along(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
-        op.structural["dim"] = int(self.rng.integers(t.rank))
+        op.structural["dim"] = self.decide("dim", lambda: int(self.rng.integers(t.rank)))
         op.env["R"] = t.dims[op.structural["dim"]]
         return list(t.dims)
 
     def _wire_reduce(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
-        d = int(self.rng.integers(t.rank))
-        keepdim = bool(self.choice(op.spec.structural.get("keepdim", (False,))))
+        d = self.decide("dim", lambda: int(self.rng.integers(t.rank)))
+        keepdim = self.decide("keepdim", lambda: bool(self.choice(op.spec.structural.get("keepdim", (False,)))))
         op.structural.update(dim=d, keepdim=keepdim)
         op.env["R"] = t.dims[d]
         return [Const(1) if i == d else x for i, x in enumerate(t.dims)] if keepdim else t.dims[:d] + t.dims[d + 1:]
 
     def _wire_transpose(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op, set(op.spec.accept_ranks) - {0, 1})
-        d0, d1 = sorted(int(v) for v in self.rng.choice(t.rank, size=2, replace=False))
+        d0, d1 = self.decide("dims", lambda: sorted(int(v) for v in self.rng.choice(t.rank, size=2, replace=False)))
         op.structural.update(dim0=d0, dim1=d1)
         dims = list(t.dims)
         dims[d0], dims[d1] = dims[d1], dims[d0]
@@ -229,14 +247,14 @@ class Wirer:
     def _wire_permute(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
         perms = [p for p in itertools.permutations(range(t.rank)) if list(p) != list(range(t.rank))]
-        perm = list(self.choice(perms))
+        perm = self.decide("perm", lambda: [int(i) for i in self.choice(perms)])
         op.structural["perm"] = perm
         return [t.dims[i] for i in perm]
 
     def _wire_flatten(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
-        start = int(self.rng.integers(t.rank - 1))
-        end = int(self.rng.integers(start + 1, t.rank))
+        start = self.decide("start", lambda: int(self.rng.integers(t.rank - 1)))
+        end = self.decide("end", lambda: int(self.rng.integers(start + 1, t.rank)))
         op.structural.update(start_dim=start, end_dim=end)
         parts = {f"a{i}": t.dims[i] for i in range(start, end + 1)}
         merged = Derived(" * ".join(parts), compile(" * ".join(parts), "<flatten>", "eval"), parts)
@@ -244,7 +262,7 @@ class Wirer:
 
     def _wire_split(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
-        d = int(self.rng.integers(t.rank))
+        d = self.decide("dim", lambda: int(self.rng.integers(t.rank)))
         op.structural["dim"] = d
         parts = self.var("parts", op.spec.attrs["parts"])
         op.attr_vars["parts"] = parts
@@ -278,16 +296,16 @@ class Wirer:
 
     def _wire_stack(self, op: OpNode) -> list[Dim]:
         a = self._pair_same_shape(op)
-        d = int(self.rng.integers(a.rank + 1))
+        d = self.decide("dim", lambda: int(self.rng.integers(a.rank + 1)))
         op.structural["dim"] = d
         return a.dims[:d] + [Const(2)] + a.dims[d:]
 
     def _wire_cat(self, op: OpNode) -> list[Dim]:
         a, b = self._pair_same_rank(op)
-        d = int(self.rng.integers(a.rank))
+        d = self.decide("dim", lambda: int(self.rng.integers(a.rank)))
         op.structural["dim"] = d
         if b is None:
-            b = self.fresh([self.var("D") if i == d else x for i, x in enumerate(a.dims)], "f32", op.spec.in_range[1])
+            b = self.fresh([self.var("D", rank=a.rank) if i == d else x for i, x in enumerate(a.dims)], "f32", op.spec.in_range[1])
         else:
             for i, (x, y) in enumerate(zip(a.dims, b.dims)):
                 if i != d:
@@ -306,9 +324,10 @@ class Wirer:
         if a is None or b is None:
             known = a if a is not None else b
             # the fresh operand broadcasts against the existing one: same or fewer dims, some set to 1
-            rank = int(self.rng.integers(0 if known.rank == 0 else 1, known.rank + 1))
+            rank = self.decide("rank", lambda: int(self.rng.integers(0 if known.rank == 0 else 1, known.rank + 1)))
             tail = known.dims[known.rank - rank:]
-            dims = [Const(1) if self.rng.random() < 0.25 else d for d in tail]
+            ones = self.decide("ones", lambda: [bool(self.rng.random() < 0.25) for _ in tail])
+            dims = [Const(1) if one else d for one, d in zip(ones, tail)]
             slot = 1 if b is None else 0
             fresh = self.fresh(dims, "f32", spec.in_range[slot])
             a, b = (known, fresh) if b is None else (fresh, known)
@@ -340,7 +359,7 @@ class Wirer:
                     if tok.isdigit():
                         dims.append(Const(int(tok)))
                     elif tok not in names:
-                        names[tok] = self.var(tok)
+                        names[tok] = self.var(tok, rank=len(tokens))
                         dims.append(names[tok])
                     else:
                         dims.append(names[tok])
@@ -356,7 +375,7 @@ class Wirer:
                         names[tok] = d
             op.inputs.append(t)
         for name, domain in spec.attrs.items():
-            v = self.var(name, self.dims_domain if domain == ("dims",) else domain)
+            v = self.var(name, None if domain == ("dims",) else domain, len(spec.output.split()))
             op.attr_vars[name] = v
             names[name] = v
         for name, text in spec.let.items():
@@ -367,41 +386,24 @@ class Wirer:
         return [Const(int(tok)) if tok.isdigit() else names[tok] for tok in spec.output.split()]
 
 
-def output_ranks(spec: OpSpec, rank: int) -> set[int]:
-    """Ranks an op's output can have when its first input has `rank`."""
-    if spec.kind == "reduce":
-        return {rank, rank - 1}
-    if spec.kind == "flatten":
-        return set(range(1, rank))
-    if spec.kind in ("split", "stack"):
-        return {rank + 1}
-    if spec.kind == "pair_reduce":
-        return {0}
-    if spec.kind == "pattern":
-        return {len(spec.output.split())}
-    return {rank}
-
-
-def accepted_ranks(spec: OpSpec) -> set[int]:
-    """Ranks of computed tensors some input slot of `spec` can take."""
-    if spec.kind == "pattern":
-        return {len(p.split()) for p, d, r in zip(spec.inputs, spec.in_dtype, spec.in_range)
-                if d == "f32" and RANGE_ACCEPTS[r]}
-    if spec.kind == "transpose":
-        return set(spec.accept_ranks) - {0, 1}
-    return set(spec.accept_ranks)
-
-
 def _derived(text: str, names: dict[str, Dim], where: str) -> Derived:
     code = compile(text, where, "eval")
     return Derived(text, code, {k: names[k] for k in code.co_names if k in names})
 
 
-def wire(ops: list[OpSpec], rng: np.random.Generator, dims_domain: tuple[int, ...], fresh_bias: float = 0.0) -> Structure:
-    """Wire `ops` in order into a Structure (raises WiringError if this attempt is infeasible)."""
-    w = Wirer(rng, dims_domain, fresh_bias)
+def wire(ops: list[OpSpec], rng: np.random.Generator | None, dims: Mapping[str, tuple[int, ...]] | tuple[int, ...],
+         fresh_bias: float = 0.0, replay: list[list] | None = None) -> Structure:
+    """Wire `ops` in order into a Structure (raises WiringError if this attempt is infeasible).
+
+    `dims` maps size roles (`default`, `rank1`, ...) to domains, or is one domain for all. With
+    `replay` (a recorded `Structure.tape`) no generator is needed: the same structure is rebuilt."""
+    dims = dims if isinstance(dims, Mapping) else {"default": tuple(dims)}
+    steps = iter(replay) if replay is not None else None
+    w = Wirer(rng, dims, fresh_bias, steps)
     nodes = []
     for i, spec in enumerate(ops):
         w.next_spec = ops[i + 1] if i + 1 < len(ops) else None
         nodes.append(w.wire(i, spec))
-    return Structure(nodes, w.inputs, w.vars, w.equalities)
+    if steps is not None and next(steps, None) is not None:
+        raise ReplayError("the recorded wiring has choices left over: it was made for other ops")
+    return Structure(nodes, w.inputs, w.vars, w.equalities, w.tape)

@@ -8,7 +8,7 @@ matter too: with the default FLOP window's floor of 1,000, reshape -> mv was inf
 from __future__ import annotations
 
 from synth.catalog import OpSpec
-from synth.wiring import RANGE_ACCEPTS, meet
+from synth.slots import RANGE_ACCEPTS, meet
 
 
 def out_ranks(a: OpSpec) -> set[int]:

@@ -47,7 +47,7 @@ def _edges(start: int, stop: int, seed: int) -> set:
         rng = problem_stream(i, seed)
         ops = draw_ops(rng, space, 2)
         s = wire(ops, rng, cfg.dims)
-        if solve(s, rng, cfg.max_elements, cfg.flop_window, flops_function(s), cfg.max_op_flops) is None:
+        if solve(s, rng, cfg, flops_function(s)) is None:
             continue
         if any(t is s.ops[0].out for t in s.ops[1].inputs):
             out.add((ops[0].name, ops[1].name))

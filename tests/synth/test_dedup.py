@@ -21,7 +21,7 @@ def _program(names, seed, fresh_bias=0.0):
     for attempt in range(50):
         rng = np.random.default_rng(seed + attempt)
         s = wire([cat[n] for n in names], rng, cfg.dims, fresh_bias)
-        a = solve(s, rng, cfg.max_elements, cfg.flop_window, flops_function(s), cfg.max_op_flops)
+        a = solve(s, rng, cfg, flops_function(s))
         if a is not None:
             return materialize(s, a)
     raise AssertionError("no program")

@@ -1,0 +1,143 @@
+"""From a solved structure to a checked Problem, and a Problem's twins at other sizes.
+
+`realize` renders an assignment, checks it by its profile's rule (the whole program here, or a
+twin plus a meta-tensor pass at full size: synth.check says why) and records it. Every Problem
+keeps its recipe, the wiring tape and the values of its variables, so `twin` can rebuild its
+structure long after the draw and solve it again at another profile: the same ops, wiring,
+attributes and structural choices, sizes redrawn uniformly within that profile under the same
+constraints. The twin a check runs on also keeps every size that is 1 at 1 and every other size
+above 1 (synth.check says why); a twin asked for by name redraws every size (a cpu problem with a
+dim of 1 could not otherwise reach the gpu profile's element targets).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from typing import Any, Callable
+
+import numpy as np
+
+from synth.catalog import default_catalog
+from synth.check import CheckFailed, meta_check, run_checks
+from synth.csp import Check, free_variables, solve
+from synth.dag_hash import build_graph, dag_hash
+from synth.dims import Derived, evaluate, resolve
+from synth.exprs import flops_function
+from synth.problem import Problem
+from synth.profiles import SampleConfig, load_profile
+from synth.render import materialize, render
+from synth.wiring import Structure, wire
+
+TWIN_TRIES = 16  # size draws for a twin whose checks fail before giving up
+
+
+class TwinError(ValueError):
+    """A problem that cannot be resized to the profile asked for (the message says why)."""
+
+
+def recipe_of(s: Structure, assign: dict[int, Any]) -> str:
+    """What a twin needs, as JSON: the wiring tape and every free variable's value."""
+    return json.dumps({"tape": s.tape, "values": {str(k): v for k, v in sorted(assign.items())}},
+                      separators=(",", ":"))
+
+
+def twin_domains(s: Structure, assign: dict[int, Any], config: SampleConfig,
+                 keep_ones: bool = True) -> tuple[dict[int, tuple], list[Check]]:
+    """Domains for a twin of `assign` at `config`: attributes pinned to their values, sizes from the
+    profile; with `keep_ones`, 1 stays 1 and the rest stay above 1, derived dims included (checks)."""
+    domains: dict[int, tuple] = {}
+    for v in free_variables(s):
+        if v.role is None:
+            domains[v.id] = (assign[v.id],)
+        elif not keep_ones:
+            domains[v.id] = config.domain(v.role)
+        elif assign[v.id] == 1:
+            domains[v.id] = (1,)
+        else:
+            domains[v.id] = tuple(d for d in config.domain(v.role) if d > 1)
+            if not domains[v.id]:
+                raise TwinError(f"profile {config.profile} has no size above 1 for {v.role} dims")
+    keep, seen = [], set()
+    for t in [] if not keep_ones else list(s.inputs) + [op.out for op in s.ops]:
+        for d in map(resolve, t.dims):
+            if isinstance(d, Derived) and id(d) not in seen:
+                seen.add(id(d))
+                keep.append(Check("d == 1" if evaluate(d, assign) == 1 else "d >= 2", {"d": d}))
+    return domains, keep
+
+
+def _dtype_name(dt: str, config: SampleConfig) -> str:
+    return config.dtype if dt == "f32" else "int64"
+
+
+def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: int, rng: np.random.Generator,
+            flops_of: Callable | None = None) -> Problem:
+    """Render `assign`, check it by the profile's rule (CheckFailed if it fails) and record it."""
+    prog = materialize(s, assign)
+    level = len(prog.ops)
+    source = render(s, prog, f"Level {level}: {', '.join(o.spec.name for o in prog.ops)}.")
+    out_shapes = [prog.shapes[o] for o in prog.outputs]
+    out_dtypes = [prog.dtypes[o] for o in prog.outputs]
+    if config.check and config.check_on is None:
+        run_checks(source, seed, out_shapes, out_dtypes)
+    elif config.check:
+        # a twin is the same program, not a new choice of one: the program FLOP floor does not apply
+        small = load_profile(config.check_on).config()
+        small = replace(small, flop_window=(0, small.flop_window[1]))
+        domains, keep = twin_domains(s, assign, small)
+        t_assign = solve(s, rng, small, flops_of, domains, extra=keep)
+        if t_assign is None:
+            raise CheckFailed("twin infeasible", f"no {small.profile} sizes for this graph and its attributes")
+        t_prog = materialize(s, t_assign)
+        run_checks(render(s, t_prog, ""), seed, [t_prog.shapes[o] for o in t_prog.outputs], out_dtypes)
+        meta_check(source, out_shapes, out_dtypes)
+    graph = build_graph(prog)
+    h = dag_hash(graph)
+    return Problem(
+        problem_id=f"L{level}-{h[:16]}", source=source, dag_hash=h, level=level,
+        ops=[o.spec.name for o in prog.ops], graph=graph, seed=seed, flops=prog.flops,
+        bytes_moved=prog.bytes_moved, dtype=config.dtype,
+        input_shapes=[i["shape"] for i in prog.inputs], output_shapes=out_shapes,
+        input_dtypes=[_dtype_name(i["dtype"], config) for i in prog.inputs],
+        output_dtypes=[_dtype_name(d, config) for d in out_dtypes],
+        profile=config.profile, recipe=recipe_of(s, assign),
+    )
+
+
+def rebuild(problem: Problem) -> tuple[Structure, dict[int, Any]]:
+    """The problem's structure, rebuilt from its recipe, and its variables' values."""
+    if not problem.recipe:
+        raise TwinError(f"{problem.problem_id} has no recipe (it was made before twins existed): it cannot be resized")
+    recipe = json.loads(problem.recipe)
+    catalog = default_catalog()
+    missing = [op for op in problem.ops if op not in catalog]
+    if missing:
+        raise TwinError(f"{problem.problem_id}: op(s) {', '.join(missing)} are not in this catalog")
+    s = wire([catalog[op] for op in problem.ops], None, {"default": (1,)}, replay=recipe["tape"])
+    return s, {int(k): v for k, v in recipe["values"].items()}
+
+
+def twin(problem: Problem, profile: str, seed: int) -> Problem:
+    """`problem` at `profile`: same ops, wiring and attributes, sizes drawn there under the same
+    constraints and checked by that profile's rule. Deterministic in (problem, profile, seed).
+    TwinError when no sizes of that profile fit (the message says why)."""
+    s, values = rebuild(problem)
+    config = load_profile(profile).config()
+    config = replace(config, flop_window=(0, config.flop_window[1]))  # as for the checks' twins
+    domains, keep = twin_domains(s, values, config, keep_ones=False)
+    # the stream depends on the problem too, so one seed gives unrelated twins of different problems
+    key = int.from_bytes(hashlib.sha256(problem.dag_hash.encode()).digest()[:8], "little")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, key]))
+    flops = flops_function(s)
+    failures: list[str] = []
+    for _ in range(TWIN_TRIES):
+        assign = solve(s, rng, config, flops, domains, extra=keep)
+        if assign is None:
+            raise TwinError(f"{problem.problem_id}: no sizes within profile {profile} satisfy its constraints "
+                            f"with its attributes")
+        try:
+            return realize(s, assign, config, seed, rng, flops)
+        except CheckFailed as exc:
+            failures.append(exc.kind)
+    raise TwinError(f"{problem.problem_id}: {TWIN_TRIES} twins at profile {profile} all failed their checks ({failures})")
