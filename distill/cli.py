@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--retries", type=int, default=5, help="retries on 429/5xx")
     g = p.add_argument_group("verification")
     g.add_argument("--no-verify", action="store_true", help="collect answers only (status 'unverified')")
-    g.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    g.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                   help="where candidates run (default: cuda when a GPU is present, else cpu)")
     g.add_argument("--verify-workers", type=int, default=2)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -69,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     from distill.teacher.resume import RunFolder, RunFolderError, WriteError
 
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"[distill] {m}", file=sys.stderr, flush=True))
+    if args.device is None and not args.no_verify:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         checked = plan(args)
         folder = RunFolder(args.out)

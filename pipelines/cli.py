@@ -6,13 +6,14 @@ when its subcommand is used, so `tritonforge sample` never pays for vLLM or dask
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("synth.cli_sample", "draw problems at a level and write a problems Parquet shard"),
-    "show": ("synth.cli_show", "print one problem of a problems shard"),
+    "show": ("synth.cli_show", "print one row of a shard; --write saves its problem and candidate as .py files"),
     "verify": ("distill.verifier.cli", "verify one candidate against one problem"),
     "distill": ("distill.cli", "have a teacher write candidates for problems and verify them"),
     "build": ("pipelines.build.cli", "run the resumable dask build from a TOML config"),
@@ -22,8 +23,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse already exits 2 on bad usage; this only makes the message name the subcommand."""
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's formatter that shows every option's default, also for options without help text,
+    except where there is none to show (None, a flag's False, a required option) or the help says it."""
+
+    @staticmethod
+    def _has_default(action: argparse.Action) -> bool:
+        shown = action.default is not None and action.default is not False and action.default != argparse.SUPPRESS
+        return shown and not action.required and bool(action.option_strings)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.help is None and self._has_default(action):
+            action = copy.copy(action)
+            action.help = "default: %(default)s"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if not self._has_default(action) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _load(module: str):
@@ -36,7 +54,8 @@ def _load(module: str):
 
 
 def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, dict]:
-    parser = _Parser(prog="tritonforge", description="Training data for honest, fast Triton kernels.")
+    parser = argparse.ArgumentParser(prog="tritonforge", description="Training data for honest, fast Triton kernels.",
+                                     formatter_class=_Help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     wanted = None
@@ -47,7 +66,7 @@ def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser
             break
     modules = {}
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Help)
         if name == wanted:
             mod = _load(module)
             if mod is not None:

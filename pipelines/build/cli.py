@@ -11,8 +11,6 @@ import asyncio
 import socket
 import sys
 
-from synth.cli_checks import UsageError, writable_folder
-
 SCHEMES = ("tcp", "tls", "ws", "wss")  # dask's transports over TCP (inproc lives inside one process)
 REACH_TIMEOUT_S = 5.0
 
@@ -42,6 +40,8 @@ def check_scheduler(address: str) -> None:
     would leave the client waiting, so the handshake is tried too (for tcp)."""
     from distributed.comm import connect
     from distributed.comm.addressing import parse_address, parse_host_port
+
+    from synth.cli_checks import UsageError
 
     what = f"--scheduler {address}"
     scheme, loc = parse_address(address)
@@ -74,6 +74,8 @@ def check_scheduler(address: str) -> None:
 
 def check_local_cluster(cfg, path: str) -> None:
     """What a LocalCluster needs of this machine: a CUDA device, and GPUs to hand to the teach tasks."""
+    from synth.cli_checks import UsageError
+
     if cfg.verify.device != "cuda":
         return
     if cfg.cluster.gpus_per_worker < 1:
@@ -90,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.build.config import ConfigError, load_config
     from pipelines.build.run import build
     from pipelines.configs import resolve_config
+    from synth.cli_checks import UsageError, writable_folder
 
     try:
         if args.scheduler is not None:
