@@ -118,16 +118,19 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
     return found
 
 
-def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bool,
+def run_call(model: Any, inputs: list, pristine: list, token: object, trace: bool,
              sync: Callable[[], None], input_bands: Bands | None = None) -> dict[str, Any]:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
-    `pristine` are host copies of `inputs` as made, to tell whether forward changed them."""
-    guard.ctl(token, "ablate", ablate)
+    `pristine` are host copies of `inputs` as made, to tell whether forward changed them. With
+    `trace`, the report's "_trace" and "_outputs" (worker-only) hold what replay.py needs."""
     guard.ctl(token, "record", True)
+    if trace:
+        guard.ctl(token, "trace", None)
     out: Any = None
     err = None
     mode = provenance.AuditMode()
     t0 = time.perf_counter()
+    guard.ctl(token, "harness", False)  # forward is the candidate's own time
     try:
         with mode:
             out = model(*inputs)
@@ -135,25 +138,29 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
         err = describe_error(exc)
     finally:
+        guard.ctl(token, "harness", True)
         guard.ctl(token, "record", False)
-        guard.ctl(token, "ablate", False)
     call_s = time.perf_counter() - t0
+    box: list = []
+    if trace:
+        guard.ctl(token, "trace", box)
     rec = guard.collect(token)
     report: dict[str, Any] = {
         "error": err, "launches": len(rec["launches"]), "kernels": sorted(set(rec["launches"])),
         "foreign": sorted(set(rec["foreign"])), "aten": rec["aten"], "blocked": rec["blocked"],
         "denials": rec["denials"], "outputs": None, "sequence": False, "bad_type": "", "aliases": [],
-        "out_of_bounds": [], "call_s": call_s,
+        "out_of_bounds": [], "call_s": call_s, "harness_code": rec["harness_code"],
     }
     if err is None:
         tensors, seq, problem = check_structure(out)
         report["sequence"], report["bad_type"] = seq, problem
         if tensors is not None:
             report["aliases"] = aliasing(tensors, inputs)
+            if trace:
+                report["_trace"], report["_outputs"] = box[0], tensors
             # Copies now: a candidate may hand back the same buffer next call, or write it later. On
             # the device (microseconds); the reply's encoding moves them to the host in one copy.
-            report["outputs"] = [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type,
-                                  "shape": list(t.shape), "data": t.detach().clone()} for t in tensors]
+            report["outputs"] = _copies(tensors)
     try:
         report["out_of_bounds"] = (mode.bands.breaches() + (input_bands.breaches() if input_bands else [])
                                    if err is None else [])
@@ -163,3 +170,43 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, ablate: bo
         report["inputs_changed"] = []
         report["error"] = report["error"] or describe_error(exc)
     return report
+
+
+def _copies(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
+    return [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type, "shape": list(t.shape),
+             "data": t.detach().clone()} for t in tensors]
+
+
+def replay_call(trace: list, outputs: list[torch.Tensor], inputs: list, token: object, ablate: bool,
+                sync: Callable[[], None]) -> dict[str, Any]:
+    """Replay a traced forward (replay.py) on the inputs now in `inputs`; the traced call's output
+    tensors then hold the replay's results. Before an ablated replay they are poisoned, so only
+    what the replay itself writes can make them right."""
+    if ablate:
+        for t in outputs:
+            if not any(type(x) is torch.Tensor and _overlaps(t, x) for x in inputs):
+                provenance.poison_(t)
+    errors: list[str] = []
+    t0 = time.perf_counter()
+    try:
+        guard.ctl(token, "replay", (trace, ablate, errors))
+        sync()
+    except BaseException as exc:  # noqa: BLE001 - a fault on replay is the candidate's
+        errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+    rec = guard.collect(token)
+    steps = [e[1]._schema.name if e[0] == "op" and hasattr(e[1], "_schema") else e[0] for e in trace]
+    report: dict[str, Any] = {"error": errors[0] if errors else None, "call_s": time.perf_counter() - t0,
+                              "harness_code": rec["harness_code"], "outputs": None, "steps": steps[:40]}
+    if not errors:
+        try:
+            report["outputs"] = _copies(outputs)
+        except BaseException as exc:  # noqa: BLE001
+            report["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return report
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except RuntimeError:
+        return False

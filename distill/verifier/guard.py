@@ -59,12 +59,12 @@ class Denied(PermissionError):
     """Raised into candidate code when the guard refuses an operation."""
 
 
-_RECORDS = ("launches", "foreign", "aten", "blocked", "denials", "streams")
+_RECORDS = ("launches", "foreign", "aten", "blocked", "denials", "streams", "harness_code")
 
 
 def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             real_calls: dict[str, Callable], kernel_classes: tuple[type, ...], stop_at: tuple = (),
-            stream_of: Callable[[], int] | None = None) -> object:
+            stream_of: Callable[[], int] | None = None, traced_code: Any = None) -> object:
     """Install the audit hook (once per process). Returns the harness token.
 
     `real_calls` maps guarded names (see `make_wrapper`) to the real callables; after this call they
@@ -72,6 +72,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     launch. Stack walks stop at a frame running one of the `stop_at` code objects (the worker's entry
     point): what lies below it is process bootstrap, e.g. a `python -c` frame named '<string>'.
     `stream_of` returns the raw current GPU stream: each recorded launch notes the one it ran on.
+    `traced_code` is the code of the dispatch mode method that reports traced ATen ops (replay.py):
+    trace entries from anywhere else are ignored.
     """
     token = object()
     roots = tuple(os.path.realpath(r) + os.sep for r in trusted_roots)
@@ -82,11 +84,13 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     barrier = frozenset(id(c) for c in stop_at)
     keep_codes = tuple(stop_at)  # holds the code objects alive so their ids stay theirs
     trust_cache: dict[str, bool] = {}
+    replay_launch_code: list = [None]
     busy: set[int] = set()
     get_ident = threading.get_ident
     getframe = sys._getframe
-    st: dict[str, Any] = {"own_file": None, "recording": False, "ablate": False, "in_launch": 0,
-                          "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": [], "streams": {}}
+    st: dict[str, Any] = {"own_file": None, "recording": False, "in_launch": 0, "trace": None,
+                          "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": [], "streams": {},
+                          "harness_code": []}
 
     def trusted(filename: Any) -> bool:
         if type(filename) is not str:
@@ -98,6 +102,13 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                 and not os.path.realpath(filename).startswith(scratch_root))
             trust_cache[filename] = hit
         return hit
+
+    def harness_pseudo(filename: str) -> bool:
+        # Code the harness's libraries generate (dataclass and namedtuple methods, "<string>") and the
+        # problem's own module. compile() with candidate code on the stack may not take the problem's
+        # or a frozen module's name; "<string>" stays possible through a library that compiles on the
+        # candidate's behalf (dataclasses): a documented gap (docs/verifier.md).
+        return filename in ("<string>", "<frozen>") or filename.startswith(("<problem ", "<frozen "))
 
     def stack_info(depth: int) -> tuple[bool, str]:
         """(any untrusted frame on the stack, the caller that matters).
@@ -129,11 +140,30 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
         finally:
             busy.discard(tid)
 
+    def inside_triton_launch(depth: int) -> bool:
+        """Whether the caller runs inside a launch the hook itself performs, with only trusted
+        frames between (Triton compiling: ptxas, the launcher's C build and its loading)."""
+        f = getframe(depth + 1)
+        while f is not None:
+            code = f.f_code
+            if code is launch_code or code is replay_launch_code[0]:
+                return True
+            if not trusted(code.co_filename):
+                return False
+            f = f.f_back
+        return False
+
     def deny(event: str, category: str, detail: str) -> None:
         if len(st["denials"]) < 64:
             st["denials"].append({"event": event, "category": category, "detail": detail[:200],
                                   "where": st.get("where", "?")})
         raise Denied(f"tritonforge sandbox: {detail} is not allowed ({category})")
+
+    def other_process(path: str) -> bool:
+        # However the path is spelled ('..', '//', symlinks like /proc/self): resolve it first.
+        real = os.path.realpath(path)
+        parts = real.split("/")
+        return real.startswith("/proc/") and len(parts) > 2 and parts[2].isdigit() and int(parts[2]) != os.getpid()
 
     def inside_scratch(path: Any, dir_fd: Any = None) -> bool:
         if isinstance(path, bytes):
@@ -159,14 +189,21 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
         fn = vars(kernel).get("fn")
         own = type(fn).__name__ == "function" and fn.__code__.co_filename == st["own_file"]
         name = getattr(fn, "__qualname__", "?") if type(fn).__name__ == "function" else "?"
-        if st["ablate"] and own and not warmup:
-            box.append(None)
-            return
+        tracing = st["trace"] is not None and not warmup and not st["in_launch"]
+        if tracing and callable(grid):  # the replay must not call candidate code: keep the grid it resolved to
+            grids: list = []
+            user_grid = grid
+
+            def grid(meta: Any, _g: Any = user_grid, _box: list = grids) -> Any:
+                _box.append(_g(meta))
+                return _box[-1]
         st["in_launch"] += 1
         try:
             box.append(real["launch:" + cls.__name__](kernel, *largs, grid=grid, warmup=warmup, **kwargs))
         finally:
             st["in_launch"] -= 1
+        if tracing:
+            st["trace"].append(("launch", kernel, largs, grids[-1] if callable(grid) and grids else grid, kwargs, own))
         if st["recording"] and not warmup:
             (st["launches"] if own else st["foreign"]).append(name)
             if stream_of is not None:
@@ -181,12 +218,38 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             st["own_file"] = arg
         elif cmd == "record":
             st["recording"] = bool(arg)
-        elif cmd == "ablate":
-            st["ablate"] = bool(arg)
+        elif cmd == "trace":  # arg None: start a trace; a list: stop and hand the trace over
+            if arg is None:
+                st["trace"] = []
+            else:
+                arg.append(st["trace"] or [])
+                st["trace"] = None
+        elif cmd == "replay":  # arg = (trace, ablate, errors): the launches through the real launchers
+            from distill.verifier import replay as _replay
+
+            def real_launch(kernel: Any, largs: tuple, grid: Any, kwargs: dict) -> None:  # noqa: E306
+                st["in_launch"] += 1
+                try:
+                    real["launch:" + type(kernel).__name__](kernel, *largs, grid=grid, warmup=False, **kwargs)
+                finally:
+                    st["in_launch"] -= 1
+            replay_launch_code[0] = real_launch.__code__
+            arg[2].extend(_replay.run(arg[0], real_launch, kinds, arg[1]))
+        elif cmd == "harness":  # arg True: profile the harness's own steps for candidate code
+            sys.setprofile(profile if arg else None)
         elif cmd == "collect":
             arg.append({k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
                         for k, v in st.items() if k in _RECORDS})
-            st.update(launches=[], foreign=[], aten={}, blocked={}, denials=[], streams={})
+            st.update(launches=[], foreign=[], aten={}, blocked={}, denials=[], streams={}, harness_code=[])
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        """While the harness runs its own steps: candidate code entered by any path (a finalizer, a
+        mode or hook left behind, a dispatcher kernel, gc) is recorded. Kernel bodies under the
+        CPU lane's interpreter run inside launches and are the candidate's work, not a hook."""
+        if event == "call" and not st["in_launch"]:
+            fn = frame.f_code.co_filename
+            if not trusted(fn) and not harness_pseudo(fn) and len(st["harness_code"]) < 8:
+                st["harness_code"].append(f"{os.path.basename(fn)}:{frame.f_lineno} in {frame.f_code.co_name}")
 
     def hook(event: str, args: tuple) -> None:
         if event.startswith("tritonforge."):
@@ -204,6 +267,10 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                     st["streams"][args[0]] = st["streams"].get(args[0], 0) + 1
                     st["aten"][args[1]] = st["aten"].get(args[1], 0) + 1
                 return None
+            if kind == "traced":  # (func, args, kwargs, out) of an ATen op forward ran, for the replay
+                if st["trace"] is not None and not st["in_launch"] and getframe(1).f_code is traced_code:
+                    st["trace"].append(("op",) + tuple(args))
+                return None
             if kind == "blocked":  # a compute kernel override fired: recorded even if caught
                 if not st["in_launch"]:
                     st["blocked"][args[0]] = st["blocked"].get(args[0], 0) + 1
@@ -220,9 +287,23 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                     deny("import", args[1], f"import of {args[0]}")
                 return None
             return None
-        if event in ("os.posix_spawn", "os.exec") and args and type(args[0]) in (str, bytes) \
-                and os.path.realpath(os.fsdecode(args[0])) in exec_ok:
-            return None  # subprocess starting an allowed tool (Triton's ptxas through posix_spawn)
+        if event in ("os.posix_spawn", "os.exec", "subprocess.Popen") and args:
+            exe = args[0] if args[0] else (args[1][0] if event == "subprocess.Popen" and len(args) > 1 and args[1] else None)
+            if type(exe) in (str, bytes) and os.path.realpath(os.fsdecode(exe)) in exec_ok \
+                    and inside_triton_launch(1):
+                return None  # Triton compiling inside a launch: ptxas, the C compiler for its launcher
+            untrusted, _ = stack_info(1)
+            if untrusted:
+                deny(event, "process", f"starting {exe!r}")
+            return None
+        if event == "import" and len(args) > 1 and type(args[1]) is str and not trusted(args[1]) \
+                and not args[1].endswith((".py", ".pyc")):
+            # Native code from outside the installation: only Triton's own launcher, inside a launch.
+            if not inside_triton_launch(1):
+                untrusted, _ = stack_info(1)
+                if untrusted:
+                    deny(event, "native code", f"loading {os.path.basename(args[1])}")
+            return None
         if event in _INTROSPECTION or event.startswith(("ctypes.", "socket.")) or event in _PROCESS:
             untrusted, direct = stack_info(1)
             if event == "sys._getframe" and trusted(direct):
@@ -248,12 +329,10 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             return None
         if event == "open":
             path, mode, flags = (list(args) + [None, None, None])[:3]
-            if type(path) is str and path.startswith("/proc/") and not path.startswith(("/proc/self/", "/proc/thread-self/")):
-                parts = path.split("/")
-                if len(parts) > 2 and parts[2].isdigit() and int(parts[2]) != os.getpid():
-                    untrusted, _ = stack_info(1)
-                    if untrusted:
-                        deny(event, "process", f"reading another process's {path}")
+            if isinstance(path, (str, bytes)) and other_process(os.fsdecode(path)):
+                untrusted, _ = stack_info(1)
+                if untrusted:
+                    deny(event, "process", f"reading another process's {os.fsdecode(path)}")
             writing = (type(mode) is str and any(c in mode for c in "wax+")) or (
                 type(flags) is int and flags & _WRITE_FLAGS)
             if writing and not inside_scratch(path):
@@ -269,22 +348,17 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                 if untrusted:
                     deny(event, "file", f"{event} outside scratch")
             return None
-        if event == "subprocess.Popen":
-            exe = args[0] if args and args[0] else (args[1][0] if len(args) > 1 and args[1] else None)
-            if not (type(exe) is str and os.path.realpath(exe) in exec_ok):
-                untrusted, _ = stack_info(1)
-                if untrusted:
-                    deny(event, "process", f"starting {exe!r}")
-            return None
         if event in ("compile", "exec"):
             untrusted, direct = stack_info(1)
             if untrusted:
-                fake_trusted = event == "compile" and len(args) > 1 and trusted(args[1])
+                fake_trusted = event == "compile" and len(args) > 1 and (trusted(args[1]) or (
+                    type(args[1]) is str and args[1].startswith(("<problem ", "<frozen"))))
                 if not trusted(direct) or fake_trusted:
                     deny(event, "dynamic code", f"{event}()")
             return None
         return None
 
+    launch_code = launch.__code__
     sys.addaudithook(hook)
     return token
 

@@ -77,8 +77,15 @@ class JobSpec:
                        device=self.device)
 
     def plan(self) -> list[dict[str, Any]]:
-        calls = [{"kind": "trial", "trial": i} for i in range(self.trials)]
-        return calls + [{"kind": "repeat", "trial": 0}, {"kind": "ablate", "trial": 1}]
+        """Every trial once; one of them (never the first, which compiles and autotunes), chosen in
+        secret, is traced and replayed without the candidate's Python on another trial's inputs
+        (which also checks determinism against that trial's own call) and once with its kernels
+        ablated (replay.py)."""
+        rng = secrets.SystemRandom()
+        traced = rng.randrange(1, self.trials)
+        other = rng.choice([i for i in range(self.trials) if i != traced])
+        calls = [{"kind": "trial", "trial": i, "trace": i == traced} for i in range(self.trials)]
+        return calls + [{"kind": "replay", "trial": other}, {"kind": "replay_ablate", "trial": traced}]
 
 
 def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -200,7 +207,9 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
     try:
         if spec.device == "cuda":
             prefetch_ref_timing(pool, spec, slot.gpu)
-        nonce = proc.begin({"cmd": "load", "source": spec.candidate})
+        nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
+                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS],
+                            "template_cache": pool.template if spec.device == "cuda" else None})
         ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
                                           "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS]}, max(t, 120))
         lap("reference_trials")
@@ -215,14 +224,14 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
         run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
-                            "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "problem": spec.source,
-                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "n_trials": spec.trials,
+                            "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "n_trials": spec.trials,
+                            "construct_ops": sorted(ref.get("construct_ops") or {}),
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         lap("run")
         run_s = run.get("run_s")
         for k, sec in (run_s.items() if isinstance(run_s, dict) else ()):
             phases[f"run.{k}"] = round(float(sec), 4)
-        found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device)
+        found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
         found.checks["phase_s"] = phases
         lap("judge")
         if found.status is None and spec.device == "cuda":
@@ -239,7 +248,9 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         tainted = judge.hygiene(end)
         if tainted is not None:
             return verdict(tainted.status, tainted.reason, {**found.checks, **tainted.checks}), False
-        return verdict("pass", "every check held", found.checks), True
+        if end.get("finalizers"):
+            found.checks["clean_up_code"] = end["finalizers"]
+        return verdict("pass", "every check held", found.checks), not end.get("finalizers")
     except procs.ProcTimeout as exc:
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:

@@ -33,6 +33,15 @@ def hygiene(report: dict[str, Any]) -> Finding | None:
     hyg = report.get("hygiene") or {}
     if hyg.get("denials"):
         return Finding("forbidden", _denial_reason(hyg["denials"]), {"denials": hyg["denials"]})
+    if hyg.get("disk_bytes"):
+        return Finding("forbidden", f"at run time: wrote {hyg['disk_bytes'] >> 20} MiB into its scratch folder "
+                       "(disk cap)")
+    if hyg.get("state"):
+        return Finding("forbidden", f"at run time: left {hyg['state'][0]} for the verifier's own steps "
+                       "(state outlives its code)", {"state": hyg["state"]})
+    if hyg.get("harness_code"):
+        return Finding("forbidden", f"at run time: its code ran inside the verifier's own steps "
+                       f"({hyg['harness_code'][0]}): a hook, mode or finalizer left behind", {"harness_code": hyg["harness_code"]})
     if hyg.get("patched"):
         return Finding("forbidden", f"at run time: patched {', '.join(hyg['patched'][:3])} (torch patching)",
                        {"patched": hyg["patched"]})
@@ -153,8 +162,19 @@ def inputs_changed(call: dict[str, Any]) -> str | None:
     return f"input {changed[0]} changed during forward" if changed else None
 
 
-def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str) -> Finding:
-    """Statuses in DESIGN §4 order for each call; then determinism and the ablation run."""
+def construct_compute(cand: dict[str, int], ref: dict[str, int]) -> list[str]:
+    """Compute ops the candidate's constructor ran beyond the reference's own (per op, by count) and
+    the initialisers: precomputing from its parameters is work the timing would never see."""
+    out = []
+    for op, n in sorted(cand.items()):
+        if provenance.is_compute(op) and op not in provenance.INITIALISERS and n > ref.get(op, 0):
+            out.append(f"{op} x{n - ref.get(op, 0)}")
+    return out
+
+
+def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
+                ref_construct: dict[str, int] | None = None) -> Finding:
+    """Statuses in DESIGN §4 order for each call; then the replays (determinism, provenance)."""
     prints = run.get("fingerprints")
     if prints is not None and prints != [t["fingerprint"] for t in trials][:len(prints)]:
         from distill.verifier.problemio import ProblemError
@@ -167,12 +187,26 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str) 
         if f.status == "runtime_error":
             f = Finding("compile_error", f"constructing ModelNew failed: {err.get('type')}: {err.get('message', '')}"[:300])
         return f
+    if run.get("state_after_construct"):
+        return Finding("forbidden", f"construction left {run['state_after_construct'][0]} for the verifier's own "
+                       "steps (state outlives its code)", {"state": run["state_after_construct"]})
+    extra = construct_compute(run.get("construct_ops") or {}, ref_construct or {})
+    if extra:
+        return Finding("not_triton", f"computed with torch at construction: {', '.join(extra[:4])} (beyond "
+                       "creating the reference's parameters the reference's way)", {"construct_ops": run["construct_ops"]})
     per_trial: list[dict[str, Any]] = []
     first: dict[int, dict] = {}
     checks: dict[str, Any] = {"trials": per_trial}
     for call in run.get("calls", []):
         kind, t = call["kind"], call["trial"]
-        if kind == "ablate":
+        if call.get("state"):
+            return Finding("forbidden", f"at run time: left {call['state'][0]} for the verifier's own steps "
+                           "(state outlives its code)", {**checks, "state": call["state"]})
+        if call.get("harness_code"):
+            return Finding("forbidden", f"at run time: its code ran inside the verifier's own steps "
+                           f"({call['harness_code'][0]}): a hook, mode or finalizer left behind",
+                           {**checks, "harness_code": call["harness_code"]})
+        if kind.startswith("replay"):
             continue
         if call.get("error"):
             f = error_status(call["error"], call)
@@ -202,30 +236,52 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str) 
             bad.checks = {**checks, **bad.checks, "call": f"{kind} {t}"}
             return bad
         per_trial.append({"trial": t, "kind": kind, "launches": call["launches"], "kernels": call.get("kernels")})
-        if kind == "trial":
-            first.setdefault(t, call)
-        elif kind == "repeat" and t in first:
-            for i, (a, b) in enumerate(zip(first[t]["outputs"], call["outputs"])):
-                ok, info = tolerance.compare(b["data"], a["data"], det=True)
-                if not ok:
-                    return Finding("nondeterministic", f"same inputs twice: output {i} differs beyond rounding "
-                                   f"(norm rel diff {info.get('norm_rel_err', float('nan')):.3g})",
-                                   {**checks, "determinism": info})
-            checks["determinism"] = "identical within rounding"
+        first.setdefault(t, call)
     bad = follows_reference(first, trials)
     if bad:
         bad.checks = {**checks, **bad.checks}
         return bad
-    ablated = [c for c in run.get("calls", []) if c["kind"] == "ablate"]
-    if ablated:
-        c = ablated[0]
-        still = c.get("error") is None and compare_outputs(c, trials[c["trial"]], device) is None
-        checks["ablation"] = "outputs still correct" if still else "outputs depend on its kernels"
-        if still:
-            return Finding("not_triton", "outputs are still correct with the candidate's own kernels disabled: "
-                           "the kernels are decoys", checks)
+    bad = judge_replays(run.get("calls", []), first, trials, device, checks)
+    if bad:
+        return bad
     checks["launches_per_call"] = min((p["launches"] for p in per_trial), default=0)
     return Finding(None, "", checks)
+
+
+def judge_replays(calls: list[dict[str, Any]], first: dict[int, dict], trials: list[dict[str, Any]], device: str,
+                  checks: dict[str, Any]) -> Finding | None:
+    """The traced call replayed without the candidate's Python (replay.py): right on other inputs,
+    the same as that trial's own call, and wrong with its own kernels left out."""
+    replays = {c["kind"]: c for c in calls if c["kind"].startswith("replay")}
+    rep, abl = replays.get("replay"), replays.get("replay_ablate")
+    if rep is None or abl is None:
+        return Finding("not_triton", "no call could be replayed: none of the trial calls was traced to its end", checks)
+    why = "its own kernels, replayed without its Python on another trial's inputs,"
+    for c in (rep, abl):  # the structure was judged on the traced call itself
+        c.setdefault("sequence", trials[c["trial"]]["sequence"])
+    if rep.get("error"):
+        return Finding("not_triton", f"{why} failed: {rep['error']}", checks)
+    bad = compare_outputs(rep, trials[rep["trial"]], device)
+    if bad:
+        return Finding("not_triton", f"{why} give wrong outputs ({bad.reason}): the answer was not computed by "
+                       "its Triton kernels from the inputs", {**checks, "kernel_replay": {**bad.checks, "steps": rep.get("steps")}})
+    own = first.get(rep["trial"])
+    if own is not None and own.get("outputs"):
+        for i, (a, b) in enumerate(zip(own["outputs"], rep["outputs"])):
+            ok, info = tolerance.compare(b["data"], a["data"], det=True)
+            if not ok:
+                return Finding("nondeterministic", f"same inputs twice (the call and its replay): output {i} differs "
+                               f"beyond rounding (norm rel diff {info.get('norm_rel_err', float('nan')):.3g})",
+                               {**checks, "determinism": info})
+    checks["determinism"] = "identical within rounding"
+    checks["kernel_replay"] = "its kernels compute the outputs from the inputs"
+    still = abl.get("error") is None and abl.get("outputs") is not None and \
+        compare_outputs(abl, trials[abl["trial"]], device) is None
+    checks["ablation"] = "outputs still correct" if still else "outputs depend on its kernels"
+    if still:
+        return Finding("not_triton", "outputs are still correct with the candidate's own kernels left out of the "
+                       "replay: the kernels are decoys", checks)
+    return None
 
 
 def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, min_launches: int,

@@ -69,7 +69,8 @@ def _landlock_abi() -> int:
 
 
 def landlock(write_dirs: list[str], exec_files: list[str], device_files: list[str]) -> str:
-    """Read everywhere; write only beneath `write_dirs`; execute only `exec_files`; no TCP; scoped."""
+    """Read everywhere but other processes' /proc; write only beneath `write_dirs`; execute only
+    `exec_files`; no TCP; scoped."""
     abi = _landlock_abi()
     if abi <= 0:
         return "unavailable (kernel without Landlock)"
@@ -97,7 +98,18 @@ def landlock(write_dirs: list[str], exec_files: list[str], device_files: list[st
             os.close(pfd)
 
     try:
-        allow("/", LL_READ_FILE | LL_READ_DIR)
+        # Read everywhere but /proc, where only this process's own entries and a few system-wide
+        # files are readable: another process's environ, maps or fds stay out of reach however
+        # the path is spelled ('..', /proc/self links), and whichever code (C++ too) opens it.
+        for name in os.listdir("/"):
+            if name != "proc":
+                try:
+                    allow(os.path.join("/", name), LL_READ_FILE | LL_READ_DIR)
+                except OSError:
+                    continue
+        for name in (str(os.getpid()),) + _PROC_SHARED:
+            if os.path.exists(os.path.join("/proc", name)):
+                allow(os.path.join("/proc", name), LL_READ_FILE | LL_READ_DIR)
         for d in write_dirs:
             allow(d, fs_all & ~LL_EXECUTE)
         for f in exec_files:
@@ -108,6 +120,11 @@ def landlock(write_dirs: list[str], exec_files: list[str], device_files: list[st
     finally:
         os.close(fd)
     return f"ok (ABI {abi})"
+
+
+# System-wide /proc entries that torch, glibc and the CUDA driver read.
+_PROC_SHARED = ("cpuinfo", "meminfo", "stat", "sys", "driver", "devices", "modules", "filesystems", "version",
+                "loadavg", "uptime", "pressure")
 
 
 def default_device_files() -> list[str]:

@@ -82,6 +82,10 @@ class VerifierPool:
         start_s = 2 * start_timeout
         job_s = REF_HOLD + self.timeout * (trials + 9) + 60
         self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
+        # Device memory per worker (caps.py): its share of 80% of the GPU, the rest left to the
+        # reference processes and the timers; never under a tenth.
+        per_gpu = -(-n // len(self.gpus))
+        self.device_memory_fraction = max(0.1, min(0.8, 0.8 / per_gpu))
         self._free: Handout[_Slot] = Handout("worker", start_s + job_s, lambda: self._closed)
         self._n_refs = references or (max(4, n // 2) if device == "cuda" else 1)
         self._refs = {g: References("reference process", lambda g=g: self._start_reference(g, "ref"),
@@ -217,7 +221,8 @@ class VerifierPool:
             if self.device == "cuda":
                 shutil.copytree(self.template, os.path.join(slot.scratch, "triton"), dirs_exist_ok=True)
             cfg = {"device": self.device, "gpu": slot.gpu, "scratch": slot.scratch, "trusted_roots": self.trusted,
-                   "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children}
+                   "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
+                   "device_memory_fraction": self.device_memory_fraction}
             proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout)
             self.memory.add(proc.pid, self.max_memory_mb)
             self._register(proc, slot.gpu)

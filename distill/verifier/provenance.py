@@ -47,6 +47,14 @@ POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", 
                       "aten::new_empty_strided"})
 # Backend kernels that stay callable while the block is on (what the allowed ops decompose into).
 _BACKEND_ALLOWED = {n.split("::", 1)[1] for n in ALLOWED_OPS} | {"_reshape_copy", "as_strided_"}
+# What a constructor may run besides ALLOWED_OPS whatever the reference did: creating parameters
+# the way torch.nn and torch.nn.init do (random fills, ranges, identities).
+INITIALISERS = frozenset({
+    "aten::uniform_", "aten::normal_", "aten::bernoulli_", "aten::random_", "aten::exponential_",
+    "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::randn", "aten::rand", "aten::randint",
+    "aten::randperm", "aten::normal", "aten::bernoulli", "aten::rand_like", "aten::randn_like",
+    "aten::randint_like", "aten::arange", "aten::linspace", "aten::logspace", "aten::eye",
+})
 
 
 def is_compute(op: str) -> bool:
@@ -95,6 +103,7 @@ class AuditMode(TorchDispatchMode):
         if name in POISONED:
             out = self.bands.allocate(out)
             poison_(out)
+        sys.audit("tritonforge.traced", func, args, kwargs, out)  # kept only while a trace is on (replay.py)
         return out
 
 
@@ -117,46 +126,68 @@ class StreamWatch(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+class OpCount(TorchDispatchMode):
+    """Counts the ATen ops (base names) run while active: what a constructor computed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = func._schema.name
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
 _NAMES: dict[str, list[str]] = {}
 
 
 def backend_names(keys: tuple[str, ...]) -> dict[str, list[str]]:
-    """ATen ops with a kernel for each dispatch key, minus the allowed ones (cached per process)."""
+    """Operators of every namespace with a kernel for each dispatch key, minus the allowed ATen
+    ones (cached per process). Every namespace: quantized, mkldnn, onednn, vendor libraries and
+    anything registered later compute as well as ATen does."""
     for key in keys:
         if key not in _NAMES:
             regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
-            _NAMES[key] = sorted(r[6:] for r in regs if r.startswith("aten::")
-                                 and r[6:].split(".", 1)[0] not in _BACKEND_ALLOWED)
+            _NAMES[key] = sorted(r for r in regs if not (r.startswith("aten::")
+                                                         and r[6:].split(".", 1)[0] in _BACKEND_ALLOWED))
     return {k: _NAMES[k] for k in keys}
 
 
 class BackendBlock:
-    """Replaces CPU/CUDA kernels of ATen compute ops with raising ones until `remove()`."""
+    """Replaces CPU/CUDA kernels of compute operators with raising ones until `remove()`.
 
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self.lib: Any = None
+    `allow`: base names ('aten::uniform_') that stay callable (a constructor's initialisers). The
+    registrations go through a dispatcher handle per namespace held only here: torch.library's
+    `Library` would also put a finalizer that removes them in a registry any code can reach."""
+
+    def __init__(self, keys: tuple[str, ...], allow: frozenset[str] = frozenset()) -> None:
+        self.handles: list[Any] = []
         self.keys = keys
-        self.names = backend_names(keys)
+        self.names = {k: [n for n in v if n.split(".", 1)[0] not in allow] for k, v in backend_names(keys).items()}
 
     def install(self) -> int:
-        lib = torch.library.Library("aten", "IMPL")
+        handles: dict[str, Any] = {}
         count = 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for key, names in self.names.items():
-                for name in names:
+                for qualified in names:
+                    ns, name = qualified.split("::", 1)
+                    if ns not in handles:
+                        handles[ns] = torch._C._dispatch_library("IMPL", ns, "", __file__, 0)
                     try:
-                        lib.impl(name, _raiser("aten::" + name), key)
+                        handles[ns].impl(name, key, _raiser(qualified), False)
                         count += 1
                     except (RuntimeError, ValueError):
                         pass
-        self.lib = lib
+        self.handles = list(handles.values())
         return count
 
     def remove(self) -> None:
-        if self.lib is not None:
-            self.lib._destroy()
-            self.lib = None
+        for h in self.handles:
+            h.reset()
+        self.handles = []
 
 
 def _raiser(name: str) -> Callable:
@@ -194,6 +225,8 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
     # A signal handler receives the interrupted frame; timers deliver signals later.
     out += [(signal, a, f"signal.{a}", "signal")
             for a in ("signal", "setitimer", "alarm", "raise_signal", "pthread_kill", "set_wakeup_fd")]
+    # The device-memory cap (caps.py) is set once by the harness; the candidate may not lift it.
+    out += [(torch._C, "_cuda_setMemoryFraction", "torch.cuda.set_per_process_memory_fraction", "device memory")]
     return [t for t in out if hasattr(t[0], t[1])]
 
 

@@ -14,6 +14,7 @@ import torch
 
 from distill.verifier import codec, timing
 from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
+from distill.verifier.provenance import OpCount
 
 __all__ = ["ProblemError", "RefTimer", "make_trials", "reference_main"]
 
@@ -44,17 +45,20 @@ def _nbytes(values: Any) -> int:
     return 0
 
 
-def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple[Any, list, dict]:
+def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple[Any, list, dict, dict[str, int]]:
+    """The reference model, its init arguments, and the ATen ops its constructor ran (what a
+    candidate's constructor may run too: creating the same parameters the same way)."""
     seed_all(init_seed)
     init = mod.get_init_inputs()
     args, kwargs = (list(init), {}) if isinstance(init, (list, tuple)) else ([], dict(init or {}))
     seed_all(init_seed)
-    model = mod.Model(*args, **kwargs).to(device)
-    return model, args, kwargs
+    with OpCount() as counter:
+        model = mod.Model(*args, **kwargs).to(device)
+    return model, args, kwargs, counter.counts
 
 
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device) -> dict[str, Any]:
-    model, args, kwargs = _build(mod, init_seed, device)
+    model, args, kwargs, construct_ops = _build(mod, init_seed, device)
     trials = []
     in_bytes = 0
     for seed in seeds:
@@ -68,14 +72,15 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
         trials.append({"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)})
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     io_bytes = in_bytes + _nbytes(trials[0]["outputs"]) + params if trials else params
-    return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes}
+    return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
+            "construct_ops": construct_ops}
 
 
 class RefTimer:
     """A reference model, its inputs and its torch.compile'd twin, warmed up and ready to be timed."""
 
     def __init__(self, mod: types.ModuleType, init_seed: int, seed: int, device: torch.device) -> None:
-        self.model, _, _ = _build(mod, init_seed, device)
+        self.model, _, _, _ = _build(mod, init_seed, device)
         self.inputs = _to(make_inputs(mod, seed, device), device)
         self.compiled: Any = None
         self.compile_error = ""

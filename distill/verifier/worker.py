@@ -12,6 +12,7 @@ import _thread
 import gc
 import importlib.util
 import os
+import shutil
 import sys
 import time
 import tempfile
@@ -21,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import (bands, calls, codec, gpu_compile, guard, integrity, interp_shims, lockdown, problemio,
-                              provenance, timing)
+from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, integrity, interp_shims, lockdown,
+                              problemio, provenance, seal, timing)
 
 # Captured before any candidate runs, like timing's CUDA entry points.
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -98,9 +99,11 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     netns = lockdown.unshare_network() if "netns" in layers else "disabled"
     _setup_env(cfg)
     device = torch.device("cuda", cfg.get("gpu", 0)) if cfg["device"] == "cuda" else torch.device("cpu")
+    limits = {"file_size": caps.cap_files()}
     if device.type == "cuda":
         timing.prefer_spin_wait(device.index)
         torch.cuda.set_device(device)
+        limits["device_memory"] = caps.cap_device_memory(device.index, float(cfg.get("device_memory_fraction", 0.9)))
     else:
         # Trusted, before any candidate code, before provenance takes the launcher and before the
         # integrity snapshot (which then holds them as the baseline): the interpreter gets the GPU's
@@ -115,11 +118,15 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     real, kinds = provenance.install_patches()
     token = guard.install(cfg["trusted_roots"], cfg["scratch"], cfg.get("exec_files", []), real, kinds,
                           stop_at=(worker_main.__code__,),
-                          stream_of=(lambda: _RAW_STREAM(device.index)) if device.type == "cuda" else None)
+                          stream_of=(lambda: _RAW_STREAM(device.index)) if device.type == "cuda" else None,
+                          # torch wraps a mode's __torch_dispatch__ (torch._compile): the frame runs the original
+                          traced_code=provenance.AuditMode.__torch_dispatch__.__wrapped__.__code__)
     block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
     report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []),
                                 no_children=not cfg.get("children", device.type == "cuda"), layers=layers, netns=netns)
     snap = integrity.snapshot()
+    snap["state"] = seal.snapshot()
+    snap["scratch"] = cfg["scratch"]
     threads0 = _thread._count()
     # Everything alive now is the harness's (torch, triton, their caches): park it in the permanent
     # generation so the full collection after each job walks only what the candidate made. Without
@@ -128,7 +135,7 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     gc.freeze()
     versions = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
-    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "sandbox": report.to_dict(),
+    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "sandbox": {**report.to_dict(), **limits},
                                   "versions": versions}))
     _serve(conn, cfg, device, token, block, snap, threads0, sync, flush, arena)
 
@@ -154,9 +161,9 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
         if cmd == "load":
             serial += 1
             job = {"serial": serial}
-            reply(_hygiene(_load(job, msg["source"], cfg["scratch"], token), token, snap, threads0))
+            reply(_hygiene(_load(job, msg, cfg["scratch"], token, device), token, snap, threads0))
         elif cmd == "run":
-            reply(_hygiene(_run(job, msg, device, token, block, sync, reply), token, snap, threads0))
+            reply(_hygiene(_run(job, msg, device, token, block, sync, reply, snap), token, snap, threads0))
         elif cmd == "time":
             reply(_hygiene(_time(job, msg, device, token, flush), token, snap, threads0))
         elif cmd == "timed_outputs":  # asked for after the timing gate opens: 16 MB outputs take a while to send
@@ -169,17 +176,45 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
 
 
 def _hygiene(payload: dict[str, Any], token: object, snap: dict, threads0: int) -> dict[str, Any]:
-    """Attach what happened outside audited calls: denials, patched attributes, extra threads."""
+    """Attach what happened outside audited calls: denials, patched attributes, state left behind
+    (seal.py), candidate code inside the harness's steps, extra threads."""
     rec = guard.collect(token)
-    payload["hygiene"] = {"denials": rec["denials"], "patched": integrity.changed(snap),
+    patched = integrity.changed({k: v for k, v in snap.items() if k not in ("state", "scratch")})
+    used = caps.scratch_bytes(snap["scratch"])
+    payload["hygiene"] = {"denials": rec["denials"], "patched": patched, "state": seal.changed(snap["state"]),
+                          "disk_bytes": used if used > caps.DISK_BYTES else 0,
+                          "harness_code": rec["harness_code"] + payload.pop("harness_code", []),
                           "threads": _thread._count() - threads0, "blocked": rec["blocked"]}
     return payload
 
 
-def _load(job: dict, source: str, scratch: str, token: object) -> dict[str, Any]:
+def _fresh_compile_cache(scratch: str, serial: int, template: str | None) -> None:
+    """Each candidate compiles into a cache of its own, seeded from the pool's template (which the
+    worker may read, not write): nothing one candidate writes there reaches the next one. The
+    launcher build this costs on the GPU is in bench/RESULTS.md."""
+    old = os.environ.get("TRITON_CACHE_DIR", "")
+    new = os.path.join(scratch, f"triton-{serial}")
+    if template and os.path.isdir(template):
+        shutil.copytree(template, new, dirs_exist_ok=True)
+    else:
+        os.makedirs(new, exist_ok=True)
+    os.environ["TRITON_CACHE_DIR"] = new
+    if os.path.basename(old).startswith("triton-") and os.path.dirname(old) == scratch:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.device) -> dict[str, Any]:
+    # The job's inputs exist before any of the candidate's code does: its import and constructor
+    # cannot hook their making (the parent compares the fingerprints with the reference's).
+    t0 = time.perf_counter()
+    mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
+    job["made"] = [problemio.make_inputs(mod, seed, device) for seed in msg["seeds"]]
+    job["fingerprints"] = [problemio.fingerprint(m) for m in job["made"]]
+    job["inputs_s"] = time.perf_counter() - t0
+    _fresh_compile_cache(scratch, job["serial"], msg.get("template_cache"))
     path = os.path.join(scratch, f"candidate_{job['serial']}.py")
     with open(path, "w") as fh:
-        fh.write(source)
+        fh.write(msg["source"])
     name = f"tritonforge_candidate_{job['serial']}"
     guard.ctl(token, "own_file", path)
     try:
@@ -197,8 +232,9 @@ def _load(job: dict, source: str, scratch: str, token: object) -> dict[str, Any]
 
 
 def _run(job: dict, msg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
-         sync: Any, reply: Any) -> dict[str, Any]:
+         sync: Any, reply: Any, snap: dict) -> dict[str, Any]:
     out: dict[str, Any] = {"construct_error": None, "calls": [], "blocked_ops": 0}
+    job["state0"] = snap["state"]
     # Wall seconds of each step, reported beside the calls (the parent sums them as run.* phases).
     laps: dict[str, float] = {}
     clock = [time.perf_counter()]
@@ -209,49 +245,78 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         clock[0] = now
 
     out["run_s"] = laps
+    laps["inputs"] = job.pop("inputs_s", 0.0)
     problemio.seed_all(msg["init_seed"])
+    # The constructor may create parameters the way the reference does (its own ops, initialisers);
+    # other compute is blocked at the backend and counted by the mode (judge.construct_compute).
+    keys = tuple(block.keys)
+    allow = provenance.INITIALISERS | frozenset(msg.get("construct_ops") or ())
+    init_block = provenance.BackendBlock(keys, allow=allow)
+    counter = provenance.OpCount()
+    init_block.install()
     try:
-        model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
-        model = model.to(device)
+        with counter:
+            model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
+            model = model.to(device)
         job["model"] = model
     except BaseException as exc:  # noqa: BLE001
         out["construct_error"] = calls.describe_error(exc)
         return out
-    # Inputs are made here from the job's seeds, exactly as the reference makes them (before the
-    # block: generating them takes RNG kernels); the parent compares the fingerprints.
-    mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
+    finally:
+        init_block.remove()
+    out["construct_ops"] = counter.counts
     lap("construct")
-    made = [problemio.make_inputs(mod, seed, device) for seed in msg["seeds"]]
-    lap("inputs")
-    out["fingerprints"] = [problemio.fingerprint(m) for m in made]
-    lap("fingerprints")
+    out["fingerprints"] = job.pop("fingerprints")
+    made = job.pop("made")
     trials, job["timing_sets"] = made[:msg["n_trials"]], made[msg["n_trials"]:]
-    out["blocked_ops"] = block.install()
-    lap("block_install")
+    out["state_after_construct"] = seal.changed(snap["state"])
+    if out["state_after_construct"]:
+        return out
+    guard.ctl(token, "harness", True)  # from here on, the harness's own steps are watched
+    try:
+        out["blocked_ops"] = block.install()
+        lap("block_install")
+        _calls(job, msg, device, token, sync, reply, trials, out, laps, lap)
+    finally:
+        guard.ctl(token, "harness", False)
+    if device.type == "cpu":  # part of "calls": the CPU lane compiles each launch for a GPU too
+        laps["gpu_compile"] = gpu_compile.spent()["gpu_compile_s"]
+    return out
+
+
+def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, trials: list,
+           out: dict, laps: dict, lap: Any) -> None:
+    """The plan's forward calls on the trial sets, then the replays of the traced one (replay.py)."""
     inputs = None
     pristine: dict[int, list] = {}
     input_bands = bands.Bands()
+    traced: dict[str, Any] = {}
     for spec in msg["plan"]:
         reply({"progress": f"call {spec['kind']} {spec['trial']}"})
-        torch.manual_seed(msg["call_seed"])
         # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
         inputs = calls.refill(inputs, trials[spec["trial"]], device, input_bands)
         lap("refill")
-        if spec["trial"] not in pristine:  # host bits of the set as made, taken before its first call
-            pristine[spec["trial"]] = [calls.host_bits(v) if type(v) is torch.Tensor else v
-                                       for v in trials[spec["trial"]]]
-        rep = calls.run_call(job["model"], inputs, pristine[spec["trial"]], token, spec["kind"] == "ablate", sync,
-                             input_bands)
-        rep.update(kind=spec["kind"], trial=spec["trial"])
+        if spec["kind"].startswith("replay"):
+            if not traced:
+                break
+            rep = calls.replay_call(traced["trace"], traced["outputs"], inputs, token, spec["kind"] == "replay_ablate",
+                                    sync)
+        else:
+            torch.manual_seed(msg["call_seed"])
+            if spec["trial"] not in pristine:  # host bits of the set as made, taken before its first call
+                pristine[spec["trial"]] = [calls.host_bits(v) if type(v) is torch.Tensor else v
+                                           for v in trials[spec["trial"]]]
+            rep = calls.run_call(job["model"], inputs, pristine[spec["trial"]], token, bool(spec.get("trace")), sync,
+                                 input_bands)
+            if "_trace" in rep:
+                traced = {"trace": rep.pop("_trace"), "outputs": rep.pop("_outputs")}
+        rep.update(kind=spec["kind"], trial=spec["trial"], state=seal.changed(job["state0"]))
         laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]
         lap("checks")  # what run_call did after the call: copies out, bands, input comparison
         laps["checks"] -= rep["call_s"]
         out["calls"].append(rep)
-        if rep["error"] is not None and (rep["error"]["cuda_fault"] or spec["kind"] != "ablate"):
+        if rep["state"] or (rep["error"] is not None and not spec["kind"].startswith("replay")):
             break
-    if device.type == "cpu":  # part of "calls": the CPU lane compiles each launch for a GPU too
-        laps["gpu_compile"] = gpu_compile.spent()["gpu_compile_s"]
-    return out
 
 
 def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:
@@ -316,16 +381,23 @@ def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, t
     t = [time.perf_counter()]
     block.remove()
     t.append(time.perf_counter())
-    job.clear()
-    gpu_compile.forget()
-    for name in [n for n in sys.modules if n.startswith("tritonforge_candidate_")]:
-        del sys.modules[name]
-    gc.collect()
+    guard.ctl(token, "harness", True)  # finalizers and __del__ of the candidate's objects run here
+    try:
+        job.clear()
+        gpu_compile.forget()
+        for name in [n for n in sys.modules if n.startswith("tritonforge_candidate_")]:
+            del sys.modules[name]
+        gc.collect()
+    finally:
+        guard.ctl(token, "harness", False)
     t.append(time.perf_counter())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t.append(time.perf_counter())
     out = _hygiene({}, token, snap, threads0)
+    # Candidate code at clean-up changes no verdict (every check is done) but may have left state
+    # for the next candidate: the parent retires this worker.
+    out["finalizers"] = out["hygiene"].pop("harness_code")
     t.append(time.perf_counter())
     out["end_s"] = {"unblock": t[1] - t[0], "gc": t[2] - t[1], "sync": t[3] - t[2], "hygiene": t[4] - t[3]}
     return out

@@ -12,7 +12,7 @@ import pytest
 
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
 
-CASES = [c for c in MANIFEST["cases"] if c.get("lane", "cpu") == "cpu"]
+CASES = [c for c in MANIFEST["cases"] if c.get("lane", "cpu") in ("cpu", "interpreter")]
 RUNTIME = [c for c in CASES if "runtime" in c]
 # Cases that must run into a limit: short phases keep the suite fast.
 TIMEOUT = {"loop_at_import": 3.0, "loop_in_forward": 3.0}

@@ -1,0 +1,149 @@
+"""The mechanisms behind the construction-state, provenance and sandbox cases, one by one: state
+left for the harness (seal.py), what the replay refuses to re-execute (replay.py), the kernel-table
+block's reach, the per-file cap and Landlock's /proc rule. The whole-verdict behaviour is in the
+adversarial suite (cases.json)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import weakref
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from distill.verifier import provenance, replay, seal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+class _Mode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_seal_sees_state_left_behind_and_nothing_else():
+    base = seal.snapshot()
+    assert seal.changed(base) == []
+    mode = _Mode()
+    mode.__enter__()
+    try:
+        assert any("torch function modes" in c for c in seal.changed(base))
+    finally:
+        mode.__exit__(None, None, None)
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert any("default dtype" in c for c in seal.changed(base))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: o)
+    try:
+        assert any("_global_forward_hooks" in c for c in seal.changed(base))
+    finally:
+        handle.remove()
+    from triton import knobs
+
+    knobs.runtime.launch_enter_hook = lambda *a: None
+    try:
+        assert any("triton.knobs.runtime" in c for c in seal.changed(base))
+    finally:
+        del knobs.runtime.__dict__["launch_enter_hook"]
+    assert seal.changed(base) == []
+
+
+def test_replay_refuses_what_would_run_candidate_code():
+    t = torch.zeros(4)
+    ok = [("op", torch.ops.aten.zeros.default, ([4],), {}, t)]
+    assert replay.check(ok) is None
+    assert "not an ATen operator" in replay.check([("op", lambda *a: None, (), {}, t)])
+    assert "ran inside forward" in replay.check([("op", torch.ops.aten.add.Tensor, (t, t), {}, t)])
+
+    class Sneaky(torch.Tensor):
+        pass
+
+    assert "plain tensors" in replay.check([("op", torch.ops.aten.clone.default, (t.as_subclass(Sneaky),), {}, t)])
+    assert "other than plain" in replay.check([("launch", object(), (t,), lambda meta: (1,), {}, True)])
+    assert "other than plain" in replay.check([("launch", object(), (object(),), (1,), {}, True)])
+
+
+def test_replay_rebuilds_allocations_and_copies_in_order():
+    src = torch.arange(6.0)
+    zeros, full, empty, copy = torch.ones(6), torch.zeros(6), torch.zeros(6), torch.zeros(6)
+    trace = [("op", torch.ops.aten.zeros.default, ([6],), {}, zeros),
+             ("op", torch.ops.aten.full.default, ([6], 2.5), {}, full),
+             ("op", torch.ops.aten.empty.memory_format, ([6],), {}, empty),
+             ("op", torch.ops.aten.clone.default, (src,), {}, copy)]
+    assert replay.run(trace, lambda *a: None, (), ablate=False) == []
+    assert zeros.eq(0).all() and full.eq(2.5).all() and empty.isnan().all() and copy.equal(src)
+
+
+def test_block_reaches_every_operator_namespace_and_leaves_no_finalizer():
+    names = provenance.backend_names(("CPU",))["CPU"]
+    spaces = {n.split("::", 1)[0] for n in names}
+    assert "aten" in spaces and len(spaces - {"aten"}) >= 3, spaces
+    before = len(weakref.finalize._registry)
+    block = provenance.BackendBlock(("CPU",))
+    block.install()
+    try:
+        assert len(weakref.finalize._registry) == before  # nothing a candidate could call to lift it
+        with pytest.raises(RuntimeError, match="not allowed"):
+            torch.ones(3).exp()
+    finally:
+        block.remove()
+    assert torch.ones(3).exp().sum() > 0
+
+
+def test_initialisers_stay_callable_under_the_construction_block():
+    block = provenance.BackendBlock(("CPU",), allow=provenance.INITIALISERS)
+    block.install()
+    try:
+        torch.nn.Linear(8, 4)  # kaiming_uniform_ -> uniform_
+        with pytest.raises(RuntimeError, match="not allowed"):
+            torch.ones(3) * 2
+    finally:
+        block.remove()
+
+
+def _child(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+
+
+def test_file_size_cap_makes_a_write_fail_not_the_process():
+    out = _child("""
+        import os, tempfile
+        from distill.verifier import caps
+        print(caps.cap_files(1 << 20))
+        path = os.path.join(tempfile.mkdtemp(), "big")
+        try:
+            with open(path, "wb") as fh:
+                fh.write(b"x" * (2 << 20))
+            print("wrote")
+        except OSError as exc:
+            print("refused", exc.errno == 27, os.path.getsize(path))
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "refused True 1048576" in out.stdout, out.stdout
+
+
+def test_landlock_keeps_other_processes_proc_out_however_spelled():
+    out = _child("""
+        import os, tempfile
+        from distill.verifier import lockdown
+        print(lockdown.landlock([tempfile.mkdtemp()], [], lockdown.default_device_files()))
+        ppid = os.getppid()
+        for p in (f"/proc/{ppid}/environ", f"/proc/self/../{ppid}/environ", f"/proc//{ppid}/./cmdline",
+                  "/proc/self/status", "/proc/cpuinfo"):
+            try:
+                open(p, "rb").read(1)
+                print("read", p)
+            except PermissionError:
+                print("denied", p)
+    """)
+    if "unavailable" in out.stdout:
+        pytest.skip("kernel without Landlock")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()[1:]
+    assert [ln.split()[0] for ln in lines] == ["denied", "denied", "denied", "read", "read"], out.stdout
