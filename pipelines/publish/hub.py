@@ -14,10 +14,10 @@ from typing import Any
 
 from pipelines.build.folder import STAMP
 from pipelines.build.markers import stale_reason
-from pipelines.publish.card import PLOTS
+from pipelines.publish.card import PLOTS, VERIFIER_DOC
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-CARD = ("README.md", *PLOTS)
+CARD = ("README.md", *PLOTS, VERIFIER_DOC)
 
 
 class PublishError(ValueError):
@@ -66,8 +66,10 @@ def make_plan(folder: str | Path, repo_id: str) -> Plan:
     if not REPO_ID.match(repo_id):
         raise PublishError(f"--repo-id must look like ORG/NAME, got {repo_id!r}")
     manifest = read_manifest(folder)
-    if not (folder / "README.md").exists():
-        raise PublishError(f"{folder} has no dataset card (README.md); run `tritonforge build` without --no-card")
+    lacking = [rel for rel in CARD if not (folder / rel).is_file()]
+    if lacking:
+        raise PublishError(f"{folder} lacks its dataset card's {', '.join(lacking)}; rerun `tritonforge build` with "
+                           f"--out {folder} (without --no-card) to write it")
     why = stale_reason(folder, manifest["files"])
     if why is not None:
         raise PublishError(f"{why}; rerun `tritonforge build` with --out {folder} to rebuild it")

@@ -7,7 +7,7 @@ import yaml
 from huggingface_hub.utils import filter_repo_objects
 
 from pipelines.cli import main
-from pipelines.publish.card import PLOTS
+from pipelines.publish.card import PLOTS, VERIFIER_DOC
 from pipelines.publish.hub import PublishError, allow_patterns, make_plan
 
 
@@ -51,8 +51,8 @@ def test_publish_dry_run_and_errors(built_dataset, capsys):
     assert main(["publish", str(built_dataset), "--repo-id", "someorg/relu-test", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "someorg/relu-test" in out and "README.md" in out and "plots/levels.png" in out
-    assert "sft/stage1-00000.parquet" in out and ".done" not in out and "dry run: nothing uploaded" in out
-    assert 'load_dataset("someorg/relu-test"' in (built_dataset / "README.md").read_text()
+    assert "sft/stage1-00000.parquet" in out and ".done" not in out and "dry run: nothing written, nothing uploaded" in out
+    assert "someorg/relu-test" not in (built_dataset / "README.md").read_text()  # a dry run writes nothing
     assert main(["publish", str(built_dataset), "--repo-id", "no-slash", "--dry-run"]) == 2
     assert "ORG/NAME" in capsys.readouterr().err
     with pytest.raises(PublishError, match="is not a build folder \\(no build.json\\)"):
@@ -76,7 +76,7 @@ def test_publish_lists_and_uploads_only_the_build_files(copy, capsys):
     assert "notes.txt" not in out and "private" not in out and "mine.parquet" not in out
     manifest = json.loads((copy / "manifest.json").read_text())
     plan = make_plan(copy, "someorg/relu-test")
-    assert plan.files == sorted([*manifest["files"], "manifest.json", "README.md", *PLOTS])
+    assert plan.files == sorted([*manifest["files"], "manifest.json", "README.md", *PLOTS, VERIFIER_DOC])
     assert all(f"  {rel}  (" in out for rel in plan.files)
     everything = [p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()]
     assert sorted(filter_repo_objects(everything, allow_patterns=allow_patterns(plan))) == plan.files  # as the upload filters
