@@ -21,7 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", help="restrict the operator space, comma separated (default: whole catalog)")
     p.add_argument("--out", required=True, help="output Parquet file")
     p.add_argument("--workers", type=int, default=1, help="processes (default 1, at most the CPU count)")
-    p.add_argument("--max-elements", type=int, default=None, help="cap on any tensor's element count")
+    p.add_argument("--profile", default="cpu", help="size profile (default cpu; gpu: workload scale): a file in "
+                                                    "data/profiles")
+    p.add_argument("--max-elements", type=int, default=None, help="cap on any tensor's element count "
+                                                                  "(default: the profile's)")
     p.add_argument("--allow-duplicates", action="store_true", help="keep problems with an equal dag_hash")
 
 
@@ -46,6 +49,17 @@ def _levels(args: argparse.Namespace) -> list[int]:
     if bad:
         raise UsageError(f"{flag} must be from 1 to {MAX_LEVEL}, got {bad[0]}")
     return levels
+
+
+def _config(args: argparse.Namespace):
+    """The profile's sampling settings, --max-elements applied; a UsageError naming --profile otherwise."""
+    from synth.profiles import ProfileError, load_profile
+
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as exc:
+        raise UsageError(f"--profile {args.profile}: {exc}") from None
+    return profile.config() if args.max_elements is None else profile.config(max_elements=args.max_elements)
 
 
 def _check(args: argparse.Namespace) -> tuple[list[int], list[str] | None, Path]:
@@ -85,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         levels, ops, out = _check(args)
+        config = _config(args)
     except UsageError as exc:
         return exc.report("sample")
-    config = synth.SampleConfig() if args.max_elements is None else synth.SampleConfig(max_elements=args.max_elements)
     level_kw = {"level": levels[0]} if args.levels is None else {"levels": levels}
 
     from tqdm import tqdm
@@ -118,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     except SpaceExhausted as exc:
         return UsageError(f"{exc} (--allow-duplicates)").report("sample")
     except synth.SamplingError as exc:
-        return UsageError(f"{exc} (--max-elements, --ops)").report("sample")
+        return UsageError(f"{exc} (--max-elements, --ops, --profile)").report("sample")
     write_problems(problems[: args.n], out)
     dt = time.perf_counter() - t0
     print(f"wrote {len(problems[: args.n])} problems to {out} ({start} drawn, "

@@ -214,6 +214,12 @@ def _ops(raw: Any, path: Path) -> dict[str, OpTarget]:
     return targets
 
 
+def _section(top: _Table, key: str) -> _Table:
+    if key not in top.raw:
+        raise ProfileError(f"{top.path}: [{key}]: missing")
+    return _Table(top.get(key), f"[{key}]", top.path)
+
+
 def parse_profile(path: Path, name: str | None = None) -> Profile:
     """Read and check one profile file (ProfileError naming the file and key otherwise)."""
     try:
@@ -235,7 +241,7 @@ def parse_profile(path: Path, name: str | None = None) -> Profile:
     if check_on is not None:
         if not isinstance(check_on, str) or check_on == name or check_on not in profile_names():
             raise top.error("check_on", f"must name another profile ({', '.join(profile_names())}), got {check_on!r}")
-    d = _Table(top.get("dims", None, required=True), "[dims]", path)
+    d = _section(top, "dims")
     if "default" not in d.raw:
         raise d.error("default", "missing")
     for key in d.raw:
@@ -243,7 +249,7 @@ def parse_profile(path: Path, name: str | None = None) -> Profile:
             raise d.error(key, f"unknown key (known: {', '.join(ROLES)})")
     dims = {role: _domain(d, role) for role in list(d.raw)}
     d.done()
-    lim = _Table(top.get("limits", None, required=True), "[limits]", path)
+    lim = _section(top, "limits")
     window = lim.get("program_flops", None, required=True)
     if not (isinstance(window, list) and len(window) == 2 and all(
             not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in window)
@@ -253,7 +259,7 @@ def parse_profile(path: Path, name: str | None = None) -> Profile:
                   max_op_flops=lim.number("max_op_flops"), program_flops=(window[0], window[1]))
     lim.done()
     ops = _ops(top.get("ops", {}), path)
-    s = _Table(top.get("solver", None, required=True), "[solver]", path)
+    s = _section(top, "solver")
     batch, budget = s.integer("batch"), s.integer("budget")
     s.done()
     top.done()

@@ -117,6 +117,7 @@ class Wirer:
         step = next(self.replay, None)
         if step is None or step[0] != what:
             raise ReplayError(f"the recorded wiring does not fit these ops: expected a {what!r} choice, found {step!r}")
+        self.tape.append(step)  # a rebuilt structure carries its tape on, for twins of twins
         return step[1]
 
     def choice(self, seq):

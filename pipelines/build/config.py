@@ -37,6 +37,7 @@ class SampleSection:
     shard_size: int = 16
     max_elements: int | None = None
     ops: tuple[str, ...] | None = None
+    profile: str = "cpu"      # size profile (synth.profiles)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,10 @@ class BuildConfig:
     cluster: ClusterSection = field(default_factory=ClusterSection)
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=list).encode()).hexdigest()[:16]
+        d = self.to_dict()
+        if d["sample"]["profile"] == "cpu":  # builds made before profiles (all cpu) keep their digest
+            del d["sample"]["profile"]
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,8 +170,15 @@ def _sample(raw: Any, path: str) -> SampleSection:
         if unknown:
             raise t.error("ops", f"unknown operator(s): {', '.join(unknown)}")
         ops = tuple(ops)
+    profile = t.text("profile", SampleSection.profile)
+    from synth.profiles import ProfileError, load_profile
+
+    try:
+        load_profile(profile)
+    except ProfileError as exc:
+        raise t.error("profile", str(exc)) from None
     t.done()
-    return SampleSection(shard_size, max_elements, ops)
+    return SampleSection(shard_size, max_elements, ops, profile)
 
 
 def _teacher(raw: Any, path: str) -> TeacherSection:

@@ -80,8 +80,10 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     done, stale = finished(out, f"sample-{shard.name}")
     if done is not None:
         return done
-    config = synth.SampleConfig() if cfg.sample.max_elements is None else synth.SampleConfig(
-        max_elements=cfg.sample.max_elements)
+    from synth.profiles import load_profile
+
+    profile = load_profile(cfg.sample.profile)
+    config = profile.config() if cfg.sample.max_elements is None else profile.config(max_elements=cfg.sample.max_elements)
     drawn = synth.sample(shard.count, levels=list(shard.levels), seed=shard.seed, start=shard.start,
                          ops=cfg.sample.ops, config=config)
     problems, seen = [], set(exclude)
