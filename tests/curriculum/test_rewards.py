@@ -64,14 +64,14 @@ def test_trl_reward_setup_errors_name_the_setting():
         VerifierReward()(completions=[RELU], ground_truth=["{}"])
 
 
-def test_a_failing_pool_scores_zero_and_never_raises(row, monkeypatch):
-    def broken(settings):
-        raise RuntimeError("no sandbox here")
+def test_a_pool_that_cannot_start_scores_zero_and_never_raises(row):
+    import torch
 
-    monkeypatch.setattr(scorer, "shared_pool", broken)
-    got = scorer.score([row["reference"], row["reference"]], [RELU, PROSE], scorer.RewardSettings())
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA, where a cuda pool cannot start")
+    got = scorer.score([row["reference"], row["reference"]], [RELU, PROSE], scorer.RewardSettings(device="cuda"))
     assert [(s.reward, s.status) for s in got] == [(0.0, "error"), (0.0, "no_code")]
-    assert "no sandbox here" in got[0].reason
+    assert "PoolError" in got[0].reason
 
 
 @pytest.fixture
