@@ -89,8 +89,8 @@ def shared_pool(settings: RewardSettings) -> Any:
         pool = _pools.get(key)
         if pool is None or pool.closed:
             pool = VerifierPool(workers=settings.workers, device=device, timeout=settings.timeout, gpus=gpus)
+            pool.start()  # a pool whose start fails closes itself and is not kept: the next batch tries anew
             _pools[key] = pool
-            pool.start()
         return pool
 
 
