@@ -18,11 +18,16 @@ def _assert_ops_never_redrawn(problems, seed, level, space):
         assert p.ops == expected, (i, p.ops, expected)
 
 
-def test_level1_op_marginals_uniform():
+# the gpu profile's op sequences must be exactly as uniform; it draws ~5x slower here (twin checks)
+PROFILES = ["cpu", pytest.param("gpu", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_level1_op_marginals_uniform(profile):
     space = resolve_ops()
     n = 25 * len(space)
     stats = Attempts()
-    problems = synth.sample(n, level=1, seed=11, stats=stats)
+    problems = synth.sample(n, level=1, seed=11, stats=stats, profile=profile)
     counts = Counter(p.ops[0] for p in problems)
     stat, crit = chi2_uniform(counts, [o.name for o in space])
     assert stat < crit, (stat, crit)
@@ -30,10 +35,11 @@ def test_level1_op_marginals_uniform():
     _assert_ops_never_redrawn(problems, 11, 1, space)
 
 
-def test_level3_op_marginals_uniform_per_position():
+@pytest.mark.parametrize("profile", PROFILES)
+def test_level3_op_marginals_uniform_per_position(profile):
     space = resolve_ops()
     n = 10 * len(space)
-    problems = synth.sample(n, level=3, seed=12)
+    problems = synth.sample(n, level=3, seed=12, profile=profile)
     names = [o.name for o in space]
     for pos in range(3):
         stat, crit = chi2_uniform(Counter(p.ops[pos] for p in problems), names)
