@@ -58,7 +58,7 @@ def make_pairs(n_pairs: int, device: str, seed: int) -> list[tuple[str, str, str
         hostile = hostile[:n_pairs // 2]
     pairs = [("hostile", c["name"], (FIX / "problems" / f"{c['problem']}.py").read_text(),
               (FIX / "candidates" / "hostile" / f"{c['name']}.py").read_text()) for c in hostile]
-    names = manifest["honest"]
+    names = [n for n in manifest["honest"] if n in GPU_SIZES]  # the same ten as every earlier run
     i = 0
     while len(pairs) < n_pairs:
         name = names[i % len(names)]

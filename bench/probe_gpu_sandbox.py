@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,12 +51,21 @@ def main() -> None:
     from distill.verifier.lockdown import LAYERS
     from tests.distill.verifier.conftest import honest, problem
 
-    out = subprocess.run([sys.executable, "-c", STANDALONE, os.getcwd()], capture_output=True, text=True, timeout=300)
+    from distill.verifier import trusted
+
+    print("toolchain:", trusted.toolchain(), flush=True)
+    script = os.path.join(tempfile.mkdtemp(), "probe_kernel.py")  # @triton.jit needs a source file
+    with open(script, "w") as fh:
+        fh.write(STANDALONE)
+    out = subprocess.run([sys.executable, script, os.getcwd()], capture_output=True, text=True, timeout=300)
     print("== Landlock alone, standalone process\n", out.stdout[-3000:], out.stderr[-3000:], flush=True)
     for layers in (LAYERS,):
         with VerifierPool(workers=1, device="cuda", timeout=120, timing_trials=20, lockdown=layers) as pool:
             v = pool.verify(problem("add"), honest("add"))
             print(f"== pool with {layers}: {v.status}: {v.reason}\n   sandbox: {v.checks.get('sandbox')}", flush=True)
+            for name in ("softmax", "matmul"):
+                w = pool.verify(problem(name), honest(name))
+                print(f"   honest {name}: {w.status}: {w.reason[:200]}", flush=True)
             if v.status != "pass":
                 for slot in pool._slots:
                     log = os.path.join(slot.scratch, "output.log")

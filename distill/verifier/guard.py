@@ -79,6 +79,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     roots = tuple(os.path.realpath(r) + os.sep for r in trusted_roots)
     scratch_root = os.path.realpath(scratch) + os.sep
     exec_ok = frozenset(os.path.realpath(p) for p in exec_allow)
+    exec_dirs = tuple(os.path.realpath(p) + os.sep for p in exec_allow if os.path.isdir(p))
     real = dict(real_calls)
     kinds = tuple(kernel_classes)
     barrier = frozenset(id(c) for c in stop_at)
@@ -289,8 +290,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             return None
         if event in ("os.posix_spawn", "os.exec", "subprocess.Popen") and args:
             exe = args[0] if args[0] else (args[1][0] if event == "subprocess.Popen" and len(args) > 1 and args[1] else None)
-            if type(exe) in (str, bytes) and os.path.realpath(os.fsdecode(exe)) in exec_ok \
-                    and inside_triton_launch(1):
+            real_exe = os.path.realpath(os.fsdecode(exe)) if type(exe) in (str, bytes) else ""
+            if (real_exe in exec_ok or real_exe.startswith(exec_dirs)) and inside_triton_launch(1):
                 return None  # Triton compiling inside a launch: ptxas, the C compiler for its launcher
             untrusted, _ = stack_info(1)
             if untrusted:

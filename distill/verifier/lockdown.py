@@ -222,11 +222,11 @@ def drop_capabilities() -> str:
 
 
 LAYERS = ("netns", "landlock", "seccomp", "capabilities")
-# What `lockdown=True` means per device. On the H100 box (2026-11-22) every Triton GPU compile
-# failed with EACCES once Landlock was on (the exact path was not recorded; see README), while
-# netns + seccomp + capabilities ran the whole GPU benchmark: GPU workers do without Landlock
-# until that is resolved, and rely on the audit hook for file writes.
-DEFAULT_LAYERS = {"cpu": LAYERS, "cuda": ("netns", "seccomp", "capabilities")}
+# What `lockdown=True` means per device: every layer on both. On the H100 box Landlock once made
+# every GPU compile fail with EACCES: its `gcc` is a dash script in /opt/gcc that starts helpers
+# `-print-prog-name` does not list; trusted.toolchain() now allows the script's interpreter and
+# such a toolchain's own folder (bench/probe_gpu_sandbox.py, 2026-11-24).
+DEFAULT_LAYERS = {"cpu": LAYERS, "cuda": LAYERS}
 
 
 def lock_down(scratch: str, exec_files: list[str], no_children: bool, layers: tuple[str, ...] = LAYERS,

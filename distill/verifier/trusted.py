@@ -21,7 +21,8 @@ def code_roots() -> list[str]:
 
 
 def toolchain() -> list[str]:
-    """Executables a GPU worker may start: Triton's ptxas and the C compiler that builds launchers."""
+    """Executables a GPU worker may start: Triton's ptxas and the C compiler that builds launchers
+    (files, and folders whose every file may run: Landlock rules apply beneath a folder)."""
     import triton
 
     found = []
@@ -51,4 +52,34 @@ def toolchain() -> list[str]:
     for loader in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"):
         if os.path.exists(loader):
             found.append(loader)
-    return sorted({os.path.realpath(p) for p in found})
+    out = {os.path.realpath(p) for p in found}
+    for path in sorted(out):
+        out |= _behind(path)
+    return sorted(out)
+
+
+_SYSTEM = ("/usr/", "/bin/", "/sbin/", "/lib", "/etc/")
+
+
+def _behind(path: str) -> set[str]:
+    """What starting `path` also executes: a script's interpreter; and for a toolchain installed
+    outside the system folders (/opt/gcc on the H100 box, whose `gcc` starts its own helpers by
+    paths `-print-prog-name` does not list) its whole installation folder."""
+    extra: set[str] = set()
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return extra
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].split()
+        if words:
+            interp = os.fsdecode(words[0])
+            if os.path.basename(interp) == "env" and len(words) > 1:
+                interp = shutil.which(os.fsdecode(words[1])) or interp
+            extra.add(os.path.realpath(interp))
+    if not path.startswith(_SYSTEM) and os.path.basename(os.path.dirname(path)) in ("bin", "libexec"):
+        prefix = os.path.dirname(os.path.dirname(path))
+        if prefix not in ("/", "") and "site-packages" not in prefix:
+            extra.add(prefix)
+    return extra
