@@ -43,7 +43,7 @@ import numpy as np
 from constraint import FunctionConstraint, Problem as CSProblem
 
 from synth.dims import Const, Derived, Var, evaluate, free_vars, resolve
-from synth.exprs import canonical, compile_text, expand, op_flops_text
+from synth.exprs import BUILTINS, canonical, compile_text, expand, make_lambda, op_flops_text
 from synth.profiles import SampleConfig
 from synth.wiring import Numel, Structure
 
@@ -67,17 +67,14 @@ def env_value(v: Any, assign: dict[int, Any], memo: dict) -> Any:
     return evaluate(v, assign, memo)
 
 
-@functools.lru_cache(maxsize=65536)
-def _vec_lambda(text: str, nargs: int) -> Callable:
-    args = ", ".join(f"v{i}" for i in range(nargs))
-    return eval(compile(f"lambda {args}: {text}", "<constraint>", "eval"), {"__builtins__": _VEC_BUILTINS})  # noqa: S307 - catalog constraints
+BUILTINS["vector"] = _VEC_BUILTINS
 
 
 class Check:
     """One constraint: a boolean expression over named values (dims, attrs, element counts),
     compiled to a function of the free variables it depends on."""
 
-    __slots__ = ("source", "text", "fn", "ids", "vars", "canon")
+    __slots__ = ("source", "text", "fn", "ids", "vars", "canon", "vec")
 
     def __init__(self, source: str, env: dict[str, Any], text: str | None = None):
         used: dict[int, Var] = {}
@@ -88,6 +85,7 @@ class Check:
                 used.setdefault(int(m.group(1)), env[int(m.group(1))])
         self.fn, self.ids, self.canon = compile_text(self.text)
         self.vars = [used[i] for i in sorted(used)]
+        self.vec: Callable | None = None
 
     def test(self, *values: Any) -> bool:
         try:
@@ -101,7 +99,9 @@ class Check:
     def vector(self, columns: list[np.ndarray]) -> np.ndarray | None:
         """The constraint over arrays of proposals (float64), or None when it cannot be vectorised."""
         try:  # the caller silences numpy's division warnings: a 0 divisor fails the check, as in `test`
-            return np.asarray(_vec_lambda(self.canon, len(self.ids))(*columns), dtype=bool)
+            if self.vec is None:
+                self.vec = make_lambda(self.canon, len(self.ids), "vector")
+            return np.asarray(self.vec(*columns), dtype=bool)
         except Exception:  # noqa: BLE001 - an expression numpy cannot take: the exact check decides alone
             return None
 
@@ -211,10 +211,42 @@ def _as_floats(domain: tuple) -> np.ndarray | None:
         return None
 
 
+_UNSAT: dict[tuple, bool] = {}
+SMALL_GRID = 1 << 12  # a constraint over at most this many points is tried on all of them
+
+
+def _unsatisfiable(checks: list[Check], dom: dict[int, tuple]) -> bool:
+    """Whether some constraint fails on every point of its own variables' domains (tried where those
+    are few: `groups` dividing 1, `a == a + a`). Float64 never fails a point exact arithmetic passes."""
+    for c in checks:
+        domains = [dom[i] for i in c.ids]
+        if math.prod(map(len, domains)) > SMALL_GRID:
+            continue
+        key = (c.canon, tuple(domains))
+        if key not in _UNSAT:
+            values = [_as_floats(d) for d in domains]
+            if any(v is None for v in values):
+                _UNSAT[key] = False
+                continue
+            grid = [g.ravel() for g in np.meshgrid(*values, indexing="ij")]
+            with np.errstate(all="ignore"):
+                ok = c.vector(grid)
+            _UNSAT[key] = ok is not None and not ok.any()
+            if len(_UNSAT) > 100_000:
+                _UNSAT.clear()
+        if _UNSAT.get(key):
+            return True
+    return False
+
+
 def _reject(vars_: list[Var], checks: list[Check], rng: np.random.Generator, draws: int, batch: int,
             dom: dict[int, tuple]) -> dict[int, Any] | None:
     domains = [dom[v.id] for v in vars_]
     sizes = np.array([len(d) for d in domains])
+    if _unsatisfiable(checks, dom):
+        for _ in range(max(1, draws // batch)):  # draw what a scan would have, so later draws stay the same
+            rng.integers(0, sizes, size=(batch, len(vars_)))
+        return None
     col = {v.id: k for k, v in enumerate(vars_)}
     values = [_as_floats(d) for d in domains]
     numeric = [k for k, vals in enumerate(values) if vals is not None]

@@ -29,7 +29,7 @@ from synth.profiles import SampleConfig, load_profile
 from synth.render import materialize, render
 from synth.wiring import Structure, wire
 
-TWIN_TRIES = 16  # size draws for a twin whose checks fail before giving up
+TWIN_TRIES = 16  # size draws for a twin (failed checks, or no point in the solver's budget) before giving up
 
 
 class TwinError(ValueError):
@@ -74,14 +74,7 @@ def _dtype_name(dt: str, config: SampleConfig) -> str:
 def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: int, rng: np.random.Generator,
             flops_of: Callable | None = None) -> Problem:
     """Render `assign`, check it by the profile's rule (CheckFailed if it fails) and record it."""
-    prog = materialize(s, assign)
-    level = len(prog.ops)
-    source = render(s, prog, f"Level {level}: {', '.join(o.spec.name for o in prog.ops)}.")
-    out_shapes = [prog.shapes[o] for o in prog.outputs]
-    out_dtypes = [prog.dtypes[o] for o in prog.outputs]
-    if config.check and config.check_on is None:
-        run_checks(source, seed, out_shapes, out_dtypes)
-    elif config.check:
+    if config.check and config.check_on is not None:  # the twin first: it fails far more often than meta
         # a twin is the same program, not a new choice of one: the program FLOP floor does not apply
         small = load_profile(config.check_on).config()
         small = replace(small, flop_window=(0, small.flop_window[1]))
@@ -90,7 +83,16 @@ def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: in
         if t_assign is None:
             raise CheckFailed("twin infeasible", f"no {small.profile} sizes for this graph and its attributes")
         t_prog = materialize(s, t_assign)
-        run_checks(render(s, t_prog, ""), seed, [t_prog.shapes[o] for o in t_prog.outputs], out_dtypes)
+        run_checks(render(s, t_prog, ""), seed, [t_prog.shapes[o] for o in t_prog.outputs],
+                   [t_prog.dtypes[o] for o in t_prog.outputs])
+    prog = materialize(s, assign)
+    level = len(prog.ops)
+    source = render(s, prog, f"Level {level}: {', '.join(o.spec.name for o in prog.ops)}.")
+    out_shapes = [prog.shapes[o] for o in prog.outputs]
+    out_dtypes = [prog.dtypes[o] for o in prog.outputs]
+    if config.check and config.check_on is None:
+        run_checks(source, seed, out_shapes, out_dtypes)
+    elif config.check:
         meta_check(source, out_shapes, out_dtypes)
     graph = build_graph(prog)
     h = dag_hash(graph)
@@ -133,11 +135,14 @@ def twin(problem: Problem, profile: str, seed: int) -> Problem:
     failures: list[str] = []
     for _ in range(TWIN_TRIES):
         assign = solve(s, rng, config, flops, domains, extra=keep)
-        if assign is None:
-            raise TwinError(f"{problem.problem_id}: no sizes within profile {profile} satisfy its constraints "
-                            f"with its attributes")
+        if assign is None:  # no point within the solver's budget: rarely feasible, or not at all
+            failures.append("constraints")
+            continue
         try:
             return realize(s, assign, config, seed, rng, flops)
         except CheckFailed as exc:
             failures.append(exc.kind)
-    raise TwinError(f"{problem.problem_id}: {TWIN_TRIES} twins at profile {profile} all failed their checks ({failures})")
+    if set(failures) == {"constraints"}:
+        raise TwinError(f"{problem.problem_id}: no sizes within profile {profile} satisfy its constraints with its "
+                        f"attributes (none found in {TWIN_TRIES} solver budgets)")
+    raise TwinError(f"{problem.problem_id}: {TWIN_TRIES} twins at profile {profile} all failed ({failures})")
