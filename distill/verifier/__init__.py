@@ -4,14 +4,15 @@ Trust boundary (details: docs/verifier.md):
   trusted, the caller's process   api/pool/job -> judge, tolerance, verdict, environ: inputs' seeds,
                                   expected outputs, every comparison and the Verdict itself
   trusted, own process            reference.py: runs the problem's Model on seeded inputs
-  sandboxed, one per slot         worker.py (+ guard, calls, provenance, bands, integrity): runs the
-                                  candidate in a netns, under seccomp, Landlock (CPU) and a memory cap
+  sandboxed, one per slot         worker.py (+ guard, calls, replay, seal, provenance, bands, caps):
+                                  the candidate in a netns, under Landlock, seccomp and memory caps
   protocol                        codec.py: typed, pickle-free messages over a pipe (+ reply arena);
                                   the parent sends commands and seeds, the worker returns evidence only
   static, before any run          static.py + policy.py: the source text against the forbidden list
-Covered: substitution, semantic, caching, harness, timing and sandbox attacks (cases.json), answers
-  that ignore their inputs, secrets in the environment. Not covered: provenance is enforced inside
-  the candidate's own process; GPU workers may start the toolchain and run without Landlock.
+Covered: substitution (replayed kernels must compute the outputs), semantic, caching, harness
+  (state left behind, code in the harness's steps), timing and sandbox attacks (cases.json), answers
+  that ignore their inputs, secrets. Not covered: the replay and records live in the candidate's
+  process; code a library compiles for the candidate runs as "<string>" (docs/verifier.md).
 """
 from __future__ import annotations
 

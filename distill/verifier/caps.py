@@ -22,12 +22,17 @@ DISK_BYTES = 1 << 30
 
 
 def cap_files(limit: int = FILE_BYTES) -> str:
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    """The limit only: `ignore_file_size_signal()` comes last, since starting any subprocess (Triton's
+    warm-up does) puts SIGXFSZ back to its default in this process too (seen on Python 3.11)."""
     try:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     except (OSError, ValueError) as exc:
         return f"failed: {exc}"
     return f"ok ({limit >> 20} MiB per file)"
+
+
+def ignore_file_size_signal() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 def cap_device_memory(device_index: int, fraction: float) -> str:

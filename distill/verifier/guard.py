@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import signal
 import sys
 import threading
 from typing import Any, Callable
@@ -203,6 +204,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             box.append(real["launch:" + cls.__name__](kernel, *largs, grid=grid, warmup=warmup, **kwargs))
         finally:
             st["in_launch"] -= 1
+            if st.pop("spawned", False) and "signal.signal" in real:  # caps.py: a full file fails, not kills
+                real["signal.signal"](signal.SIGXFSZ, signal.SIG_IGN)
         if tracing:
             st["trace"].append(("launch", kernel, largs, grids[-1] if callable(grid) and grids else grid, kwargs, own))
         if st["recording"] and not warmup:
@@ -292,6 +295,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             exe = args[0] if args[0] else (args[1][0] if event == "subprocess.Popen" and len(args) > 1 and args[1] else None)
             real_exe = os.path.realpath(os.fsdecode(exe)) if type(exe) in (str, bytes) else ""
             if (real_exe in exec_ok or real_exe.startswith(exec_dirs)) and inside_triton_launch(1):
+                st["spawned"] = True  # starting it resets SIGXFSZ here too: launch() ignores it again
                 return None  # Triton compiling inside a launch: ptxas, the C compiler for its launcher
             untrusted, _ = stack_info(1)
             if untrusted:

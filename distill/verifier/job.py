@@ -231,6 +231,8 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         run_s = run.get("run_s")
         for k, sec in (run_s.items() if isinstance(run_s, dict) else ()):
             phases[f"run.{k}"] = round(float(sec), 4)
+        if ref.get("insensitive_inputs"):  # a property of the problem, stated with every verdict on it
+            base["problem"] = {"insensitive_inputs": ref["insensitive_inputs"]}
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
         found.checks["phase_s"] = phases
         lap("judge")

@@ -3,6 +3,19 @@
 Called once in a fresh worker before any candidate code exists. Each layer is tried and its outcome
 reported (never silently assumed): `LockdownReport` goes back to the parent and into every verdict's
 `checks["sandbox"]`. Landlock also scopes ptrace, so a worker cannot read the parent's memory.
+
+What enforces each rule (CPU lane | GPU lane), with the case that tests it (cases.json):
+  no process starts           seccomp: no fork/exec at all | Landlock execute: only the toolchain's
+                              files; the audit hook: only inside Triton's own launches (triton_build_helper)
+  no native code              seccomp + Landlock execute | Landlock execute; the audit hook: ctypes,
+                              and native modules from outside the installation only in Triton's launches
+  writes only in scratch      Landlock (both); the audit hook for Python paths (torch_save_outside)
+  other processes' /proc      Landlock read rules (both), however spelled; the hook too (proc_dotdot)
+  compile caches              one per candidate, seeded from a template Landlock keeps read-only (both)
+  stdout, stderr, files, disk RLIMIT_FSIZE + seccomp (no setrlimit); scratch total measured after
+                              each step (both; caps.py) (stdout_flood)
+  device memory               - | torch's allocator fraction, setter guarded (hog_device_memory)
+  network                     netns (both)
 """
 from __future__ import annotations
 

@@ -70,10 +70,30 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
             torch.cuda.synchronize(device)
         outs, seq = _outputs(out)
         trials.append({"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)})
+    flags = insensitive_inputs(mod, model, seeds, device, trials[0]["outputs"]) if len(seeds) > 1 else []
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     io_bytes = in_bytes + _nbytes(trials[0]["outputs"]) + params if trials else params
     return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
-            "construct_ops": construct_ops}
+            "construct_ops": construct_ops, "insensitive_inputs": flags}
+
+
+def insensitive_inputs(mod: types.ModuleType, model: Any, seeds: list[int], device: torch.device,
+                       outputs: list[torch.Tensor]) -> list[int]:
+    """Positions of tensor inputs whose replacement (by another trial's) leaves the reference's
+    outputs bit-identical: the problem ignores them, so a kernel that ignores them is not wrong.
+    Reported with every verdict on the problem (`checks["problem"]`), not charged to anyone."""
+    first, other = make_inputs(mod, seeds[0], device), make_inputs(mod, seeds[1], device)
+    out = []
+    for i, (a, b) in enumerate(zip(first, other)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape or torch.equal(a, b):
+            continue
+        mixed = list(first)
+        mixed[i] = b
+        with torch.no_grad():
+            got, _ = _outputs(model(*mixed))
+        if len(got) == len(outputs) and all(g.shape == o.shape and torch.equal(g, o) for g, o in zip(got, outputs)):
+            out.append(i)
+    return out
 
 
 class RefTimer:

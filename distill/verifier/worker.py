@@ -122,6 +122,7 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
                           # torch wraps a mode's __torch_dispatch__ (torch._compile): the frame runs the original
                           traced_code=provenance.AuditMode.__torch_dispatch__.__wrapped__.__code__)
     block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
+    caps.ignore_file_size_signal()  # after the warm-up's subprocesses, before seccomp freezes handlers
     report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []),
                                 no_children=not cfg.get("children", device.type == "cuda"), layers=layers, netns=netns)
     snap = integrity.snapshot()
@@ -249,11 +250,9 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     problemio.seed_all(msg["init_seed"])
     # The constructor may create parameters the way the reference does (its own ops, initialisers);
     # other compute is blocked at the backend and counted by the mode (judge.construct_compute).
-    keys = tuple(block.keys)
     allow = provenance.INITIALISERS | frozenset(msg.get("construct_ops") or ())
-    init_block = provenance.BackendBlock(keys, allow=allow)
     counter = provenance.OpCount()
-    init_block.install()
+    out["blocked_ops"] = block.install(allow)
     try:
         with counter:
             model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
@@ -262,8 +261,6 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     except BaseException as exc:  # noqa: BLE001
         out["construct_error"] = calls.describe_error(exc)
         return out
-    finally:
-        init_block.remove()
     out["construct_ops"] = counter.counts
     lap("construct")
     out["fingerprints"] = job.pop("fingerprints")
@@ -274,7 +271,7 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         return out
     guard.ctl(token, "harness", True)  # from here on, the harness's own steps are watched
     try:
-        out["blocked_ops"] = block.install()
+        out["blocked_ops"] += block.complete()
         lap("block_install")
         _calls(job, msg, device, token, sync, reply, trials, out, laps, lap)
     finally:

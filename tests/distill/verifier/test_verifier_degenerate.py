@@ -57,3 +57,11 @@ def test_a_fixed_answer_within_tolerance_is_wrong_and_the_real_computation_passe
 def test_a_problem_whose_reference_ignores_its_inputs_is_flagged(pool):
     with pytest.raises(ProblemError, match="degenerate"):
         pool.verify(CONSTANT_PROBLEM, ZEROS)
+
+
+def test_an_input_the_reference_ignores_is_flagged_on_the_problem(pool):
+    v = pool.verify(problem("ignores_input"), honest("ignores_input"))
+    assert v.status == "pass", v.reason  # the kernel is right to ignore it too
+    assert v.checks["problem"] == {"insensitive_inputs": [1]}
+    plain = pool.verify(problem("add"), honest("add"))
+    assert "problem" not in plain.checks

@@ -95,13 +95,18 @@ def test_block_reaches_every_operator_namespace_and_leaves_no_finalizer():
     assert torch.ones(3).exp().sum() > 0
 
 
-def test_initialisers_stay_callable_under_the_construction_block():
-    block = provenance.BackendBlock(("CPU",), allow=provenance.INITIALISERS)
-    block.install()
+def test_initialisers_stay_callable_until_the_block_is_completed():
+    block = provenance.BackendBlock(("CPU",))
+    block.install(provenance.INITIALISERS | {"aten::mul"})
     try:
         torch.nn.Linear(8, 4)  # kaiming_uniform_ -> uniform_
+        torch.ones(3) * 2  # the reference's own constructor op: callable
         with pytest.raises(RuntimeError, match="not allowed"):
-            torch.ones(3) * 2
+            torch.ones(3).exp()
+        assert block.complete() > 0
+        for blocked in (lambda: torch.empty(3).uniform_(), lambda: torch.ones(3) * 2):
+            with pytest.raises(RuntimeError, match="not allowed"):
+                blocked()
     finally:
         block.remove()
 
