@@ -58,12 +58,14 @@ def twin_domains(s: Structure, assign: dict[int, Any], config: SampleConfig,
             domains[v.id] = tuple(d for d in config.domain(v.role) if d > 1)
             if not domains[v.id]:
                 raise TwinError(f"profile {config.profile} has no size above 1 for {v.role} dims")
-    keep, seen = [], set()
-    for t in [] if not keep_ones else list(s.inputs) + [op.out for op in s.ops]:
-        for d in map(resolve, t.dims):
-            if isinstance(d, Derived) and id(d) not in seen:
-                seen.add(id(d))
-                keep.append(Check("d == 1" if evaluate(d, assign) == 1 else "d >= 2", {"d": d}))
+    keep: list[Check] = []
+    if keep_ones:
+        seen: set[int] = set()
+        for t in list(s.inputs) + [op.out for op in s.ops]:
+            for d in map(resolve, t.dims):
+                if isinstance(d, Derived) and id(d) not in seen:
+                    seen.add(id(d))
+                    keep.append(Check("d == 1" if evaluate(d, assign) == 1 else "d >= 2", {"d": d}))
     return domains, keep
 
 
@@ -78,7 +80,10 @@ def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: in
         # a twin is the same program, not a new choice of one: the program FLOP floor does not apply
         small = load_profile(config.check_on).config()
         small = replace(small, flop_window=(0, small.flop_window[1]))
-        domains, keep = twin_domains(s, assign, small)
+        try:
+            domains, keep = twin_domains(s, assign, small)
+        except TwinError as exc:
+            raise CheckFailed("twin infeasible", str(exc)) from None
         t_assign = solve(s, rng, small, flops_of, domains, extra=keep)
         if t_assign is None:
             raise CheckFailed("twin infeasible", f"no {small.profile} sizes for this graph and its attributes")
@@ -111,13 +116,16 @@ def rebuild(problem: Problem) -> tuple[Structure, dict[int, Any]]:
     """The problem's structure, rebuilt from its recipe, and its variables' values."""
     if not problem.recipe:
         raise TwinError(f"{problem.problem_id} has no recipe (it was made before twins existed): it cannot be resized")
-    recipe = json.loads(problem.recipe)
     catalog = default_catalog()
     missing = [op for op in problem.ops if op not in catalog]
     if missing:
         raise TwinError(f"{problem.problem_id}: op(s) {', '.join(missing)} are not in this catalog")
-    s = wire([catalog[op] for op in problem.ops], None, {"default": (1,)}, replay=recipe["tape"])
-    return s, {int(k): v for k, v in recipe["values"].items()}
+    try:
+        recipe = json.loads(problem.recipe)
+        s = wire([catalog[op] for op in problem.ops], None, {"default": (1,)}, replay=recipe["tape"])
+        return s, {int(k): v for k, v in recipe["values"].items()}
+    except (ValueError, KeyError, TypeError) as exc:  # ReplayError is a ValueError
+        raise TwinError(f"{problem.problem_id}: its recipe does not rebuild it ({type(exc).__name__}: {exc})") from None
 
 
 def twin(problem: Problem, profile: str, seed: int) -> Problem:

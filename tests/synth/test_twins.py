@@ -76,6 +76,9 @@ def test_twin_errors_say_why(problems):
     assert old.profile == "cpu"
     with pytest.raises(TwinError, match="has no recipe .it was made before twins existed."):
         old.twin("cpu", 0)
+    damaged = synth.Problem.from_row({**p.to_row(), "recipe": p.recipe.replace('"source"', '"dim"', 1)})
+    with pytest.raises(TwinError, match="its recipe does not rebuild it .ReplayError: the recorded wiring does not fit"):
+        damaged.twin("cpu", 0)
     no_floor = load_profile("cpu").config(flop_window=(0, 5e8))
     prod = next(q for q in synth.sample(40, level=1, seed=0, ops=["prod"], config=no_floor) if len(q.input_shapes[0]) == 1)
     with pytest.raises(TwinError, match="no sizes within profile gpu satisfy its constraints"):
