@@ -14,8 +14,9 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problem", required=True, metavar="P.py", help="KernelBench-style problem module")
     parser.add_argument("--candidate", required=True, metavar="C.py", help="candidate module defining ModelNew")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="cpu runs kernels in Triton's interpreter (no timing); cuda also times them")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="cpu runs kernels in Triton's interpreter (no timing); cuda also times them "
+                             "(default: cuda when a GPU is present, else cpu)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit per phase (s)")
     parser.add_argument("--max-memory", type=int, default=None, metavar="MB",
                         help="host-memory cap of the worker (at least 768 on cpu, 1536 on cuda)")
@@ -61,6 +62,10 @@ def _replay_seeds(path: str) -> list[int]:
 
 def _check(args: argparse.Namespace) -> tuple[str, str]:
     """The problem's and the candidate's text, once every flag is known to work."""
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise _Usage(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
     floor = MIN_MEMORY_MB[args.device]

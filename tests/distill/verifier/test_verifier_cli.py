@@ -43,3 +43,11 @@ def test_missing_flag_is_bad_usage(capsys):
     except SystemExit as exc:
         rc = exc.code
     assert rc == 2
+
+
+def test_device_defaults_to_cuda_only_where_a_gpu_is_present(capsys):
+    import torch
+
+    assert main(["verify", "--problem", P, "--candidate", GOOD, "--json", "--timeout", "30"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
