@@ -165,3 +165,13 @@ def test_shipped_gpu_build_config_loads():
     assert cfg.sample.profile == "gpu" and cfg.verify.device == "cuda" and cfg.cluster.gpus_per_worker == 1
     assert load_config("gpu") == cfg   # shipped: found by name from anywhere
     assert Path(DATA_DIR / "configs" / "gpu.toml").is_file()
+
+
+def test_gpu_draws_and_twins_are_the_same_bytes_in_another_process():
+    script = ("import hashlib, synth; ps = synth.sample(8, levels=[1, 2, 5], seed=2026, profile='gpu'); "
+              "t = ps[3].twin('cpu', 5); print(hashlib.sha256(''.join(p.source + p.recipe for p in ps + [t]).encode()).hexdigest())")
+    ps = synth.sample(8, levels=[1, 2, 5], seed=2026, profile="gpu")
+    here = hashlib.sha256("".join(p.source + p.recipe for p in ps + [ps[3].twin("cpu", 5)]).encode()).hexdigest()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert out.stdout.strip() == here
