@@ -36,8 +36,8 @@ it passes random trials. A full-size check here rejects such a program, rightly.
 Scale-aware rules. For tensors past LARGE elements (more than any tensor of the `cpu` profile),
 comparisons are relative, as the verifier's are: two outputs differ when the normwise relative
 difference, or an element's difference beyond RTOL_L of its size, exceeds 5x the verifier's float32
-tolerance; an output is constant when its standard deviation is under NORM_REL of its RMS (then the
-constant `mean` passes the verifier's normwise test with a 5x margin); an input matters when a fresh
+tolerance; an output counts as varying only when its standard deviation exceeds NORM_REL of its RMS
+(then every constant, its mean the closest, misses the verifier's normwise test by 5x); an input matters when a fresh
 draw, or else the same draw scaled by SHRINK, moves an output. The scaling catches long reductions
 whose value concentrates (a fresh draw moves a mean of 10^7 positive values by 1e-4; scaling moves it
 by 70%). It is not 1/2: an L1 or MSE loss of two U(0,1) inputs has the same expected value when one
