@@ -46,6 +46,7 @@ class JobSpec:
     bytes_moved: float
     static_report: static.StaticReport | None = None
     seeds: list[int] = field(default_factory=list)
+    timed: bool = True  # False: correctness only (the resized-twin check)
 
     @classmethod
     def make(cls, problem: Any, candidate: str, device: str, timeout: float, trials: int, timing_trials: int,
@@ -236,7 +237,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
         found.checks["phase_s"] = phases
         lap("judge")
-        if found.status is None and spec.device == "cuda":
+        if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
             found = _time(pool, slot, spec, ref, found, fields)
             lap("timing")

@@ -14,7 +14,9 @@ Nothing is charged to a candidate or a problem for the pool's own failures:
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -47,6 +49,10 @@ class _Slot:
         self.scratch = ""
 
 
+# What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`).
+RESIZED = ("required", "recorded", "off")
+
+
 class VerifierPool:
     """A pool of sandboxed workers. Use as a context manager, or call `close()`."""
 
@@ -54,10 +60,13 @@ class VerifierPool:
                  max_memory_mb: int | None = None, gpus: list[int] | None = None, trials: int = 5,
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
                  lockdown: bool | tuple[str, ...] = True, references: int | None = None,
-                 start_timeout: float = 300.0) -> None:
+                 start_timeout: float = 300.0, resized: str = "required") -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        if resized not in RESIZED:
+            raise ValueError(f"resized must be one of {', '.join(RESIZED)}, not {resized!r}")
         self.device = device
+        self.resized = resized
         self.gpus = gpus if gpus is not None else (self._count_gpus() if device == "cuda" else [0])
         n = workers or (max(1, min(8, (os.cpu_count() or 2) - 2)) * len(self.gpus) if device == "cuda" else 1)
         self.timeout = float(timeout or DEFAULT_TIMEOUT[device])
@@ -327,7 +336,42 @@ class VerifierPool:
         if verdict.status == "pass" and self.device == "cuda":  # worker already released
             apply_ref_timing(verdict, _ref_timing(self, spec, slot.gpu))
         verdict.checks["replay"] = {"seeds": list(spec.seeds), "trials": spec.trials}
+        if verdict.status == "pass" and self.resized != "off":
+            verdict = self._resized(problem, candidate_source, spec, verdict)
         return verdict
+
+    def _resized(self, problem: Any, candidate_source: str, spec: JobSpec, verdict: Verdict) -> Verdict:
+        """Run a passing candidate once more, untimed, on a secret twin of the problem: the same
+        graph at other sizes (synth's `Problem.twin`). Kernels with baked-in sizes or shape-keyed
+        shortcuts fail there. Recorded in `checks["resized"]`; with resized="required" a failure
+        there is the verdict. Problems without a recipe (module text, external files) are recorded
+        as unavailable and decide nothing."""
+        from synth.problem import Problem
+        from synth.realize import TwinError
+
+        if not isinstance(problem, Problem):
+            verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
+            return verdict
+        try:
+            twin = problem.twin(problem.profile, secrets.randbelow(1 << 62))
+        except TwinError as exc:
+            verdict.checks["resized"] = {"status": "unavailable", "reason": str(exc)[:300]}
+            return verdict
+        tspec = JobSpec.make(twin, candidate_source, self.device, spec.timeout, trials=2, timing_trials=1,
+                             warmup=0, static_checks=False)
+        tspec.timed = False
+        try:
+            tv, _, _ = self._attempt(tspec, last=True)
+        except ProblemError as exc:  # the twin's reference broke: says nothing of the candidate
+            verdict.checks["resized"] = {"status": "unavailable", "reason": f"twin's reference failed: {exc}"[:300]}
+            return verdict
+        assert tv is not None
+        verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], "problem_id": twin.problem_id}
+        if tv.status == "pass" or self.resized != "required":
+            return verdict
+        return dataclasses.replace(verdict, status=tv.status, reason=f"on a resized twin of the problem (same graph, "
+                                   f"other sizes): {tv.reason}"[:1000], kernel_ms=None, speedup_eager=None,
+                                   speedup_compile=None)
 
     def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, _Slot, str]:
         """One run of a job: (verdict, slot, "") or, unless `last`, (None, slot, why) when the pool

@@ -55,6 +55,7 @@ class VerifySection:
     device: str = "cpu"
     workers: int = 1          # sandboxed verifier workers inside each dask worker
     timeout: float = 120.0
+    resized: str = "required"  # a pass must also hold on a secret resized twin ("recorded": noted only; "off")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class BuildConfig:
         d = self.to_dict()
         if d["sample"]["profile"] == "cpu":  # builds made before profiles (all cpu) keep their digest
             del d["sample"]["profile"]
+        if d["verify"]["resized"] == "required":  # likewise for builds made before the resized check
+            del d["verify"]["resized"]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -226,7 +229,8 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> BuildConfig:
     v, d = _Table(top.get("verify", {}), "[verify]", path), VerifySection()
     verify = VerifySection(device=v.text("device", d.device, ("cpu", "cuda")),
                            workers=v.integer("workers", d.workers, 1, MAX_VERIFY_WORKERS),
-                           timeout=v.number("timeout", d.timeout, 0, strict=True))
+                           timeout=v.number("timeout", d.timeout, 0, strict=True),
+                           resized=v.text("resized", d.resized, ("required", "recorded", "off")))
     v.done()
     c, d = _Table(top.get("cluster", {}), "[cluster]", path), ClusterSection()
     cluster = ClusterSection(n_workers=c.integer("n_workers", d.n_workers, 1, MAX_WORKERS),

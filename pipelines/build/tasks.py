@@ -133,7 +133,8 @@ def _verifier(cfg: BuildConfig):
 
     key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout)
     if key not in _VERIFIERS:
-        pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout)
+        pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout,
+                            resized=cfg.verify.resized)
         pool.start()
         _VERIFIERS[key] = pool
     return as_verifier(_VERIFIERS[key], cfg.verify.workers)

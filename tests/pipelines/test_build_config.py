@@ -70,6 +70,7 @@ def test_digest_of_a_checked_config_is_unchanged():
     ({"verify": {"timeout": 0}}, "[verify] timeout: must be a finite number > 0, got 0"),
     ({"verify": {"timeout": float("inf")}}, "[verify] timeout: must be a finite number > 0, got inf"),
     ({"verify": {"workers": 0}}, "[verify] workers: must be an integer from 1 to 64, got 0"),
+    ({"verify": {"resized": "sometimes"}}, "[verify] resized: must be \"required\" or \"recorded\" or \"off\", got 'sometimes'"),
     ({"cluster": {"n_workers": 0}}, "[cluster] n_workers: must be an integer from 1 to 256, got 0"),
     ({"cluster": {"threads_per_worker": 0}}, "[cluster] threads_per_worker: must be an integer from 1 to 256, got 0"),
     ({"cluster": {"gpus_per_worker": -1}}, "[cluster] gpus_per_worker: must be an integer >= 0, got -1"),

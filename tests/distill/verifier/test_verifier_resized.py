@@ -1,0 +1,77 @@
+"""A passing candidate runs again on a secret resized twin of a synth problem (same graph, other
+sizes): a size-generic kernel holds there, one with the problem's sizes baked in does not."""
+from __future__ import annotations
+
+import pytest
+
+import synth
+from distill.verifier import VerifierPool
+
+GENERIC = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x0):
+        x = x0.contiguous()
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 256),)](x, out, N_OR_NUMEL, BLOCK=256)
+        return out
+'''
+
+
+@pytest.fixture(scope="module")
+def relu_problem():
+    return synth.sample(level=1, n=1, seed=3, ops=["relu"])[0]
+
+
+@pytest.fixture(scope="module")
+def pools():
+    with VerifierPool(workers=1, device="cpu", timeout=30) as required, \
+            VerifierPool(workers=1, device="cpu", timeout=30, resized="recorded") as recorded:
+        yield required, recorded
+
+
+def test_size_generic_kernel_passes_its_resized_twin(pools, relu_problem):
+    v = pools[0].verify(relu_problem, GENERIC.replace("N_OR_NUMEL", "x.numel()"))
+    assert v.status == "pass", v.reason
+    assert v.checks["resized"]["status"] == "pass"
+    assert v.checks["resized"]["problem_id"] != relu_problem.problem_id
+
+
+def test_baked_in_sizes_fail_on_the_twin_when_required(pools, relu_problem):
+    baked = GENERIC.replace("N_OR_NUMEL", str(_numel(relu_problem)))
+    v = pools[0].verify(relu_problem, baked)
+    assert v.status != "pass" and v.reason.startswith("on a resized twin"), v.reason
+    kept = pools[1].verify(relu_problem, baked)  # recorded only: the verdict stands, the record says why
+    assert kept.status == "pass" and kept.checks["resized"]["status"] != "pass"
+
+
+def test_module_text_has_no_twin_and_is_not_charged(pools, relu_problem):
+    v = pools[0].verify(relu_problem.source, GENERIC.replace("N_OR_NUMEL", "x.numel()"))
+    assert v.status == "pass" and v.checks["resized"]["status"] == "unavailable"
+
+
+def test_bad_resized_setting_is_refused():
+    with pytest.raises(ValueError, match="resized"):
+        VerifierPool(device="cpu", resized="sometimes")
+
+
+def _numel(problem) -> int:
+    ns: dict = {}
+    exec(problem.source.split("class Model")[0], ns)  # noqa: S102 - the problem's own size constants
+    n = 1
+    for k, v in ns.items():
+        if k.isupper() and isinstance(v, int):
+            n *= v
+    return n
