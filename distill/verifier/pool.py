@@ -49,7 +49,9 @@ class _Slot:
         self.scratch = ""
 
 
-# What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`).
+# What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`). The
+# default is "recorded" until the lowering teacher reads sizes from its tensors (issue [5/10]): today
+# it bakes the problem's sizes in, so "required" would fail every lowered kernel.
 RESIZED = ("required", "recorded", "off")
 
 
@@ -60,7 +62,7 @@ class VerifierPool:
                  max_memory_mb: int | None = None, gpus: list[int] | None = None, trials: int = 5,
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
                  lockdown: bool | tuple[str, ...] = True, references: int | None = None,
-                 start_timeout: float = 300.0, resized: str = "required") -> None:
+                 start_timeout: float = 300.0, resized: str = "recorded") -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
         if resized not in RESIZED:

@@ -37,8 +37,8 @@ def relu_problem():
 
 @pytest.fixture(scope="module")
 def pools():
-    with VerifierPool(workers=1, device="cpu", timeout=30) as required, \
-            VerifierPool(workers=1, device="cpu", timeout=30, resized="recorded") as recorded:
+    with VerifierPool(workers=1, device="cpu", timeout=30, resized="required") as required, \
+            VerifierPool(workers=1, device="cpu", timeout=30) as recorded:
         yield required, recorded
 
 
