@@ -15,6 +15,7 @@ Nothing is charged to a candidate or a problem for the pool's own failures:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import secrets
 import shutil
@@ -323,6 +324,7 @@ class VerifierPool:
         Raises ProblemError when the problem is broken (its reference failed, on a fresh process
         too), PoolError when the pool could not serve the pair in time or closed meanwhile."""
         self.start()
+        problem, lane_twin = self._lane_problem(problem)
         spec = JobSpec.make(problem, candidate_source, self.device, timeout or self.timeout,
                             **{**self.spec_defaults,
                                **({} if static_checks is None else {"static_checks": static_checks})}, seeds=seeds)
@@ -338,9 +340,28 @@ class VerifierPool:
         if verdict.status == "pass" and self.device == "cuda":  # worker already released
             apply_ref_timing(verdict, _ref_timing(self, spec, slot.gpu))
         verdict.checks["replay"] = {"seeds": list(spec.seeds), "trials": spec.trials}
+        if lane_twin:
+            verdict.checks["cpu_twin"] = lane_twin
         if verdict.status == "pass" and self.resized != "off":
             verdict = self._resized(problem, candidate_source, spec, verdict)
         return verdict
+
+    def _lane_problem(self, problem: Any) -> tuple[Any, dict[str, str] | None]:
+        """On the CPU lane a synth problem drawn at a larger profile runs as its `cpu` twin (the
+        interpreter cannot run 200 MB tensors): the same graph, sizes drawn at `cpu` from a seed
+        fixed by the problem, so every verification of it sees the same twin."""
+        from synth.problem import Problem
+        from synth.realize import TwinError
+
+        if self.device != "cpu" or not isinstance(problem, Problem) or problem.profile == "cpu":
+            return problem, None
+        seed = int(hashlib.sha256(problem.problem_id.encode()).hexdigest()[:15], 16)
+        try:
+            twin = problem.twin("cpu", seed)
+        except TwinError as exc:
+            raise ProblemError(f"{problem.problem_id} ({problem.profile} sizes) has no cpu twin for the CPU lane: {exc}") \
+                from None
+        return twin, {"of": problem.problem_id, "profile": problem.profile, "twin": twin.problem_id}
 
     def _resized(self, problem: Any, candidate_source: str, spec: JobSpec, verdict: Verdict) -> Verdict:
         """Run a passing candidate once more, untimed, on a secret twin of the problem: the same
