@@ -53,7 +53,9 @@ def rl_row(problem: Problem, prompt: list[dict[str, str]], stage: int, split: st
     """A verl/TRL row: the prompt as chat messages and, as ground truth, the reference and how to verify."""
     truth = {"reference": problem.source, "problem_id": problem.problem_id, "dag_hash": problem.dag_hash,
              "level": problem.level, "input_shapes": problem.input_shapes, "output_shapes": problem.output_shapes,
-             "flops": problem.flops, "bytes_moved": problem.bytes_moved, "verify": VERIFY_SPEC}
+             "flops": problem.flops, "bytes_moved": problem.bytes_moved, "verify": VERIFY_SPEC,
+             # what the verifier needs to make the problem's twins (synth.problem.Problem.twin)
+             "profile": problem.profile, "recipe": problem.recipe}
     return {
         "data_source": DATA_SOURCE, "prompt": prompt, "ability": "triton",
         "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, sort_keys=True)},

@@ -130,3 +130,13 @@ def test_verl_ground_truth_holds_the_reference(row):
     assert reference_of(row["reward_model"]["ground_truth"]) == row["reference"]
     assert json.loads(row["reward_model"]["ground_truth"])["reference"] == row["reference"]
     assert reference_of("not json") is None and reference_of(json.dumps({"x": 1})) is None
+
+
+def test_rl_ground_truth_carries_what_twins_need(row):
+    import json
+
+    truth = json.loads(row["reward_model"]["ground_truth"])
+    problem = synth.sample(1, level=1, ops=["relu"], seed=3)[0]
+    assert truth["profile"] == "cpu" and truth["recipe"] == problem.recipe != ""
+    rebuilt = synth.Problem.from_row({**problem.to_row(), "profile": truth["profile"], "recipe": truth["recipe"]})
+    assert rebuilt.twin("cpu", 7).ops == problem.ops
