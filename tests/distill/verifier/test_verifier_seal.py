@@ -83,11 +83,11 @@ def test_block_reaches_every_operator_namespace_and_leaves_no_finalizer():
     names = provenance.backend_names(("CPU",))["CPU"]
     spaces = {n.split("::", 1)[0] for n in names}
     assert "aten" in spaces and len(spaces - {"aten"}) >= 3, spaces
-    before = len(weakref.finalize._registry)
+    before = set(weakref.finalize._registry)
     block = provenance.BackendBlock(("CPU",))
     block.install()
     try:
-        assert len(weakref.finalize._registry) == before  # nothing a candidate could call to lift it
+        assert not set(weakref.finalize._registry) - before  # nothing a candidate could call to lift it
         with pytest.raises(RuntimeError, match="not allowed"):
             torch.ones(3).exp()
     finally:
