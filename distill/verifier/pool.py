@@ -14,17 +14,14 @@ Nothing is charged to a candidate or a problem for the pool's own failures:
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import os
-import secrets
 import shutil
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
-from distill.verifier import leftovers, limits, procs, reference, trusted, worker
+from distill.verifier import leftovers, limits, procs, reference, trusted, twins, worker
 from distill.verifier.gate import TimingGate, timing_core
 from distill.verifier.handout import Handout, PoolError, References
 from distill.verifier.job import JobSpec, _ref_timing, apply_ref_timing, run_job
@@ -50,12 +47,6 @@ class _Slot:
         self.scratch = ""
 
 
-# What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`). The
-# default is "recorded" until the lowering teacher reads sizes from its tensors (issue [5/10]): today
-# it bakes the problem's sizes in, so "required" would fail every lowered kernel.
-RESIZED = ("required", "recorded", "off")
-
-
 class VerifierPool:
     """A pool of sandboxed workers. Use as a context manager, or call `close()`."""
 
@@ -66,8 +57,8 @@ class VerifierPool:
                  start_timeout: float = 300.0, resized: str = "recorded") -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
-        if resized not in RESIZED:
-            raise ValueError(f"resized must be one of {', '.join(RESIZED)}, not {resized!r}")
+        if resized not in twins.RESIZED:
+            raise ValueError(f"resized must be one of {', '.join(twins.RESIZED)}, not {resized!r}")
         self.device = device
         self.resized = resized
         self.gpus = gpus if gpus is not None else (self._count_gpus() if device == "cuda" else [0])
@@ -324,7 +315,7 @@ class VerifierPool:
         Raises ProblemError when the problem is broken (its reference failed, on a fresh process
         too), PoolError when the pool could not serve the pair in time or closed meanwhile."""
         self.start()
-        problem, lane_twin = self._lane_problem(problem)
+        problem, lane_twin = twins.lane_problem(problem, self.device)
         spec = JobSpec.make(problem, candidate_source, self.device, timeout or self.timeout,
                             **{**self.spec_defaults,
                                **({} if static_checks is None else {"static_checks": static_checks})}, seeds=seeds)
@@ -343,58 +334,8 @@ class VerifierPool:
         if lane_twin:
             verdict.checks["cpu_twin"] = lane_twin
         if verdict.status == "pass" and self.resized != "off":
-            verdict = self._resized(problem, candidate_source, spec, verdict)
+            verdict = twins.check_resized(self, problem, candidate_source, spec, verdict)
         return verdict
-
-    def _lane_problem(self, problem: Any) -> tuple[Any, dict[str, str] | None]:
-        """On the CPU lane a synth problem drawn at a larger profile runs as its `cpu` twin (the
-        interpreter cannot run 200 MB tensors): the same graph, sizes drawn at `cpu` from a seed
-        fixed by the problem, so every verification of it sees the same twin."""
-        from synth.problem import Problem
-        from synth.realize import TwinError
-
-        if self.device != "cpu" or not isinstance(problem, Problem) or problem.profile == "cpu":
-            return problem, None
-        seed = int(hashlib.sha256(problem.problem_id.encode()).hexdigest()[:15], 16)
-        try:
-            twin = problem.twin("cpu", seed)
-        except TwinError as exc:
-            raise ProblemError(f"{problem.problem_id} ({problem.profile} sizes) has no cpu twin for the CPU lane: {exc}") \
-                from None
-        return twin, {"of": problem.problem_id, "profile": problem.profile, "twin": twin.problem_id}
-
-    def _resized(self, problem: Any, candidate_source: str, spec: JobSpec, verdict: Verdict) -> Verdict:
-        """Run a passing candidate once more, untimed, on a secret twin of the problem: the same
-        graph at other sizes (synth's `Problem.twin`). Kernels with baked-in sizes or shape-keyed
-        shortcuts fail there. Recorded in `checks["resized"]`; with resized="required" a failure
-        there is the verdict. Problems without a recipe (module text, external files) are recorded
-        as unavailable and decide nothing."""
-        from synth.problem import Problem
-        from synth.realize import TwinError
-
-        if not isinstance(problem, Problem):
-            verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
-            return verdict
-        try:
-            twin = problem.twin(problem.profile, secrets.randbelow(1 << 62))
-        except TwinError as exc:
-            verdict.checks["resized"] = {"status": "unavailable", "reason": str(exc)[:300]}
-            return verdict
-        tspec = JobSpec.make(twin, candidate_source, self.device, spec.timeout, trials=2, timing_trials=1,
-                             warmup=0, static_checks=False)
-        tspec.timed = False
-        try:
-            tv, _, _ = self._attempt(tspec, last=True)
-        except ProblemError as exc:  # the twin's reference broke: says nothing of the candidate
-            verdict.checks["resized"] = {"status": "unavailable", "reason": f"twin's reference failed: {exc}"[:300]}
-            return verdict
-        assert tv is not None
-        verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], "problem_id": twin.problem_id}
-        if tv.status == "pass" or self.resized != "required":
-            return verdict
-        return dataclasses.replace(verdict, status=tv.status, reason=f"on a resized twin of the problem (same graph, "
-                                   f"other sizes): {tv.reason}"[:1000], kernel_ms=None, speedup_eager=None,
-                                   speedup_compile=None)
 
     def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, _Slot, str]:
         """One run of a job: (verdict, slot, "") or, unless `last`, (None, slot, why) when the pool
