@@ -9,7 +9,9 @@ def vpool():
     from distill.verifier import VerifierPool
 
     # two workers: the interpreter is single-threaded, and CI machines have two cores
-    with VerifierPool(workers=2, device="cpu", timeout=60) as p:
+    # resized="off": these tests measure the lowering itself (which still bakes sizes in, issue [5/10]);
+    # the twin check has its own tests (tests/distill/verifier/test_verifier_resized.py)
+    with VerifierPool(workers=2, device="cpu", timeout=60, resized="off") as p:
         yield p
 
 

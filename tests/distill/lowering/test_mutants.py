@@ -45,7 +45,7 @@ def mpool():
     from distill.verifier import VerifierPool
 
     # a mutant that corrupts the heap can hang its worker: a short limit keeps the suite quick
-    with VerifierPool(workers=2, device="cpu", timeout=20) as p:
+    with VerifierPool(workers=2, device="cpu", timeout=20, resized="off") as p:
         yield p
 
 
