@@ -13,7 +13,7 @@ What enforces each rule (CPU lane | GPU lane), with the case that tests it (case
   other processes' /proc      Landlock read rules (both), however spelled; the hook too (proc_dotdot)
   compile caches              one per candidate, seeded from a template Landlock keeps read-only (both)
   stdout, stderr, files, disk RLIMIT_FSIZE + seccomp (no setrlimit); scratch total measured after
-                              each step (both; caps.py) (stdout_flood)
+                              each step (both; caps.py) (stdout_flood, disk_filler)
   device memory               - | torch's allocator fraction, setter guarded (hog_device_memory)
   network                     netns (both)
 """
