@@ -28,6 +28,19 @@ def _denial_reason(denials: list[dict]) -> str:
     return f"at run time: {d.get('detail', d.get('event'))} ({d.get('category')})"
 
 
+def left_behind(rec: dict[str, Any]) -> Finding | None:
+    """State the candidate left for the verifier's own steps, or its code run inside them (seal.py,
+    the guard's harness-step profile): `forbidden`."""
+    if rec.get("state"):
+        return Finding("forbidden", f"at run time: left {rec['state'][0]} for the verifier's own steps "
+                       "(state outlives its code)", {"state": rec["state"]})
+    if rec.get("harness_code"):
+        return Finding("forbidden", f"at run time: its code ran inside the verifier's own steps "
+                       f"({rec['harness_code'][0]}): a hook, mode or finalizer left behind",
+                       {"harness_code": rec["harness_code"]})
+    return None
+
+
 def hygiene(report: dict[str, Any]) -> Finding | None:
     """Denials, patched attributes or extra threads outside audited calls: all `forbidden`."""
     hyg = report.get("hygiene") or {}
@@ -36,12 +49,9 @@ def hygiene(report: dict[str, Any]) -> Finding | None:
     if hyg.get("disk_bytes"):
         return Finding("forbidden", f"at run time: wrote {hyg['disk_bytes'] >> 20} MiB into its scratch folder "
                        "(disk cap)")
-    if hyg.get("state"):
-        return Finding("forbidden", f"at run time: left {hyg['state'][0]} for the verifier's own steps "
-                       "(state outlives its code)", {"state": hyg["state"]})
-    if hyg.get("harness_code"):
-        return Finding("forbidden", f"at run time: its code ran inside the verifier's own steps "
-                       f"({hyg['harness_code'][0]}): a hook, mode or finalizer left behind", {"harness_code": hyg["harness_code"]})
+    left = left_behind(hyg)
+    if left:
+        return left
     if hyg.get("patched"):
         return Finding("forbidden", f"at run time: patched {', '.join(hyg['patched'][:3])} (torch patching)",
                        {"patched": hyg["patched"]})
@@ -199,13 +209,10 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     checks: dict[str, Any] = {"trials": per_trial}
     for call in run.get("calls", []):
         kind, t = call["kind"], call["trial"]
-        if call.get("state"):
-            return Finding("forbidden", f"at run time: left {call['state'][0]} for the verifier's own steps "
-                           "(state outlives its code)", {**checks, "state": call["state"]})
-        if call.get("harness_code"):
-            return Finding("forbidden", f"at run time: its code ran inside the verifier's own steps "
-                           f"({call['harness_code'][0]}): a hook, mode or finalizer left behind",
-                           {**checks, "harness_code": call["harness_code"]})
+        left = left_behind(call)
+        if left:
+            left.checks = {**checks, **left.checks}
+            return left
         if kind.startswith("replay"):
             continue
         if call.get("error"):
