@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 from distill.verifier.job import JobSpec
 from distill.verifier.reference import ProblemError
 from distill.verifier.verdict import Verdict
-from synth.problem import Problem
-from synth.realize import TwinError
 
 if TYPE_CHECKING:
     from distill.verifier.pool import VerifierPool
@@ -31,7 +29,12 @@ def lane_problem(problem: Any, device: str) -> tuple[Any, dict[str, str] | None]
     """On the CPU lane a synth problem drawn at a larger profile runs as its `cpu` twin (the
     interpreter cannot run 200 MB tensors): the same graph, sizes drawn at `cpu` from a seed
     fixed by the problem, so every verification of it sees the same twin."""
-    if device != "cpu" or not isinstance(problem, Problem) or problem.profile == "cpu":
+    if device != "cpu" or isinstance(problem, str):  # module text never imports synth
+        return problem, None
+    from synth.problem import Problem
+    from synth.realize import TwinError
+
+    if not isinstance(problem, Problem) or problem.profile == "cpu":
         return problem, None
     seed = int(hashlib.sha256(problem.problem_id.encode()).hexdigest()[:15], 16)
     try:
@@ -48,6 +51,12 @@ def check_resized(pool: "VerifierPool", problem: Any, candidate_source: str, spe
     shortcuts fail there. Recorded in `checks["resized"]`; with resized="required" a failure
     there is the verdict. Problems without a recipe (module text, external files) are recorded
     as unavailable and decide nothing."""
+    if isinstance(problem, str):  # module text never imports synth
+        verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
+        return verdict
+    from synth.problem import Problem
+    from synth.realize import TwinError
+
     if not isinstance(problem, Problem):
         verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
         return verdict
