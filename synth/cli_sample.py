@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from synth.cli_checks import UsageError, writable_file
-from synth.sampler import MAX_BATCH, MAX_LEVEL
+from synth.bounds import MAX_BATCH, MAX_LEVEL
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from curriculum.config import CurriculumConfig, Stage
-from synth.sampler import MAX_BATCH, MAX_LEVEL
+from synth.bounds import MAX_BATCH, MAX_LEVEL
 
 # Problems in one stage or held-out level, and in all of them together: the client keeps every
 # problem's dag_hash and one task per shard.

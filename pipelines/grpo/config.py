@@ -259,7 +259,7 @@ def _check_synth(s: SynthConfig, need: Any) -> None:
     """Problems drawn on the spot: levels, sizes and seeds the sampler takes, a prompt set that exists."""
     import synth
     from distill.teacher.prompts import list_prompts
-    from synth.sampler import MAX_BATCH, MAX_LEVEL
+    from synth.bounds import MAX_BATCH, MAX_LEVEL
 
     prompts = list_prompts()
     need(s.prompt in prompts, "data.synth.prompt", f"no prompt set {s.prompt!r} (known: {', '.join(prompts)})")

@@ -4,14 +4,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
 from pipelines.cli import COMMANDS, _Help, build_parser, main
 
-# synth/__init__ imports the sampler, whose run checks import torch (~2 s): every synth command pays it
-SLOW_PACKAGE_INIT = {"sample", "show"}
+# What makes `--help` slow is importing torch (2-3 s on this box) or vLLM/dask: no subcommand's help may.
+HEAVY = ("torch", "vllm", "dask", "transformers", "trl")
 
 
 def _actions(name: str) -> list:
@@ -51,16 +50,16 @@ def test_every_help_shows_the_defaults(name, capsys):
             assert "(default: False)" not in blocks.get(action.option_strings[0], "")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="synth/__init__ imports torch")) if n in SLOW_PACKAGE_INIT
-    else n for n in ["", *COMMANDS]])
-def test_help_answers_in_under_a_second(name):
-    argv = [sys.executable, "-m", "pipelines.cli", *([name] if name else []), "--help"]
-    t0 = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    took = time.perf_counter() - t0
-    assert done.returncode == 0 and "usage: tritonforge" in done.stdout
-    assert took < 1.0, f"{' '.join(argv[2:])} took {took:.2f} s"
+@pytest.mark.parametrize("name", ["", *COMMANDS])
+def test_help_imports_nothing_heavy(name):
+    """`--help` answers in well under a second (0.05-0.15 s here) because it imports none of the heavy
+    packages; checked by what was imported rather than by a clock, which a loaded CI box would fail."""
+    probe = ("import sys\nfrom pipelines.cli import main\n"
+             f"try:\n    main({[name] if name else []!r} + ['--help'])\nexcept SystemExit as e:\n    code = e.code\n"
+             f"print(code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 []", done.stdout[-500:]
 
 
 def test_distill_verifies_on_cuda_when_a_gpu_is_present(tmp_path):
