@@ -118,7 +118,7 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
     return found
 
 
-def run_call(model: Any, inputs: list, pristine: list, token: object, trace: bool,
+def run_call(model: Any, inputs: list, pristine: list | None, token: object, trace: bool,
              sync: Callable[[], None], input_bands: Bands | None = None) -> dict[str, Any]:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
     `pristine` are host copies of `inputs` as made, to tell whether forward changed them. With
@@ -164,8 +164,8 @@ def run_call(model: Any, inputs: list, pristine: list, token: object, trace: boo
     try:
         report["out_of_bounds"] = (mode.bands.breaches() + (input_bands.breaches() if input_bands else [])
                                    if err is None else [])
-        report["inputs_changed"] = [i for i, (x, p) in enumerate(zip(inputs, pristine))
-                                    if type(x) is torch.Tensor and not _same_bits(x, p)]
+        report["inputs_changed"] = None if pristine is None else [  # None: the caller compares (inputsets.py)
+            i for i, (x, p) in enumerate(zip(inputs, pristine)) if type(x) is torch.Tensor and not _same_bits(x, p)]
     except BaseException as exc:  # noqa: BLE001 - e.g. a CUDA fault left the context unusable
         report["inputs_changed"] = []
         report["error"] = report["error"] or describe_error(exc)

@@ -37,6 +37,17 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   as Triton does it): the interpreter also copies its own module globals (`np`, `inspect`, ...)
   into a kernel's module the first time it rewrites the kernel; the GPU compile check refuses
   kernels that use them.
+* **bfloat16.** The interpreter holds bf16 values as their raw 16 bits in uint16 arrays and then does
+  integer arithmetic on the bits: `+`, `*`, comparisons, `tl.sum` and `tl.dot` of bf16 operands gave
+  garbage (a 32x32 bf16 dot was off by 5e10), and every float32 -> bf16 cast (`.to`, or the implicit
+  one of `tl.store` into a bf16 tensor) truncated where a GPU rounds to nearest even (a 1-ulp bias).
+  The shim computes each bf16 operation on the float32 values and rounds the result to bf16 (nearest
+  even), as a GPU's bf16 instructions do; `tl.dot` of bf16 operands multiplies exactly and accumulates
+  in float32, as tensor cores do. So an honest kernel (load, upcast, compute in fp32, store) and one
+  that accumulates in bf16 behave as they would on a GPU. Not covered: a GPU's bf16 `tl.sum` combines
+  in bf16 along a tree; the shim sums a tile in float32 and rounds once (never less accurate than a
+  GPU: a kernel that relies on it can pass here and fail there; one that accumulates across loop
+  iterations in bf16 rounds at every step in both). float16 needs none of this: numpy has float16.
 """
 from __future__ import annotations
 
@@ -65,6 +76,7 @@ def install() -> None:
     _install_libdevice()
     _install_launch_scope()
     _install_scalar_args()
+    _install_bfloat16()
 
 
 # -- autotune ----------------------------------------------------------------------------------------
@@ -162,3 +174,64 @@ def _install_scalar_args() -> None:
         return real(arg)
 
     interpreter._implicit_cvt = implicit_cvt
+
+
+# -- bfloat16 ----------------------------------------------------------------------------------------
+def bf16_to_f32(bits: Any) -> np.ndarray:
+    """The float32 values of bf16 bit patterns (exact: bf16 is float32's upper half)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def f32_to_bf16(values: Any) -> np.ndarray:
+    """bf16 bit patterns of `values`, rounded to nearest even (as a GPU's cvt.rn.bf16.f32); NaN stays NaN."""
+    v = np.array(values, dtype=np.float32)
+    b = v.view(np.uint32)
+    out = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(v)
+    if nan.any():
+        out[nan] = ((b[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+    return out
+
+
+def _install_bfloat16() -> None:
+    builder, handle, bf16 = interpreter.InterpreterBuilder, interpreter.TensorHandle, tl.bfloat16
+    real_cast, real_binary, real_dot, real_fma = builder.cast_impl, builder.binary_op, builder.create_dot, builder.create_fma
+    real_sum = interpreter.ReduceOps.sum
+
+    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s == bf16 and d != bf16:
+            f32 = handle(bf16_to_f32(src.data), tl.float32)
+            return f32 if d == tl.float32 else real_cast(self, f32, dst_type)
+        if d == bf16 and s != bf16:
+            return handle(f32_to_bf16(src.data.astype(np.float32)), bf16)
+        return real_cast(self, src, dst_type)
+
+    def binary_op(self: Any, lhs: Any, rhs: Any, op: Callable) -> Any:
+        if lhs.dtype.scalar != bf16:
+            return real_binary(self, lhs, rhs, op)
+        out = op(bf16_to_f32(lhs.data), bf16_to_f32(rhs.data))
+        return handle(out if out.dtype == np.bool_ else f32_to_bf16(out), bf16)
+
+    def create_fma(self: Any, x: Any, y: Any, z: Any) -> Any:
+        if z.dtype.scalar != bf16:
+            return real_fma(self, x, y, z)
+        return handle(f32_to_bf16(bf16_to_f32(x.data) * bf16_to_f32(y.data) + bf16_to_f32(z.data)), bf16)
+
+    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+        if a.dtype.scalar != bf16 and b.dtype.scalar != bf16:
+            return real_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        av = bf16_to_f32(a.data) if a.dtype.scalar == bf16 else a.data.astype(np.float32)
+        bv = bf16_to_f32(b.data) if b.dtype.scalar == bf16 else b.data.astype(np.float32)
+        acc = bf16_to_f32(d.data) if d.dtype.scalar == bf16 else d.data
+        out = np.matmul(av, bv, dtype=np.float32) + acc
+        return handle(f32_to_bf16(out) if d.dtype.scalar == bf16 else out.astype(d.data.dtype), d.dtype.scalar)
+
+    def reduce_sum(self: Any, input: Any) -> Any:
+        if input.dtype.scalar != bf16:
+            return real_sum(self, input)
+        total = np.sum(bf16_to_f32(input.handle.data), axis=self.axis, keepdims=self.keep_dims, dtype=np.float32)
+        return self.to_tensor(np.asarray(f32_to_bf16(total)), input.dtype)
+
+    builder.cast_impl, builder.binary_op, builder.create_fma, builder.create_dot = cast_impl, binary_op, create_fma, create_dot
+    interpreter.ReduceOps.sum = reduce_sum

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distill.verifier import judge, procs, reference, static, timing
+from distill.verifier import judge, memplan, procs, reference, static, timing
 from distill.verifier.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -103,6 +103,27 @@ def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: flo
     if "problem_error" in out:
         raise reference.ProblemError(out["problem_error"])
     return out
+
+
+def _memory_plan(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, base: dict[str, Any]) -> tuple[dict, bool]:
+    """The problem's memory plan from meta tensors (memplan.py), checked against the budgets before
+    the worker makes anything (a ProblemError names the bytes); and whether the worker streams its
+    input sets (they do not all fit beside the plan's peak) or keeps them as made."""
+    timed = spec.device == "cuda" and spec.timed
+    budgets = {"device": pool.device_memory_bytes, "host": pool.max_memory_mb << 20, "timed": timed}
+    base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"]}
+    sets = spec.trials + TIMING_SETS
+    got = _reference(pool, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
+                                      "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
+                                      "budgets": budgets}, max(spec.timeout, 120))
+    plan = got.get("plan")
+    if plan:
+        base["memory"]["plan"] = plan
+    if pool.stream_inputs is not None:
+        return budgets, pool.stream_inputs
+    if not plan:
+        return budgets, False
+    return budgets, memplan.streams(plan, spec.device, budgets)
 
 
 def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]:
@@ -206,16 +227,22 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                        versions=slot.info.get("versions", {}), **fields)
 
     try:
+        budgets, stream = _memory_plan(pool, slot, spec, base)
+        lap("plan")
         if spec.device == "cuda":
             prefetch_ref_timing(pool, spec, slot.gpu)
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
-                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS],
+                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
                             "template_cache": pool.template if spec.device == "cuda" else None})
         ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
-                                          "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS]}, max(t, 120))
+                                          "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS],
+                                          "calls": len(spec.plan()), "budgets": budgets}, max(t, 120))
+        base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         lap("reference_trials")
         load = proc.finish(nonce, t, phase)
         lap("load")
+        if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
+            raise reference.ProblemError(str(load["problem_memory"]))
         f = judge.hygiene(load)
         if f is None and load.get("error"):
             f = judge.error_status(load["error"], {"denials": []})
@@ -229,6 +256,8 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "construct_ops": sorted(ref.get("construct_ops") or {}),
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
         lap("run")
+        if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
+            base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
         run_s = run.get("run_s")
         for k, sec in (run_s.items() if isinstance(run_s, dict) else ()):
             phases[f"run.{k}"] = round(float(sec), 4)

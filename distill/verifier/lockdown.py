@@ -261,3 +261,16 @@ def lock_down(scratch: str, exec_files: list[str], no_children: bool, layers: tu
     if "capabilities" in layers:
         rep.capabilities = drop_capabilities()
     return rep
+
+
+def close_inherited_fds(keep: int) -> None:
+    """Close every descriptor but stdio and our pipe: multiprocessing hands children the
+    forkserver's liveness pipe and the resource tracker's pipe, which candidate code could
+    otherwise write into (and take the zygote down for every worker)."""
+    fds = [int(fd) for fd in os.listdir("/proc/self/fd") if fd.isdigit()]
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -54,7 +54,8 @@ class VerifierPool:
                  max_memory_mb: int | None = None, gpus: list[int] | None = None, trials: int = 5,
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
                  lockdown: bool | tuple[str, ...] = True, references: int | None = None,
-                 start_timeout: float = 300.0, resized: str = "recorded") -> None:
+                 start_timeout: float = 300.0, resized: str = "recorded", device_memory_mb: int | None = None,
+                 stream_inputs: bool | None = None) -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
         if resized not in twins.RESIZED:
@@ -89,6 +90,13 @@ class VerifierPool:
         # reference processes and the timers; never under a tenth.
         per_gpu = -(-n // len(self.gpus))
         self.device_memory_fraction = max(0.1, min(0.8, 0.8 / per_gpu))
+        # The per-worker device budget (memplan.py checks each problem's plan against it): given, or
+        # that share of the smallest GPU (known once a reference has started), or on the CPU the host cap.
+        if device_memory_mb is not None and device_memory_mb <= 0:
+            raise ValueError(f"device_memory_mb must be > 0, not {device_memory_mb}")
+        self.device_memory_mb = device_memory_mb
+        self.device_total: dict[int, int] = {}
+        self.stream_inputs = stream_inputs  # None: each job's plan decides; True/False: always/never stream
         self._free: Handout[_Slot] = Handout("worker", start_s + job_s, lambda: self._closed)
         self._n_refs = references or (max(4, n // 2) if device == "cuda" else 1)
         self._refs = {g: References("reference process", lambda g=g: self._start_reference(g, "ref"),
@@ -206,7 +214,9 @@ class VerifierPool:
         proc = procs.Proc(reference.reference_main, cfg, f"tritonforge-{role}-{gpu}", self.start_timeout)
         self._register(proc, gpu)
         try:
-            proc.wait_ready(self.start_timeout)
+            ready = proc.wait_ready(self.start_timeout)
+            if isinstance(ready.get("device_total"), int):
+                self.device_total[gpu] = ready["device_total"]
         except BaseException:
             self._discard(proc)
             raise
@@ -225,7 +235,7 @@ class VerifierPool:
                 shutil.copytree(self.template, os.path.join(slot.scratch, "triton"), dirs_exist_ok=True)
             cfg = {"device": self.device, "gpu": slot.gpu, "scratch": slot.scratch, "trusted_roots": self.trusted,
                    "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
-                   "device_memory_fraction": self.device_memory_fraction}
+                   "device_memory_fraction": self._worker_fraction(slot.gpu)}
             proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout)
             self.memory.add(proc.pid, self.max_memory_mb)
             self._register(proc, slot.gpu)
@@ -283,6 +293,22 @@ class VerifierPool:
             self._free.put(slot)  # the next caller tries again
             raise PoolError(f"a worker could not start: {slot.info.get('start_error')}")
         return slot
+
+    @property
+    def device_memory_bytes(self) -> int:
+        """Each worker's device budget, in bytes."""
+        if self.device_memory_mb is not None:
+            return self.device_memory_mb << 20
+        if self.device == "cpu" or not self.device_total:
+            return self.max_memory_mb << 20
+        return int(self.device_memory_fraction * min(self.device_total.values()))
+
+    def _worker_fraction(self, gpu: int) -> float:
+        """The fraction cap (caps.py) that enforces the budget on this GPU."""
+        total = self.device_total.get(gpu)
+        if self.device_memory_mb is None or not total:
+            return self.device_memory_fraction
+        return max(0.01, min(0.95, (self.device_memory_mb << 20) / total))
 
     # -- verification ---------------------------------------------------------------------------
     @property

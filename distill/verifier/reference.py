@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import types
+import weakref
 from typing import Any
 
 import torch
 
-from distill.verifier import codec, timing
+from distill.verifier import codec, memplan, timing
 from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
 from distill.verifier.provenance import OpCount
 
@@ -27,22 +28,38 @@ def _to(x: Any, device: torch.device) -> Any:
     return x
 
 
-def _outputs(out: Any) -> tuple[list[torch.Tensor], bool]:
-    """Copies on the device (a later forward may reuse the buffers); the reply's encoding moves
-    them to the host in one copy."""
+def _outputs(out: Any, keep: str = "device") -> tuple[list[torch.Tensor], bool]:
+    """Copies of the outputs (a later forward may reuse the buffers): on the host (`keep="host"`)
+    for the trials the reply carries, so the device holds one trial's tensors at a time."""
     if isinstance(out, torch.Tensor):
-        return [out.detach().clone()], False
-    if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
-        return [t.detach().clone() for t in out], True
-    raise ProblemError(f"reference forward returned {type(out).__name__}, not a tensor or tuple of tensors")
+        items, seq = [out], False
+    elif isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
+        items, seq = list(out), True
+    else:
+        raise ProblemError(f"reference forward returned {type(out).__name__}, not a tensor or tuple of tensors")
+    if keep == "host":
+        return [t.detach().to("cpu", copy=True) for t in items], seq
+    return [t.detach().clone() for t in items], seq
 
 
-def _nbytes(values: Any) -> int:
-    if isinstance(values, torch.Tensor):
-        return values.numel() * values.element_size()
-    if isinstance(values, (list, tuple)):
-        return sum(_nbytes(v) for v in values)
-    return 0
+class Held:
+    """Bytes of the trial tensors (inputs made, outputs of forward) alive at once in this process,
+    and their peak: the streaming the memory plan relies on, counted on any device (weak
+    references, so a tensor still referenced anywhere still counts)."""
+
+    def __init__(self) -> None:
+        self.live = self.peak = 0
+
+    def add(self, values: Any) -> None:
+        for t in values if isinstance(values, (list, tuple)) else [values]:
+            if isinstance(t, torch.Tensor):
+                n = memplan.nbytes(t)
+                self.live += n
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t, self._drop, n)
+
+    def _drop(self, n: int) -> None:
+        self.live -= n
 
 
 def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple[Any, list, dict, dict[str, int]]:
@@ -57,32 +74,50 @@ def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple
     return model, args, kwargs, counter.counts
 
 
-def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device) -> dict[str, Any]:
+def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
+                calls: int = 0, budgets: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
+    (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
+    the next one."""
+    memplan.reset_peak(device)
+    held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
-    trials = []
-    in_bytes = 0
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    trials, plan = [], None
     for seed in seeds:
         host = make_inputs(mod, seed, device)
-        in_bytes = _nbytes(host)
+        held.add(host)
         with torch.no_grad():
             out = model(*_to(host, device))
+        held.add(out)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        outs, seq = _outputs(out)
+        outs, seq = _outputs(out, keep="host")
+        if plan is None:
+            plan = memplan.plan_from(host, out, params, calls, len(seeds), "measured")
+            if budgets:
+                memplan.check(plan, device.type, budgets["device"], budgets["host"], budgets["timed"])
         trials.append({"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)})
-    flags = insensitive_inputs(mod, model, seeds, device, trials[0]["outputs"]) if len(seeds) > 1 else []
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
-    io_bytes = in_bytes + _nbytes(trials[0]["outputs"]) + params if trials else params
+        del host, out
+    flags = insensitive_inputs(mod, model, seeds, device, trials[0]["outputs"], held) if len(seeds) > 1 else []
+    io_bytes = plan.problem_bytes if plan is not None else params
+    memory = {"plan": plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
+              "reference_peak_bytes": memplan.peak(device), "reference_held_peak_bytes": held.peak}
+    del model
+    memplan.release(device)
     return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
-            "construct_ops": construct_ops, "insensitive_inputs": flags}
+            "construct_ops": construct_ops, "insensitive_inputs": flags, "memory": memory}
 
 
 def insensitive_inputs(mod: types.ModuleType, model: Any, seeds: list[int], device: torch.device,
-                       outputs: list[torch.Tensor]) -> list[int]:
+                       outputs: list[torch.Tensor], held: Held | None = None) -> list[int]:
     """Positions of tensor inputs whose replacement (by another trial's) leaves the reference's
     outputs bit-identical: the problem ignores them, so a kernel that ignores them is not wrong.
     Reported with every verdict on the problem (`checks["problem"]`), not charged to anyone."""
+    held = held or Held()
     first, other = make_inputs(mod, seeds[0], device), make_inputs(mod, seeds[1], device)
+    held.add(first)
+    held.add(other)
     out = []
     for i, (a, b) in enumerate(zip(first, other)):
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape or torch.equal(a, b):
@@ -90,9 +125,13 @@ def insensitive_inputs(mod: types.ModuleType, model: Any, seeds: list[int], devi
         mixed = list(first)
         mixed[i] = b
         with torch.no_grad():
-            got, _ = _outputs(model(*mixed))
-        if len(got) == len(outputs) and all(g.shape == o.shape and torch.equal(g, o) for g, o in zip(got, outputs)):
+            res = model(*mixed)
+        held.add(res)
+        got, _ = _outputs(res)
+        del res
+        if len(got) == len(outputs) and all(g.shape == o.shape and torch.equal(g.cpu(), o) for g, o in zip(got, outputs)):
             out.append(i)
+        del got
     return out
 
 
@@ -152,7 +191,8 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
         except Exception:  # noqa: BLE001 - then references are timed eagerly only
             pass
     arena = codec.open_arena(cfg)
-    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid()}))
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "device_total": total}))
     while True:
         try:
             msg = codec.decode(conn.recv_bytes())
@@ -162,9 +202,20 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
         if arena is not None:
             arena.reset()
         try:
-            if cmd == "trials":
+            if cmd == "plan":  # shapes only, before the worker makes anything (memplan.py)
                 mod = load_problem(msg["source"], cache)
-                out = make_trials(mod, msg["init_seed"], msg["seeds"], device)
+                plan = memplan.meta_plan(mod, msg["init_seed"], msg["seed"], msg["calls"], msg["sets"])
+                if plan is not None and msg.get("budgets"):
+                    b = msg["budgets"]
+                    memplan.check(plan, device.type, b["device"], b["host"], b["timed"])
+                out = {"plan": plan.to_dict(device.type, bool(msg.get("budgets", {}).get("timed"))) if plan else None}
+            elif cmd == "trials":
+                mod = load_problem(msg["source"], cache)
+                try:
+                    out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
+                                      msg.get("budgets"))
+                except torch.OutOfMemoryError as exc:
+                    raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock
                 mod = load_problem(msg["source"], cache)
                 timers[msg["key"]] = RefTimer(mod, msg["init_seed"], msg["seed"], device)
@@ -177,8 +228,12 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 os._exit(0)
             else:
                 out = {"problem_error": f"unknown command {cmd}"}
+        except ProblemError as exc:  # already says what about the problem failed
+            out = {"problem_error": str(exc)[:1500]}
         except Exception as exc:  # noqa: BLE001 - report, keep serving
             out = {"problem_error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
+        finally:
+            memplan.release(device)  # whatever the command cached goes back to the device
         try:
             conn.send_bytes(codec.encode(out, arena))
         except OSError:  # the pool went away mid-command

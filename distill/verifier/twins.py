@@ -34,7 +34,7 @@ def lane_problem(problem: Any, device: str) -> tuple[Any, dict[str, str] | None]
     from synth.problem import Problem
     from synth.realize import TwinError
 
-    if not isinstance(problem, Problem) or problem.profile == "cpu":
+    if not isinstance(problem, Problem) or problem.profile == "cpu" or not problem.recipe:  # external: as given
         return problem, None
     seed = int(hashlib.sha256(problem.problem_id.encode()).hexdigest()[:15], 16)
     try:

@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, integrity, interp_shims, lockdown,
-                              problemio, provenance, seal, timing)
+from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, inputsets, integrity, interp_shims,
+                              lockdown, memplan, problemio, provenance, seal, timing)
 
 # Captured before any candidate runs, like timing's CUDA entry points.
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -78,22 +78,9 @@ def _warm_up(device: torch.device, threads: bool = True) -> torch.Tensor | None:
     return None
 
 
-def _close_inherited_fds(keep: int) -> None:
-    """Close every descriptor but stdio and our pipe: multiprocessing hands children the
-    forkserver's liveness pipe and the resource tracker's pipe, which candidate code could
-    otherwise write into (and take the zygote down for every worker)."""
-    fds = [int(fd) for fd in os.listdir("/proc/self/fd") if fd.isdigit()]
-    for fd in fds:
-        if fd > 2 and fd != keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
 def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     os.setsid()  # one process group: the parent kills children (ptxas, cc) with the worker
-    _close_inherited_fds(conn.fileno())
+    lockdown.close_inherited_fds(conn.fileno())
     arena = codec.open_arena(cfg)  # before any lockdown: a shared file outside scratch
     layers = tuple(cfg.get("layers", lockdown.LAYERS))
     netns = lockdown.unshare_network() if "netns" in layers else "disabled"
@@ -208,9 +195,13 @@ def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.devic
     # The job's inputs exist before any of the candidate's code does: its import and constructor
     # cannot hook their making (the parent compares the fingerprints with the reference's).
     t0 = time.perf_counter()
+    memplan.reset_peak(device)
     mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
-    job["made"] = [problemio.make_inputs(mod, seed, device) for seed in msg["seeds"]]
-    job["fingerprints"] = [problemio.fingerprint(m) for m in job["made"]]
+    job["sets"] = inputsets.InputSets(mod, msg["seeds"], device, bool(msg.get("stream")))
+    try:
+        job["sets"].load()
+    except torch.OutOfMemoryError as exc:  # no candidate code exists yet: the problem's own size
+        return {"ok": False, "problem_memory": str(memplan.out_of_memory(exc, "making the inputs", None, device))}
     job["inputs_s"] = time.perf_counter() - t0
     _fresh_compile_cache(scratch, job["serial"], msg.get("template_cache"))
     path = os.path.join(scratch, f"candidate_{job['serial']}.py")
@@ -263,9 +254,8 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         return out
     out["construct_ops"] = counter.counts
     lap("construct")
-    out["fingerprints"] = job.pop("fingerprints")
-    made = job.pop("made")
-    trials, job["timing_sets"] = made[:msg["n_trials"]], made[msg["n_trials"]:]
+    out["fingerprints"] = job["sets"].fingerprints
+    job["n_trials"], job["block"] = msg["n_trials"], block
     out["state_after_construct"] = seal.changed(snap["state"])
     if out["state_after_construct"]:
         return out
@@ -273,25 +263,34 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     try:
         out["blocked_ops"] += block.complete()
         lap("block_install")
-        _calls(job, msg, device, token, sync, reply, trials, out, laps, lap)
+        _calls(job, msg, device, token, sync, reply, out, laps, lap)
+        job["sets"].made[:msg["n_trials"]] = [None] * msg["n_trials"]  # resident: only the timing sets stay
     finally:
         guard.ctl(token, "harness", False)
+    out["memory"] = {"worker_peak_bytes": memplan.peak(device), "streamed": job["sets"].stream}
     if device.type == "cpu":  # part of "calls": the CPU lane compiles each launch for a GPU too
         laps["gpu_compile"] = gpu_compile.spent()["gpu_compile_s"]
     return out
 
 
-def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, trials: list,
-           out: dict, laps: dict, lap: Any) -> None:
-    """The plan's forward calls on the trial sets, then the replays of the traced one (replay.py)."""
+def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, out: dict,
+           laps: dict, lap: Any) -> None:
+    """The plan's forward calls on the trial sets, then the replays of the traced one (replay.py).
+    Each call's output copies go to the host at once: the device holds one call's outputs."""
     inputs = None
-    pristine: dict[int, list] = {}
+    sets: inputsets.InputSets = job["sets"]
+    lift = job["block"] if sets.stream else None
     input_bands = bands.Bands()
     traced: dict[str, Any] = {}
     for spec in msg["plan"]:
         reply({"progress": f"call {spec['kind']} {spec['trial']}"})
+        try:
+            values = sets.get(spec["trial"], lift)
+        except inputsets.InputsRemade as exc:
+            out["inputs_remade"] = str(exc)
+            break
         # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
-        inputs = calls.refill(inputs, trials[spec["trial"]], device, input_bands)
+        inputs = calls.refill(inputs, values, device, input_bands)
         lap("refill")
         if spec["kind"].startswith("replay"):
             if not traced:
@@ -300,13 +299,16 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
                                     sync)
         else:
             torch.manual_seed(msg["call_seed"])
-            if spec["trial"] not in pristine:  # host bits of the set as made, taken before its first call
-                pristine[spec["trial"]] = [calls.host_bits(v) if type(v) is torch.Tensor else v
-                                           for v in trials[spec["trial"]]]
-            rep = calls.run_call(job["model"], inputs, pristine[spec["trial"]], token, bool(spec.get("trace")), sync,
-                                 input_bands)
+            # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
+            pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
+            rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands)
+            if rep["inputs_changed"] is None:
+                rep["inputs_changed"] = inputsets.changed(inputs, values, lift)
             if "_trace" in rep:
                 traced = {"trace": rep.pop("_trace"), "outputs": rep.pop("_outputs")}
+        del values
+        for o in rep.get("outputs") or ():
+            o["data"] = o["data"].to("cpu")
         rep.update(kind=spec["kind"], trial=spec["trial"], state=seal.changed(job["state0"]))
         laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]
         lap("checks")  # what run_call did after the call: copies out, bands, input comparison
@@ -317,7 +319,12 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
 
 
 def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:
-    sets = [calls.stage(s, device) for s in job["timing_sets"]]
+    n, lift = job["n_trials"], job["block"] if job["sets"].stream else None
+    guard.ctl(token, "harness", True)  # streamed sets are made here: a harness step
+    try:
+        sets = [calls.stage(job["sets"].get(n + k, lift), device) for k in range(len(job["sets"].seeds) - n)]
+    finally:
+        guard.ctl(token, "harness", False)
     bufs = calls.stage(sets[0], device)
     model, checked = job["model"], {}
 
@@ -390,6 +397,7 @@ def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, t
     t.append(time.perf_counter())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        memplan.release(device)  # the job's cached blocks back to the GPU's other processes
     t.append(time.perf_counter())
     out = _hygiene({}, token, snap, threads0)
     # Candidate code at clean-up changes no verdict (every check is done) but may have left state

@@ -1,0 +1,210 @@
+"""A problem's memory plan: what one verification holds at once, and whether it fits its budgets.
+
+Keeps: the problem's own bytes (inputs, outputs, parameters), read from meta tensors before anything
+is allocated (the reference's `plan` command) or measured on the reference's first trial; from them
+a peak per process, given how trials are streamed (below); and the check against the per-worker
+device budget and the worker's host cap. A problem that does not fit is a ProblemError naming the
+bytes needed and available: never a traceback, never a verdict charged to the candidate.
+
+Streaming, and so the multiples (one trial's tensors at a time, never all of them):
+* reference: per trial it makes the inputs, runs, copies the outputs to the host and frees them;
+  the input-sensitivity check mixes two sets: params + 2 in + 2 out on the device.
+* worker, correctness calls: the banded input buffers and the set freshly made from its seed (the
+  pristine copy the mutation check compares against), the candidate's output and its copy, and the
+  traced call's outputs kept for the replays: params + 2 in + 3 out.
+* worker, timing (GPU): two timing sets and the buffers they are copied into; the output and three
+  checked outputs, kept on the device until the timing gate opens: params + 3 in + 4 out.
+Plus one output of slack for temporaries inside forward, and the worker's fixed share (the 256 MiB
+L2 flush buffer and warm-up tensors).
+
+Simplifies: the outputs of every trial still travel to the parent on the host, since the judge
+compares trials against each other after the run (follows_reference, the replays). Host memory
+therefore grows with the number of calls; it is planned and checked here, not streamed.
+"""
+from __future__ import annotations
+
+import types
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from distill.verifier.problemio import ProblemError, seed_all
+
+# Fixed device bytes of a worker besides the problem (flush buffer, warm-up tensors).
+DEVICE_BASE = 320 << 20
+# Host bytes of a worker besides the problem: torch, Triton and the CUDA context (cli.MIN_MEMORY_MB
+# measured honest runs at about half of these).
+HOST_BASE = {"cpu": 384 << 20, "cuda": 768 << 20}
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 28 else f"{n / (1 << 20):.1f} MiB"
+
+
+def nbytes(values: Any) -> int:
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    if isinstance(values, (list, tuple)):
+        return sum(nbytes(v) for v in values)
+    return 0
+
+
+@dataclass
+class MemoryPlan:
+    """The problem's own bytes, and what each process holds at its peak under streaming."""
+
+    input_bytes: int
+    output_bytes: int
+    param_bytes: int
+    calls: int   # worker calls whose outputs travel to the parent (trials + replays)
+    sets: int    # input sets the reference makes (trials + timing sets)
+    source: str  # "meta" (before any allocation) or "measured" (the reference's first trial)
+
+    @property
+    def problem_bytes(self) -> int:
+        return self.input_bytes + self.output_bytes + self.param_bytes
+
+    def reference_device(self) -> int:
+        return self.param_bytes + 2 * self.input_bytes + 3 * self.output_bytes
+
+    def worker_device(self, timed: bool) -> int:
+        i, o = self.input_bytes, self.output_bytes
+        held = 3 * i + 5 * o if timed else 2 * i + 4 * o
+        return self.param_bytes + held
+
+    def device_need(self, device: str, timed: bool) -> int:
+        """The largest process's device peak, with a GPU worker's fixed share."""
+        base = DEVICE_BASE if device == "cuda" else 0
+        return max(self.worker_device(timed) + base, self.reference_device())
+
+    def worker_host(self, device: str) -> int:
+        """The outputs of every call, then their encoded copy in the reply; on the CPU the device
+        tensors live in host memory too."""
+        host = 2 * self.calls * self.output_bytes + HOST_BASE[device]
+        return host + (self.worker_device(False) if device == "cpu" else 0)
+
+    def to_dict(self, device: str, timed: bool) -> dict[str, Any]:
+        return {**asdict(self), "problem_bytes": self.problem_bytes,
+                "reference_device_bytes": self.reference_device(),
+                "worker_device_bytes": self.worker_device(timed) + (DEVICE_BASE if device == "cuda" else 0),
+                "device_peak_bytes": self.device_need(device, timed),
+                "worker_host_bytes": self.worker_host(device)}
+
+
+def plan_from(inputs: Any, outputs: Any, params: int, calls: int, sets: int, source: str) -> MemoryPlan:
+    return MemoryPlan(nbytes(inputs), nbytes(outputs), params, calls, sets, source)
+
+
+def meta_plan(mod: types.ModuleType, init_seed: int, seed: int, calls: int, sets: int) -> MemoryPlan | None:
+    """The plan from meta tensors: the model built and run with shapes only, nothing allocated.
+    None where the problem cannot run on meta tensors (values read on the host, an op without a
+    meta kernel): the reference's measured first trial decides then."""
+    try:
+        seed_all(init_seed)
+        init = mod.get_init_inputs()
+        args, kwargs = (list(init), {}) if isinstance(init, (list, tuple)) else ([], dict(init or {}))
+        with torch.device("meta"):
+            model = mod.Model(*args, **kwargs)
+            seed_all(seed)
+            inputs = list(mod.get_inputs())
+            with torch.no_grad():
+                out = model(*inputs)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        params += sum(b.numel() * b.element_size() for b in model.buffers())
+    except Exception:  # noqa: BLE001 - no meta run: measured on the first trial instead
+        return None
+    if not all(t.device.type == "meta" for t in _tensors(inputs) + _tensors(out)):
+        return None  # a factory call that ignored the default device: its sizes are not all known
+    return plan_from(inputs, out, params, calls, sets, "meta")
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if isinstance(values, (list, tuple)):
+        return [t for v in values for t in _tensors(v)]
+    return []
+
+
+def host_available() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _host_budget(device: str, device_budget: int, host_budget: int) -> int:
+    """On the CPU the device is the host: the device budget is the problem's share of the host cap."""
+    return min(host_budget, device_budget + HOST_BASE[device]) if device == "cpu" else host_budget
+
+
+def streams(plan: dict[str, Any], device: str, budgets: dict[str, Any]) -> bool:
+    """Whether a worker must stream its input sets: keeping every set as made (the sets beyond the
+    two the plan counts) does not fit beside the plan's peak."""
+    extra = (plan["sets"] - 2) * plan["input_bytes"]
+    if device == "cuda":
+        return extra + plan["worker_device_bytes"] > budgets["device"]
+    return extra + plan["worker_host_bytes"] > _host_budget(device, budgets["device"], budgets["host"])
+
+
+def check(plan: MemoryPlan, device: str, device_budget: int, host_budget: int, timed: bool) -> None:
+    """Raise ProblemError when the problem cannot be verified within the budgets: its message names
+    the bytes needed and the bytes available. Not the candidate's doing, so never its verdict."""
+    what = (f"the problem holds {_gib(plan.problem_bytes)} (inputs {_gib(plan.input_bytes)}, outputs "
+            f"{_gib(plan.output_bytes)}, parameters {_gib(plan.param_bytes)}; {plan.source})")
+    need = plan.device_need(device, timed)
+    if device == "cuda" and need > device_budget:
+        raise ProblemError(f"too large for this verifier: {what}; verifying it streamed needs "
+                           f"{_gib(need)} ({need} bytes) of device memory per process, the budget is "
+                           f"{_gib(device_budget)} ({device_budget} bytes) per worker (VerifierPool "
+                           f"device_memory_mb, fewer workers per GPU)")
+    host = plan.worker_host(device)
+    budget = _host_budget(device, device_budget, host_budget)
+    if host > budget:
+        raise ProblemError(f"too large for this verifier: {what}; a worker needs {_gib(host)} ({host} bytes) of "
+                           f"host memory for {plan.calls} calls' outputs, its cap is {_gib(budget)} ({budget} bytes) "
+                           "(VerifierPool max_memory_mb, device_memory_mb on the CPU)")
+    # The whole job's host bytes: the reference's and the worker's outputs, each with its encoded copy,
+    # and the parent's copy of both.
+    total = 3 * (plan.sets + plan.calls) * plan.output_bytes
+    avail = host_available()
+    if avail is not None and total > avail:
+        raise ProblemError(f"too large for this machine: {what}; the job's outputs take {_gib(total)} ({total} bytes) "
+                           f"of host memory across the reference, the worker and the parent, {_gib(avail)} "
+                           f"({avail} bytes) are available")
+
+
+def out_of_memory(exc: BaseException, where: str, plan: MemoryPlan | None, device: torch.device) -> ProblemError:
+    """A real out-of-memory error of trusted code (the reference, or a worker making inputs before
+    any candidate code exists), as the problem-side error it is."""
+    free = total = None
+    if device.type == "cuda":
+        try:
+            free, total = torch.cuda.mem_get_info(device)
+        except Exception:  # noqa: BLE001 - the figure is only informative
+            pass
+    need = f"; its plan needs {_gib(plan.reference_device())}" if plan is not None else ""
+    have = f"; {_gib(free)} of {_gib(total)} free on the device" if free is not None else ""
+    return ProblemError(f"{where} ran out of memory{need}{have}: {type(exc).__name__}: {str(exc)[:300]}")
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak(device: torch.device) -> int | None:
+    """Bytes the caching allocator held at most since `reset_peak` (None on the CPU)."""
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+
+
+def release(device: torch.device) -> None:
+    """Hand cached blocks back to the device, so other processes on it can use them."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
