@@ -1,5 +1,7 @@
-"""`tritonforge train-grpo CONFIG.toml [--out DIR]`: the GRPO trainer's command line.
+"""`tritonforge train-grpo CONFIG.toml [--out DIR]`: the GRPO trainer's command line (TRL underneath).
 
+One process: `tritonforge train-grpo CONFIG`. Several (one per GPU):
+`accelerate launch [--config_file data/accelerate/ZERO.yaml] -m pipelines.cli train-grpo CONFIG`.
 Exit codes: 0 done, 2 bad config or usage (the message names the key), 1 a failure while training.
 """
 from __future__ import annotations
@@ -13,20 +15,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="TOML config, or a shipped config's name (e.g. grpo-tiny; see data/configs/)")
     parser.add_argument("--out", default=None, help="output folder (overrides the config's `out`; "
                         "default out/NAME); a folder with a checkpoint is resumed")
-    parser.add_argument("--steps", type=int, default=None, help="train to this many steps (overrides `steps`)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--steps", type=int, default=None, help="train to this many steps (overrides grpo.max_steps)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.grpo.config import ConfigError, load_config
+    from pipelines.grpo.config import ConfigError, grpo_args, load_config
     from synth.cli_checks import UsageError, writable_folder
 
     try:
         cfg = load_config(args.config, args.out)
-        if args.steps is not None:
-            if args.steps < 1:
-                raise ConfigError("--steps", "must be >= 1")
-            cfg.steps = args.steps
+        if args.steps is not None and args.steps < 1:
+            raise ConfigError("--steps", "must be >= 1")
+        grpo_args(cfg)   # GRPOConfig's own checks, before any model is loaded
         writable_folder(cfg.out, "--out" if args.out else f"{args.config}: out")
     except ConfigError as exc:
         print(f"tritonforge train-grpo: bad config {args.config}: {exc}", file=sys.stderr)
@@ -37,20 +37,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"tritonforge train-grpo: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
 
-    from pipelines.grpo.trainer import GRPOTrainer
+    from pipelines.grpo.trainer import train
 
     try:
-        trainer = GRPOTrainer(cfg, progress=not args.no_progress)
+        summary = train(cfg, args.steps)
     except (FileNotFoundError, ValueError) as exc:
         print(f"tritonforge train-grpo: {exc}", file=sys.stderr)
         return 2
-    try:
-        records = trainer.train()
-    finally:
-        trainer.close()
-    last = records[-1] if records else {}
-    summary = {"out": cfg.out, "step": trainer.step, "stage": trainer.curriculum.stage.index,
-               "reward_mean": last.get("reward_mean"), "pass_rate": last.get("pass_rate"),
-               "speed_term": trainer.rewarder.speed_term}
     print(json.dumps(summary))
     return 0

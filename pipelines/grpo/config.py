@@ -1,7 +1,16 @@
-"""The train-grpo TOML config: typed sections, defaults, and errors that name the offending key.
+"""The train-grpo TOML config: the project's tables, plus `[grpo]`, which maps key for key onto TRL's `GRPOConfig`.
 
-Every path may use `{out}` for the run's output folder (e.g. `path = "{out}/tiny-llama"`), so a
-config can build its tiny model and synthetic shards next to its checkpoints.
+    name = "grpo-tiny"            # the default output folder is out/NAME
+    [model]       path, build_tiny, [model.lora]        (LoRA through peft)
+    [data]        dir | [data.synth], max_prompt_tokens
+    [reward]      scheme, alpha, log_speedup_clip, device, workers, timeout, toy_pass
+    [curriculum]  promote_at, eval_every, eval_size, eval_temperature, zero_std, max_stage_steps
+    [grpo]        any field of trl.GRPOConfig (num_generations, learning_rate, max_steps, use_vllm, ...)
+
+An unknown key anywhere, `[grpo]` included, is a ConfigError naming the dotted key (the CLI exits
+2). `[grpo]` values are type-checked against GRPOConfig's defaults, then GRPOConfig's own checks
+run (their message is kept, under the key `grpo`). `output_dir` is the run's `out`, never set in
+`[grpo]`. Every path may use `{out}` for the run's output folder.
 """
 from __future__ import annotations
 
@@ -13,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 SCHEMES = ("binary", "drtriton", "hrd", "toy")
-BACKENDS = ("auto", "vllm", "hf")
-ZERO_STD = ("keep", "drop", "resample")
+ZERO_STD = ("keep", "drop")
+# Settings of ours a user may not override through [grpo]: they would break the run's contracts.
+_OWNED = {"output_dir": "set `out` (or --out) instead",
+          "shuffle_dataset": "the curriculum orders the prompts (curriculum.*)"}
 
 
 class ConfigError(ValueError):
@@ -26,7 +37,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class LoraConfig:
+class LoraSettings:
     r: int = 8
     alpha: int = 16
     dropout: float = 0.0
@@ -34,12 +45,10 @@ class LoraConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelSettings:
     path: str = ""
-    build_tiny: bool = False      # build a tiny random Llama at `path` when it is not there
-    device: str = "auto"          # auto | cpu | cuda
-    precision: str = "auto"       # auto (bf16 autocast on cuda, fp32 on cpu) | fp32 | bf16
-    lora: LoraConfig | None = None
+    build_tiny: bool = False      # build the tiny random Llama at `path` when it is not there
+    lora: LoraSettings | None = None
 
 
 @dataclass
@@ -50,7 +59,7 @@ class SynthStage:
 
 
 @dataclass
-class SynthConfig:
+class SynthSettings:
     """Shards drawn on the spot (synth + prompt set), written under {out}/data and read back."""
 
     prompt: str = "kernelbench-zeroshot"
@@ -61,84 +70,53 @@ class SynthConfig:
 
 
 @dataclass
-class DataConfig:
+class DataSettings:
     dir: str = ""                  # a built dataset: rl/stage=K/*.parquet, heldout/level=L/*.parquet
-    synth: SynthConfig | None = None
-    max_prompt_tokens: int = 4096  # longer prompts are skipped (and counted), never truncated
+    synth: SynthSettings | None = None
+    max_prompt_tokens: int = 4096  # longer prompts are left out (and counted), never truncated
 
 
 @dataclass
-class RolloutConfig:
-    backend: str = "auto"          # auto: vLLM when installed and on the policy's device, else hf
-    group_size: int = 8
-    prompts_per_step: int = 2
-    max_new_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-    vllm_memory: float = 0.3       # vLLM gpu_memory_utilization (host memory share on CPU)
-
-
-@dataclass
-class RewardConfig:
+class RewardSettings:
     scheme: str = "binary"
     alpha: float = 0.1                     # hrd: weight of the plan-token (speed) advantage
     log_speedup_clip: list[float] = field(default_factory=lambda: [-0.9, 2.0])
-    device: str = "auto"                   # verifier device: auto follows the policy
+    device: str = "auto"                   # verifier device: auto = cuda when present (this rank's GPU)
     workers: int = 2
     timeout: float = 60.0
     toy_pass: float = 0.5                  # toy: a completion "passes" at this reward or more
 
 
 @dataclass
-class LossConfig:
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    beta: float = 0.0                      # KL to the reference policy (k3 estimator)
-    scale_std: bool = True                 # divide group-centred rewards by the group's std
-    std_eps: float = 1e-4
-
-
-@dataclass
-class OptimConfig:
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch: int = 8                   # sequences per forward/backward; the step accumulates
-    updates_per_batch: int = 1             # optimizer steps on one rollout batch (ratio != 1 after the first)
-
-
-@dataclass
-class CurriculumConfig:
+class CurriculumSettings:
     promote_at: float = 0.5                # held-out pass@1 at the stage's level(s) that promotes
     eval_every: int = 10
     eval_size: int = 16
     eval_temperature: float = 0.0          # 0 = greedy
-    zero_std: str = "keep"                 # groups whose rewards are all equal: keep | drop | resample
-    max_resample: int = 2
+    zero_std: str = "keep"                 # groups whose rewards are all equal: keep | drop
     max_stage_steps: int = 0               # 0 = stay until promoted
 
 
 @dataclass
-class GRPOConfig:
+class RunConfig:
     name: str = "grpo"
-    seed: int = 0
-    steps: int = 100
     out: str = ""
-    save_every: int = 50
     plot: bool = True
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)
+    grpo: dict[str, Any] = field(default_factory=dict)   # checked trl.GRPOConfig keyword arguments
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 # -- parsing ------------------------------------------------------------------------------------
+_NESTED = {"LoraSettings": LoraSettings, "ModelSettings": ModelSettings, "SynthSettings": SynthSettings,
+           "DataSettings": DataSettings, "RewardSettings": RewardSettings, "CurriculumSettings": CurriculumSettings}
+
+
 def _build(cls: type, raw: Any, key: str) -> Any:
     """Fill dataclass `cls` from table `raw`, checking names and value types against its fields."""
     if not isinstance(raw, dict):
@@ -149,17 +127,11 @@ def _build(cls: type, raw: Any, key: str) -> Any:
         where = f"{key}.{name}" if key else name
         if name not in fields:
             raise ConfigError(where, f"unknown key (known: {', '.join(sorted(fields))})")
-        kwargs[name] = _coerce(fields[name].type, value, where)
+        kwargs[name] = _coerce(str(fields[name].type), value, where)
     return cls(**kwargs)
 
 
-_NESTED = {"LoraConfig": LoraConfig, "ModelConfig": ModelConfig, "SynthConfig": SynthConfig,
-           "DataConfig": DataConfig, "RolloutConfig": RolloutConfig, "RewardConfig": RewardConfig,
-           "LossConfig": LossConfig, "OptimConfig": OptimConfig, "CurriculumConfig": CurriculumConfig}
-
-
-def _coerce(ftype: Any, value: Any, where: str) -> Any:
-    t = str(ftype)
+def _coerce(t: str, value: Any, where: str) -> Any:
     for name, cls in _NESTED.items():
         if t.startswith(name):
             return _build(cls, value, where)
@@ -167,7 +139,9 @@ def _coerce(ftype: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(where, "expected an array of tables ([[...stage]])")
         return [_build(SynthStage, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if t.startswith("bool"):
+    if t.startswith("dict"):
+        ok = isinstance(value, dict)
+    elif t.startswith("bool"):
         ok = isinstance(value, bool)
     elif t.startswith("int"):
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -190,18 +164,43 @@ def _coerce(ftype: Any, value: Any, where: str) -> Any:
     return value
 
 
-def _check(cfg: GRPOConfig) -> None:
+def _check_grpo(raw: dict[str, Any]) -> None:
+    """Each [grpo] key must be a GRPOConfig field, of the type of its default when that is not None."""
+    from trl import GRPOConfig
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig) if f.init}
+    for name, value in raw.items():
+        where = f"grpo.{name}"
+        if name in _OWNED:
+            raise ConfigError(where, _OWNED[name])
+        if name not in fields:
+            raise ConfigError(where, "unknown key: not a field of trl.GRPOConfig "
+                                     "(https://huggingface.co/docs/trl/grpo_trainer)")
+        f = fields[name]
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        if not ok:
+            raise ConfigError(where, f"expected {type(default).__name__} (like its default {default!r}), got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(where, f"must be a finite number, got {value}")
+
+
+def _check(cfg: RunConfig) -> None:
     def need(cond: bool, key: str, msg: str) -> None:
         if not cond:
             raise ConfigError(key, msg)
 
     _finite(cfg, "")
-    need(cfg.seed >= 0, "seed", f"must be >= 0, got {cfg.seed}")
-    need(cfg.steps >= 1, "steps", "must be >= 1")
-    need(cfg.save_every >= 1, "save_every", "must be >= 1")
     need(bool(cfg.model.path), "model.path", "is required (a local Hugging Face model folder)")
-    need(cfg.model.device in ("auto", "cpu", "cuda"), "model.device", "must be auto, cpu or cuda")
-    need(cfg.model.precision in ("auto", "fp32", "bf16"), "model.precision", "must be auto, fp32 or bf16")
     if cfg.model.lora is not None:
         need(cfg.model.lora.r >= 1, "model.lora.r", "must be >= 1")
     need(bool(cfg.data.dir) != (cfg.data.synth is not None), "data",
@@ -209,13 +208,6 @@ def _check(cfg: GRPOConfig) -> None:
     if cfg.data.synth is not None:
         _check_synth(cfg.data.synth, need)
     need(cfg.data.max_prompt_tokens >= 1, "data.max_prompt_tokens", "must be >= 1")
-    r = cfg.rollout
-    need(r.backend in BACKENDS, "rollout.backend", f"must be one of {', '.join(BACKENDS)}")
-    need(r.group_size >= 2, "rollout.group_size", "must be >= 2 (advantages compare samples within a group)")
-    need(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
-    need(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
-    need(r.temperature > 0, "rollout.temperature", "must be > 0 (GRPO samples; use curriculum.eval_temperature for greedy eval)")
-    need(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
     w = cfg.reward
     need(w.scheme in SCHEMES, "reward.scheme", f"must be one of {', '.join(SCHEMES)}")
     need(w.alpha >= 0, "reward.alpha", "must be >= 0")
@@ -226,21 +218,14 @@ def _check(cfg: GRPOConfig) -> None:
     need(w.device in ("auto", "cpu", "cuda"), "reward.device", "must be auto, cpu or cuda")
     need(w.workers >= 1, "reward.workers", "must be >= 1")
     need(w.timeout > 0, "reward.timeout", "must be > 0")
-    lo = cfg.loss
-    need(0 <= lo.clip_low < 1 and lo.clip_high >= 0, "loss.clip_low", "needs 0 <= clip_low < 1 and clip_high >= 0")
-    need(lo.beta >= 0, "loss.beta", "must be >= 0")
-    o = cfg.optim
-    need(o.lr > 0, "optim.lr", "must be > 0")
-    need(o.micro_batch >= 1, "optim.micro_batch", "must be >= 1")
-    need(o.updates_per_batch >= 1, "optim.updates_per_batch", "must be >= 1")
     c = cfg.curriculum
     need(0 <= c.promote_at <= 1, "curriculum.promote_at", "must be in [0, 1]")
     need(c.eval_every >= 1, "curriculum.eval_every", "must be >= 1")
     need(c.eval_size >= 1, "curriculum.eval_size", "must be >= 1")
     need(c.eval_temperature >= 0, "curriculum.eval_temperature", "must be >= 0")
     need(c.zero_std in ZERO_STD, "curriculum.zero_std", f"must be one of {', '.join(ZERO_STD)}")
-    need(c.max_resample >= 0 and c.max_stage_steps >= 0, "curriculum.max_resample",
-         "max_resample and max_stage_steps must be >= 0")
+    need(c.max_stage_steps >= 0, "curriculum.max_stage_steps", "must be >= 0")
+    _check_grpo(cfg.grpo)
 
 
 def _finite(obj: Any, key: str) -> None:
@@ -255,11 +240,11 @@ def _finite(obj: Any, key: str) -> None:
             raise ConfigError(where, f"must hold finite numbers, got {value}")
 
 
-def _check_synth(s: SynthConfig, need: Any) -> None:
+def _check_synth(s: SynthSettings, need: Any) -> None:
     """Problems drawn on the spot: levels, sizes and seeds the sampler takes, a prompt set that exists."""
     import synth
     from distill.teacher.prompts import list_prompts
-    from synth.bounds import MAX_BATCH, MAX_LEVEL
+    from synth.sampler import MAX_BATCH, MAX_LEVEL
 
     prompts = list_prompts()
     need(s.prompt in prompts, "data.synth.prompt", f"no prompt set {s.prompt!r} (known: {', '.join(prompts)})")
@@ -279,9 +264,9 @@ def _check_synth(s: SynthConfig, need: Any) -> None:
              f"must be a non-empty list of levels from 1 to {MAX_LEVEL}, got {st.levels}")
 
 
-def parse_config(raw: dict[str, Any], out: str | None = None) -> GRPOConfig:
+def parse_config(raw: dict[str, Any], out: str | None = None) -> RunConfig:
     """A checked config from a parsed TOML table; `out` (from --out) overrides the file's `out`."""
-    cfg = _build(GRPOConfig, raw, "")
+    cfg = _build(RunConfig, raw, "")
     if out:
         cfg.out = out
     if not cfg.out:
@@ -292,7 +277,27 @@ def parse_config(raw: dict[str, Any], out: str | None = None) -> GRPOConfig:
     return cfg
 
 
-def load_config(path: str | Path, out: str | None = None) -> GRPOConfig:
+def grpo_args(cfg: RunConfig, **overrides: Any) -> Any:
+    """trl.GRPOConfig for the run: our defaults, then `[grpo]`, then `overrides`; GRPOConfig's own
+    checks become a ConfigError under `grpo`."""
+    import torch
+    from trl import GRPOConfig
+
+    cuda = torch.cuda.is_available()
+    kwargs: dict[str, Any] = {
+        "output_dir": str(Path(cfg.out) / "trl"), "shuffle_dataset": False, "logging_steps": 1, "report_to": [],
+        "save_strategy": "steps", "bf16": cuda, "use_cpu": not cuda, "gradient_checkpointing": False,
+        "log_completions": False, "disable_tqdm": True,
+    }
+    kwargs.update(cfg.grpo)
+    kwargs.update(overrides)
+    try:
+        return GRPOConfig(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError("grpo", str(exc).strip().splitlines()[0]) from None
+
+
+def load_config(path: str | Path, out: str | None = None) -> RunConfig:
     """Read and check a TOML config (a file, or a shipped config's name such as `grpo-tiny`); raises
     ConfigError naming the key, or OSError for the file."""
     from pipelines.configs import resolve_config

@@ -1,4 +1,4 @@
-"""Training tasks from RL shards: stages in order, held-out problems by level, and a resumable sampler.
+"""Training rows from RL shards: stages in order, held-out problems by level, prompts that fit.
 
 The trainer only ever reads shards (`rl/stage=K/*.parquet`, `heldout/level=L/*.parquet`, schema
 `curriculum.schemas.RL_SCHEMA`). A `[data.synth]` config writes such shards first, with the same
@@ -11,40 +11,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from pipelines.grpo.config import SynthConfig
-
-
-@dataclass(frozen=True)
-class Task:
-    """One prompt to roll out: the chat messages and what the verifier checks against."""
-
-    problem_id: str
-    prompt: tuple[tuple[str, str], ...]   # (role, content) pairs, hashable on purpose
-    reference: str
-    level: int
-    stage: int
-    index: int
-
-    @property
-    def messages(self) -> list[dict[str, str]]:
-        return [{"role": r, "content": c} for r, c in self.prompt]
+from pipelines.grpo.config import SynthSettings
 
 
 @dataclass(frozen=True)
 class Stage:
+    """One curriculum stage: its index, levels and rows (the columns TRL and the reward read)."""
+
     index: int
     levels: tuple[int, ...]
-    tasks: tuple[Task, ...]
+    rows: tuple[dict[str, Any], ...]
 
 
-def _tasks(table: Any) -> list[Task]:
-    out = []
-    for row in table.to_pylist():
-        out.append(Task(row["problem_id"], tuple((m["role"], m["content"]) for m in row["prompt"]),
-                        row["reference"], int(row["level"]), int(row["stage"]), int(row["extra_info"]["index"])))
-    return out
+def _rows(table: Any) -> list[dict[str, Any]]:
+    return [{"prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+             "reference": row["reference"], "problem_id": row["problem_id"], "level": int(row["level"]),
+             "stage": int(row["stage"])} for row in table.to_pylist()]
 
 
 def _numbered(folder: Path, key: str) -> list[tuple[int, Path]]:
@@ -64,21 +46,21 @@ def load_stages(root: str | Path) -> list[Stage]:
 
     stages = []
     for k, folder in _numbered(Path(root) / "rl", "stage"):
-        tasks = _tasks(read_folder(folder, RL_SCHEMA))
-        if tasks:
-            stages.append(Stage(k, tuple(sorted({t.level for t in tasks})), tuple(tasks)))
+        rows = _rows(read_folder(folder, RL_SCHEMA))
+        if rows:
+            stages.append(Stage(k, tuple(sorted({r["level"] for r in rows})), tuple(rows)))
     return stages
 
 
-def load_heldout(root: str | Path) -> dict[int, list[Task]]:
+def load_heldout(root: str | Path) -> dict[int, list[dict[str, Any]]]:
     """Held-out tasks by level (`root/heldout/level=L`)."""
     from curriculum.schemas import RL_SCHEMA
     from curriculum.shards import read_folder
 
-    return {lv: _tasks(read_folder(folder, RL_SCHEMA)) for lv, folder in _numbered(Path(root) / "heldout", "level")}
+    return {lv: _rows(read_folder(folder, RL_SCHEMA)) for lv, folder in _numbered(Path(root) / "heldout", "level")}
 
 
-def write_synth(cfg: SynthConfig, root: str | Path) -> Path:
+def write_synth(cfg: SynthSettings, root: str | Path) -> Path:
     """Draw the configured problems and write them as RL shards under `root` (skipped if present).
 
     Held-out problems come from another seed stream and never share a `dag_hash` with training.
@@ -113,51 +95,13 @@ def write_synth(cfg: SynthConfig, root: str | Path) -> Path:
     return root
 
 
-@dataclass
-class SamplerState:
-    """Where the sampler is: which stage, which pass over it, how far into that pass."""
-
-    stage_pos: int = 0
-    epoch: int = 0
-    cursor: int = 0
+def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """A prompt's length in tokens, as the trainer renders it (chat template, generation prompt)."""
+    return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
 
 
-class StageSampler:
-    """Hands out a stage's tasks in a seeded order, pass after pass; a state of three ints resumes it.
-
-    The order of pass `e` over stage `k` depends only on (seed, k, e), never on what came before.
-    """
-
-    def __init__(self, stages: list[Stage], seed: int, state: SamplerState | None = None) -> None:
-        if not stages:
-            raise ValueError("no RL stages with rows were found")
-        self.stages = stages
-        self.seed = seed
-        self.state = state or SamplerState()
-
-    @property
-    def stage(self) -> Stage:
-        return self.stages[self.state.stage_pos]
-
-    def _order(self) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, self.stage.index, self.state.epoch])
-        return rng.permutation(len(self.stage.tasks))
-
-    def take(self, n: int) -> list[Task]:
-        out: list[Task] = []
-        order = self._order()
-        while len(out) < n:
-            if self.state.cursor >= len(order):
-                self.state.epoch += 1
-                self.state.cursor = 0
-                order = self._order()
-            out.append(self.stage.tasks[int(order[self.state.cursor])])
-            self.state.cursor += 1
-        return out
-
-    def has_next_stage(self) -> bool:
-        return self.state.stage_pos + 1 < len(self.stages)
-
-    def promote(self) -> None:
-        if self.has_next_stage():
-            self.state = SamplerState(self.state.stage_pos + 1, 0, 0)
+def fitting(rows: list[dict[str, Any]], tokenizer: Any, max_tokens: int) -> tuple[list[dict[str, Any]], int]:
+    """The rows whose prompt fits in `max_tokens`, and how many were left out (never truncated: a cut
+    prompt would lose the module the answer must implement)."""
+    kept = [r for r in rows if prompt_tokens(tokenizer, r["prompt"]) <= max_tokens]
+    return kept, len(rows) - len(kept)

@@ -1,4 +1,4 @@
-"""Run records: OUT/metrics.jsonl (one object per step), a progress bar, and the reward/pass-rate plot.
+"""Run records: OUT/metrics.jsonl (one object per logged step, from TRL's log), and the reward/pass-rate plot.
 
 On resume the file is cut back to the checkpoint's step first, so steps that are replayed after a
 crash appear once, with the values of the run that continued.
@@ -9,6 +9,8 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from transformers import TrainerCallback
 
 from synth.atomic_write import atomic_path, atomic_write_text
 
@@ -53,28 +55,30 @@ def read(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-class Progress:
-    """A tqdm bar when tqdm is there and enabled; silent otherwise."""
+def pass_rate(rec: dict[str, Any]) -> float | None:
+    """A step's pass rate, whichever reward logged it (the verifier plug-in or toy)."""
+    return rec.get("verifier/pass_rate", rec.get("toy/pass_rate"))
 
-    def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
 
-                self.bar = tqdm(total=total, initial=initial, desc="train-grpo", unit="step", dynamic_ncols=True)
-            except ImportError:
-                self.bar = None
+class MetricsCallback(TrainerCallback):
+    """Appends each step's log to `path` on the main process; a resumed run first cuts the file back
+    to its checkpoint's step, so replayed steps appear once."""
 
-    def update(self, rec: dict[str, Any]) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix(stage=rec["stage"], reward=f"{rec['reward_mean']:.3f}",
-                                 pass_rate=f"{rec['pass_rate']:.2f}", zero_std=f"{rec['frac_zero_std']:.2f}")
-            self.bar.update(1)
+    def __init__(self, path: str | Path, resume: str | None) -> None:
+        self.path, self.resume, self.log = Path(path), resume, None
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+        if not state.is_world_process_zero or not logs or "reward" not in logs:
+            return                              # the run summary at the end has no reward: not a step
+        if self.log is None:
+            step = int(self.resume.rstrip("/").rsplit("-", 1)[-1]) if self.resume else 0
+            self.log = MetricsLog(self.path, resume_step=step)
+        self.log.write({"step": state.global_step, **logs})
+
+    def on_train_end(self, *a: Any, **k: Any) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 def plot(metrics_path: str | Path, out_png: str | Path) -> Path | None:
@@ -94,16 +98,16 @@ def plot(metrics_path: str | Path, out_png: str | Path) -> Path | None:
         return None
     steps = [r["step"] for r in recs]
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
-    ax.plot(steps, [r["reward_mean"] for r in recs], label="reward (mean)", color="#1f77b4")
-    ax.plot(steps, [r["pass_rate"] for r in recs], label="pass rate (train samples)", color="#2ca02c")
-    ev = [(r["step"], r["eval_pass_at_1"]) for r in recs if r.get("eval_pass_at_1") is not None]
+    ax.plot(steps, [r.get("reward") for r in recs], label="reward (mean)", color="#1f77b4")
+    ax.plot(steps, [pass_rate(r) for r in recs], label="pass rate (train samples)", color="#2ca02c")
+    ev = [(r["step"], r["curriculum/eval_pass_at_1"]) for r in recs if r.get("curriculum/eval_pass_at_1") is not None]
     if ev:
         ax.scatter(*zip(*ev), label="held-out pass@1", color="#d62728", zorder=3, s=18)
     for r in recs:
-        if r.get("promoted"):
+        if r.get("curriculum/promoted"):
             ax.axvline(r["step"], color="#7f7f7f", linestyle="--", linewidth=0.8)
     ax.set_xlabel("step")
-    ax.set_title(f"GRPO: reward and pass rate ({recs[-1].get('scheme', '')} reward)")
+    ax.set_title("GRPO: reward and pass rate")
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()

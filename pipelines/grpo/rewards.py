@@ -1,160 +1,72 @@
-"""Rewards: the verifier's verdict on each completion, turned into the configured reward scheme.
+"""The rewards train-grpo hands TRL: the verifier plug-in (`curriculum.rewards.trl.VerifierReward`), or `toy`.
 
-| scheme | reward of a completion |
-|---|---|
-| `binary` | 1 if the verdict is `pass`, else 0 |
-| `drtriton` | DRTriton's gate: 0 unless `pass`; then `1 + clip(log(speedup), lo, hi)` (lo > -1, so a slow pass still beats any failure) |
-| `hrd` | TritonRL's split: code tokens earn correctness (1/0), plan tokens earn the gated speed reward above; the trainer gives each its own group advantage |
-| `toy` | no verifier: the share of completion tokens that also occur in the reference module, a dense verifiable stand-in for testing the learning loop |
+| scheme | TRL reward function | sequence reward |
+|---|---|---|
+| `binary` | `VerifierReward("binary")` | 1 if the verdict is `pass`, else 0 |
+| `drtriton` | `VerifierReward("drtriton")` | 0 unless `pass`, then `1 + clip(log speedup, lo, hi)` |
+| `hrd` | `VerifierReward("drtriton")` | the trainer splits it: correctness is `reward > 0` (a pass), speed is the reward itself; see trainer.py |
+| `toy` | `ToyReward` | no verifier: the share of completion tokens found in the reference module |
 
-On the CPU the verifier runs kernels through Triton's interpreter and times nothing, so the speed
-term is absent: `drtriton` pays 1 for a pass and `hrd` plan tokens earn correctness, and the
-trainer records `speed_term` saying so. A timeout, a crash of the pool, or anything else that goes
-wrong while scoring one completion gives that completion 0; scoring never raises.
+On the CPU the verifier times nothing, so `drtriton` (and hrd's speed part) pays 1 for a pass.
+`toy` is a dense, verifiable stand-in that shows the loop learns on a random tiny model, which never
+writes a passing kernel. The plug-in scores on this rank's device (LOCAL_RANK's GPU) and never raises.
 """
 from __future__ import annotations
 
-import hashlib
-import math
-import time
-from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from curriculum.rewards.scheme import speed_reward  # DRTriton's gate, shared with the TRL and verl rewards
-from pipelines.grpo.config import RewardConfig
-
-SPEED_ABSENT = "absent: the CPU verifier runs Triton through its interpreter and measures no time"
+from pipelines.grpo.config import RewardSettings
 
 
-@dataclass
-class RewardResult:
-    """What one completion earned, and why."""
+class ToyReward:
+    """A TRL reward function: the share of each completion's tokens that occur in its row's reference."""
 
-    status: str                 # the verdict status, the extraction status (truncated, no_code...), or error
-    passed: bool
-    reward: float               # the sequence reward (for hrd: the code/correctness reward)
-    plan_reward: float          # hrd: the plan tokens' reward; otherwise equal to `reward`
-    code_reward: float
-    speedup: float | None = None
-    reason: str = ""
+    __name__ = "toy"
 
+    def __init__(self, tokenizer: Any, pass_at: float = 0.5) -> None:
+        self.tokenizer, self.pass_at = tokenizer, pass_at
+        self._ref: dict[str, set[int]] = {}
 
-def from_verdict(status: str, speedup: float | None, scheme: str, clip: Sequence[float], reason: str = "") -> RewardResult:
-    """The reward of one verdict under `scheme` (binary, drtriton or hrd)."""
-    passed = status == "pass"
-    correct = 1.0 if passed else 0.0
-    gated = speed_reward(speedup, clip) if passed else 0.0
-    if scheme == "binary":
-        return RewardResult(status, passed, correct, correct, correct, speedup, reason)
-    if scheme == "drtriton":
-        return RewardResult(status, passed, gated, gated, gated, speedup, reason)
-    if scheme == "hrd":
-        return RewardResult(status, passed, correct, gated, correct, speedup, reason)
-    raise ValueError(f"unknown reward scheme {scheme!r}")
+    def reference_tokens(self, reference: str) -> set[int]:
+        if reference not in self._ref:
+            self._ref[reference] = set(self.tokenizer(reference, add_special_tokens=False)["input_ids"])
+        return self._ref[reference]
 
-
-def failed(status: str, reason: str) -> RewardResult:
-    return RewardResult(status, False, 0.0, 0.0, 0.0, None, reason)
-
-
-def toy_reward(completion_ids: Sequence[int], reference_ids: set[int], pass_at: float) -> RewardResult:
-    """Share of completion tokens that occur in the reference module's tokens."""
-    if not completion_ids:
-        return RewardResult("toy", False, 0.0, 0.0, 0.0, None, "empty completion")
-    r = sum(1 for t in completion_ids if t in reference_ids) / len(completion_ids)
-    return RewardResult("toy", r >= pass_at, r, r, r, None, "")
-
-
-class Rewarder:
-    """Scores (reference, completion) pairs: extraction, then the verifier pool, several at once."""
-
-    def __init__(self, cfg: RewardConfig, device: str, tokenizer: Any) -> None:
-        self.cfg = cfg
-        self.device = device
-        self.tokenizer = tokenizer
-        self.pool = None
-        self._ref_tokens: dict[str, set[int]] = {}
-        if cfg.scheme == "toy":
-            self.speed_term = "absent: toy reward"
-        elif device == "cuda":
-            self.speed_term = "present: speedup_eager from GPU timing"
-        else:
-            self.speed_term = SPEED_ABSENT
-
-    def start(self) -> "Rewarder":
-        if self.cfg.scheme != "toy" and self.pool is None:
-            from distill.verifier import VerifierPool
-
-            self.pool = VerifierPool(workers=self.cfg.workers, device=self.device, timeout=self.cfg.timeout).start()
-        return self
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-
-    def __enter__(self) -> "Rewarder":
-        self._depth = getattr(self, "_depth", 0) + 1
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        # nested `with` blocks share one pool: only the outermost closes it
-        self._depth -= 1
-        if self._depth == 0:
-            self.close()
-
-    # -- scoring ---------------------------------------------------------------------------------
-    def score(self, items: Sequence[tuple[str, Any]]) -> list[RewardResult]:
-        """`items` are (reference source, Sample) pairs; results come back in the same order."""
-        if self.cfg.scheme == "toy":
-            return [toy_reward(s.completion_ids, self._reference_tokens(ref), self.cfg.toy_pass) for ref, s in items]
-        from distill.teacher.extract import extract
-
-        results: list[RewardResult | None] = [None] * len(items)
-        jobs: dict[tuple[str, str], list[int]] = {}
-        for i, (ref, s) in enumerate(items):
-            ex = extract(s.text, s.finish_reason)
-            if not ex.ok:
-                results[i] = failed(ex.status, ex.reason)
-                continue
-            # identical answers to one problem are verified once (groups often repeat themselves)
-            key = (hashlib.sha256(ref.encode()).hexdigest(), ex.code)
-            jobs.setdefault(key, []).append(i)
-        if jobs:
-            verdicts = self._verify_all([(items[idx[0]][0], code) for (_, code), idx in jobs.items()])
-            for (_key, idx), res in zip(jobs.items(), verdicts):
-                for i in idx:
-                    results[i] = res
-        return [r if r is not None else failed("error", "not scored") for r in results]
-
-    def _verify_all(self, pairs: list[tuple[str, str]]) -> list[RewardResult]:
-        self.start()
-        out: list[RewardResult] = [failed("timeout", "the verifier did not answer in time")] * len(pairs)
-        rounds = math.ceil(len(pairs) / max(1, self.cfg.workers))
-        deadline = time.monotonic() + (rounds + 1) * (self.cfg.timeout + 30)
-        ex = ThreadPoolExecutor(max_workers=self.cfg.workers)
-        try:
-            futs = [ex.submit(self._verify_one, ref, code) for ref, code in pairs]
-            wait(futs, timeout=max(1.0, deadline - time.monotonic()))
-            for i, f in enumerate(futs):
-                if f.done():
-                    out[i] = f.result()
-        finally:
-            # A stuck call keeps its thread; the step goes on with a zero reward for it.
-            ex.shutdown(wait=False, cancel_futures=True)
+    def score(self, references: Sequence[str], completion_ids: Sequence[Sequence[int]]) -> list[float]:
+        out = []
+        for ref, ids in zip(references, completion_ids):
+            known = self.reference_tokens(ref)
+            out.append(sum(t in known for t in ids) / len(ids) if len(ids) else 0.0)
         return out
 
-    def _verify_one(self, reference: str, code: str) -> RewardResult:
-        try:
-            v = self.pool.verify(reference, code)
-        except Exception as exc:  # noqa: BLE001 - the reward must never take the run down
-            return failed("error", f"verifier raised {type(exc).__name__}: {exc}"[:300])
-        return from_verdict(v.status, v.speedup_eager, self.cfg.scheme, self.cfg.log_speedup_clip, v.reason)
-
-    def _reference_tokens(self, reference: str) -> set[int]:
-        got = self._ref_tokens.get(reference)
-        if got is None:
-            got = set(self.tokenizer(reference, add_special_tokens=False)["input_ids"])
-            self._ref_tokens[reference] = got
+    def __call__(self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]],
+                 reference: Sequence[str], **kwargs: Any) -> list[float]:
+        got = self.score(reference, completion_ids)
+        if callable(kwargs.get("log_metric")) and got:
+            kwargs["log_metric"]("toy/pass_rate", sum(r >= self.pass_at for r in got) / len(got))
         return got
+
+
+def _verifier(cfg: RewardSettings, scheme: str) -> Any:
+    from curriculum.rewards.trl import VerifierReward
+
+    return VerifierReward(scheme=scheme, device=None if cfg.device == "auto" else cfg.device, workers=cfg.workers,
+                          timeout=cfg.timeout, clip=tuple(cfg.log_speedup_clip))
+
+
+def reward_funcs(cfg: RewardSettings, tokenizer: Any) -> list[Any]:
+    """The `reward_funcs` for GRPOTrainer under `cfg.scheme` (one function: the table above)."""
+    if cfg.scheme == "toy":
+        return [ToyReward(tokenizer, cfg.toy_pass)]
+    return [_verifier(cfg, "drtriton" if cfg.scheme == "hrd" else cfg.scheme)]
+
+
+def passes(cfg: RewardSettings, tokenizer: Any, references: Sequence[str], texts: Sequence[str]) -> list[bool]:
+    """Whether each completion passes (held-out pass@1): a `pass` verdict, or toy reward >= toy_pass."""
+    if cfg.scheme == "toy":
+        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        return [r >= cfg.toy_pass for r in ToyReward(tokenizer).score(references, ids)]
+    from curriculum.rewards.scorer import score
+
+    return [s.status == "pass" for s in score(references, texts, _verifier(cfg, "binary").settings)]

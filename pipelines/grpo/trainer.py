@@ -1,272 +1,224 @@
-"""The GRPO loop: roll out G samples per prompt, score them with the verifier, update, evaluate, promote.
+"""train-grpo: TRL's GRPOTrainer with the project's additions as small, named extensions.
 
-A step: take `prompts_per_step` tasks from the current stage; sample G completions each (seeds
-derived from run seed, step, slot, sample and resample round); score; measure the share of groups
-whose rewards are all equal (`frac_zero_std`) and keep, drop or resample them; turn rewards into
-per-token advantages (HRD: separate plan and code advantages); update; every `eval_every` steps on a
-stage, measure held-out pass@1 and promote past the bar. Metrics go to OUT/metrics.jsonl, weights
-and state to OUT/ckpt; `train()` resumes from the latest checkpoint when there is one.
+What TRL does (canonical GRPO, as maintained there): sampling G completions per prompt (transformers,
+or vLLM colocated or served), group-normalised advantages, the clipped surrogate with token-level
+normalisation (`loss_type`, default DAPO), optional KL to a reference (`beta`), LoRA through peft,
+multi-process training through accelerate (DDP, DeepSpeed ZeRO-2/3, FSDP), checkpoints and resume.
+Every `[grpo]` key of the config is a GRPOConfig field and means what TRL's docs say.
+
+What this module adds or changes:
+- **Reward**: the verifier plug-in (`curriculum.rewards.trl.VerifierReward`): each rank verifies
+  its own completions on its own device (LOCAL_RANK's GPU); TRL gathers the rewards for the groups.
+- **HRD** (`reward.scheme = "hrd"`, `TritonForgeGRPOTrainer._hrd`): advantages become [B, T]:
+  code tokens take the correctness advantage, plan tokens `alpha` x the speed advantage (hrd.py has
+  the definition, after TritonRL). TRL's loss takes [B, T] advantages as they are.
+- **Zero-std groups** (`curriculum.zero_std`): `keep` is TRL's behaviour (their advantage is 0 but
+  their tokens count in the loss's normaliser); `drop` takes them out of the loss and the normaliser.
+  A step whose groups are all dropped has a zero loss (the optimizer still steps).
+- **Curriculum** (curriculum.py): a sampler serving the current stage in place of TRL's
+  RepeatSampler, and a callback that promotes on held-out pass@1 (DRTriton's rule).
+- **Resume**: TRL checkpoints (`OUT/checkpoint-N`) plus `curriculum.json`; rerunning with the same
+  `--out` resumes from the latest one, and a different config there is refused.
+- Prompts longer than `data.max_prompt_tokens` are left out, never truncated.
+
+Metrics: each step is one line of `OUT/metrics.jsonl` (`step` plus TRL's log), plotted to
+`OUT/reward.png`. TRL logs `loss`, `grad_norm`, `learning_rate`, `epoch`, `reward`, `reward_std`,
+`rewards/<func>/mean`, `rewards/<func>/std`, `frac_reward_zero_std`, `completions/mean_length`,
+`completions/min_length`, `completions/max_length`, `completions/clipped_ratio`,
+`completions/mean_terminated_length`, `completions/min_terminated_length`,
+`completions/max_terminated_length`, `num_tokens`, `entropy`, `clip_ratio/low_mean`,
+`clip_ratio/low_min`, `clip_ratio/high_mean`, `clip_ratio/high_max`, `clip_ratio/region_mean`,
+`step_time`, `kl` (when beta > 0), and `sampling/*` (vLLM importance sampling); see TRL's
+"Logged metrics". This module adds `verifier/pass_rate` (or `toy/pass_rate`), `curriculum/stage`,
+`zero_std/dropped` (share of samples dropped), `hrd/code_token_frac` (hrd), and on evaluation steps
+`curriculum/eval_pass_at_1` and `curriculum/promoted`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import time
-from dataclasses import dataclass
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
+from trl import GRPOTrainer
 
-from pipelines.grpo import checkpoint, metrics
-from pipelines.grpo.config import GRPOConfig
-from pipelines.grpo.curriculum import Curriculum, CurriculumState
-from pipelines.grpo.data import Task, load_heldout, load_stages, write_synth
-from pipelines.grpo.hrd import code_mask
-from pipelines.grpo.loss import group_advantages, hrd_token_advantages, zero_std_groups
-from pipelines.grpo.policy import load_policy, make_optimizer
-from pipelines.grpo.rewards import Rewarder, RewardResult
-from pipelines.grpo.rollout import HFSampler, Sample, VLLMSampler, derive_seed, encode_prompt, vllm_available
-from pipelines.grpo.update import Row, update
+from pipelines.grpo import hrd, metrics
+from pipelines.grpo.config import RunConfig, grpo_args
+from pipelines.grpo.curriculum import CurriculumSampler, CurriculumState, PromotionCallback
+from pipelines.grpo.data import Stage, fitting, load_heldout, load_stages, write_synth
+from pipelines.grpo.rewards import passes, reward_funcs
 
-_RESUME_IGNORES = ("steps", "save_every", "plot", "out")
+# keys that may change between a run and its resume: run length and bookkeeping
+_RESUME_IGNORES = ("out", "plot")
+_GRPO_RESUME_IGNORES = ("max_steps", "save_steps", "logging_steps", "save_total_limit", "disable_tqdm")
 
 
-def config_digest(cfg: GRPOConfig) -> str:
-    """What must match for a resume: everything but run length and bookkeeping."""
+def config_digest(cfg: RunConfig) -> str:
     d = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_IGNORES}
+    d["grpo"] = {k: v for k, v in d["grpo"].items() if k not in _GRPO_RESUME_IGNORES}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-@dataclass
-class Group:
-    task: Task
-    samples: list[Sample]
-    results: list[RewardResult]
+class TritonForgeGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer with the curriculum's sampler, HRD token advantages and zero-std dropping."""
+
+    def __init__(self, *args: Any, run: RunConfig, stages: list[Stage], promotion: PromotionCallback,
+                 **kwargs: Any) -> None:
+        self.run, self.stages, self.promotion = run, stages, promotion
+        self._scored: tuple[torch.Tensor, list[Any]] | None = None
+        super().__init__(*args, callbacks=[promotion], **kwargs)
+        promotion.metrics = self._metrics["train"]
+        promotion.evaluate = self.heldout_passes
+
+    # -- data: the curriculum's sampler in place of RepeatSampler ------------------------------------
+    def _get_train_sampler(self, dataset: Any = None) -> CurriculumSampler:
+        a = self.args
+        repeat = self.num_iterations * a.steps_per_generation
+        steps = a.max_steps * a.gradient_accumulation_steps
+        sampler = CurriculumSampler(self.stages, self.promotion.state, mini_repeat_count=self.num_generations,
+                                    batch_size=a.generation_batch_size // self.num_generations,
+                                    repeat_count=repeat, seed=a.seed, chunks=math.ceil(steps / repeat) + 1)
+        self.promotion.sampler = sampler
+        return sampler
+
+    # -- rewards and advantages ---------------------------------------------------------------------
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._scored = (rewards, completion_ids_list)   # rewards of every rank; completions of this one
+        return rewards
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        if not self.model.training or self._scored is None:
+            return out
+        rewards, ids = self._scored
+        self._scored = None
+        local = slice(self.accelerator.process_index * len(ids), (self.accelerator.process_index + 1) * len(ids))
+        mask = out["completion_mask"]
+        if self.run.reward.scheme == "hrd":
+            out["advantages"] = self._hrd(rewards[:, 0], ids, local, mask)
+        zero = hrd.zero_std_rows(rewards, self.num_generations)
+        if self.run.curriculum.zero_std == "drop":
+            keep = (~zero[local]).to(mask.dtype).to(mask.device)
+            out["completion_mask"] = mask * keep[:, None]
+            adv = out["advantages"]
+            out["advantages"] = adv * (keep[:, None] if adv.dim() == 2 else keep)
+            tokens = self.accelerator.gather(out["completion_mask"].sum()).sum()
+            out["num_items_in_batch"] = tokens.clamp(min=1)   # all dropped: a zero loss, not 0/0
+            self._metrics["train"]["zero_std/dropped"].append(zero.float().mean().item())
+        return out
+
+    def _hrd(self, reward: torch.Tensor, ids: list[Any], local: slice, mask: torch.Tensor) -> torch.Tensor:
+        """Token-level advantages [B, T] of TritonRL's split (hrd.py): correctness on code, speed on plan."""
+        G, scale = self.num_generations, self.scale_rewards
+        correct = (reward > 0).float()              # DRTriton's gate is 0 unless the verdict is pass
+        a_code = hrd.group_advantages(correct, G, scale)[local]
+        a_plan = hrd.group_advantages(reward, G, scale)[local]
+        code = hrd.code_masks(self.processing_class, ids, [None] * len(ids), mask.shape[1], self.eos_token_ids)
+        code = code.to(mask.device)
+        frac = (code & mask.bool()).sum() / mask.sum().clamp(min=1)
+        self._metrics["train"]["hrd/code_token_frac"].append(frac.item())
+        return hrd.token_advantages(a_plan.to(mask.device), a_code.to(mask.device), code, mask.float(),
+                                    self.run.reward.alpha)
+
+    # -- held-out evaluation (the promotion callback calls this on every rank) -------------------------
+    def heldout_passes(self, rows: list[dict[str, Any]]) -> tuple[int, int]:
+        """Passes over `rows`, summed over ranks: each rank generates and verifies its share."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        acc, tok = self.accelerator, self.processing_class
+        mine = rows[acc.process_index::acc.num_processes]
+        passed = 0
+        if mine:
+            temp = self.run.curriculum.eval_temperature
+            texts = [tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in mine]
+            side = tok.padding_side
+            tok.padding_side = "left"
+            batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(acc.device)
+            tok.padding_side = side
+            gen = {"max_new_tokens": self.max_completion_length, "do_sample": temp > 0,
+                   "pad_token_id": tok.pad_token_id, "eos_token_id": self.eos_token_ids}
+            if temp > 0:
+                gen["temperature"] = temp
+            with torch.no_grad(), unwrap_model_for_generation(self.model_wrapped, acc) as model:
+                seqs = model.generate(**batch, **gen, top_p=1.0, top_k=0)
+            answers = tok.batch_decode(seqs[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            passed = sum(passes(self.run.reward, tok, [r["reference"] for r in mine], answers))
+        counts = acc.gather(torch.tensor([passed, len(mine)], device=acc.device)).view(-1, 2).sum(dim=0)
+        return int(counts[0]), int(counts[1])
 
 
-class GRPOTrainer:
-    def __init__(self, cfg: GRPOConfig, progress: bool = True) -> None:
-        self.cfg = cfg
-        self.out = Path(cfg.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.progress = progress
-        data_root = cfg.data.dir or str(write_synth(cfg.data.synth, self.out / "data"))
-        self.stages = load_stages(data_root)
-        if not self.stages:
-            raise FileNotFoundError(f"data.dir: no RL rows under {Path(data_root) / 'rl'} (expected rl/stage=K/*.parquet)")
-        self.heldout = load_heldout(data_root)
-        self.digest = config_digest(cfg)
-        ckpt = checkpoint.latest(self.out)
-        state = checkpoint.read_state(ckpt) if ckpt else None
-        if state is not None and state.config_digest != self.digest:
-            raise ValueError(f"{self.out} holds a checkpoint of a different config (digest {state.config_digest}, "
-                             f"this config {self.digest}); use another --out or remove {self.out / 'ckpt'}")
-        torch.manual_seed(cfg.seed)
-        self.policy = load_policy(cfg.model, cfg.loss.beta, ckpt)
-        self.optimizer = make_optimizer(self.policy.model, cfg.optim.lr, cfg.optim.weight_decay)
-        self.step = 0
-        cur_state = None
-        if state is not None:
-            checkpoint.restore(ckpt, self.optimizer)
-            self.step = state.step
-            cur_state = CurriculumState.from_dict(state.curriculum)
-        self.curriculum = Curriculum(cfg.curriculum, self.stages, self.heldout, cfg.seed, cur_state)
-        vdev = cfg.reward.device if cfg.reward.device != "auto" else self.policy.device.type
-        self.rewarder = Rewarder(cfg.reward, vdev, self.policy.tokenizer)
-        self.sampler = self._sampler()
-        self._prompt_ids: dict[tuple, list[int]] = {}
-        self.skipped_long = 0
+def build(cfg: RunConfig, max_steps: int | None = None) -> TritonForgeGRPOTrainer:
+    """The trainer for `cfg`, resumed state included; raises FileNotFoundError/ValueError for bad input."""
+    from accelerate import PartialState
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    def _sampler(self) -> Any:
-        want = self.cfg.rollout.backend
-        if want == "vllm" or (want == "auto" and vllm_available()):
-            # the engine loads the configured weights; refresh() copies the live ones in before each use
-            return VLLMSampler(self.cfg.model.path, self.policy.tokenizer, self.cfg.seed, self.cfg.rollout.vllm_memory)
-        return HFSampler(self.policy.model, self.policy.tokenizer, self.policy.autocast)
+    out = Path(cfg.out)
+    state = PartialState()
+    with state.main_process_first():          # rank 0 builds the tiny model and the synth shards first
+        if cfg.model.build_tiny and not (Path(cfg.model.path) / "config.json").exists():
+            from pipelines.grpo.tiny_model import build_tiny_llama
 
-    # -- pieces of a step --------------------------------------------------------------------------
-    def _encode(self, task: Task) -> list[int]:
-        ids = self._prompt_ids.get(task.prompt)
-        if ids is None:
-            ids = encode_prompt(self.policy.tokenizer, task.messages)
-            self._prompt_ids[task.prompt] = ids
-        return ids
+            build_tiny_llama(cfg.model.path)
+        root = cfg.data.dir or str(write_synth(cfg.data.synth, out / "data"))
+    if not (Path(cfg.model.path) / "config.json").exists():
+        raise FileNotFoundError(f"model.path: no Hugging Face model at {cfg.model.path} (config.json missing)")
+    args = grpo_args(cfg, **({"max_steps": max_steps} if max_steps else {}))
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
+    stages = []
+    for s in load_stages(root):
+        rows, _ = fitting(list(s.rows), tokenizer, cfg.data.max_prompt_tokens)
+        if rows:
+            stages.append(Stage(s.index, s.levels, tuple(rows)))
+    if not stages:
+        raise FileNotFoundError(f"data.dir: no RL rows under {Path(root) / 'rl'} (expected rl/stage=K/*.parquet) "
+                                f"with prompts of at most data.max_prompt_tokens={cfg.data.max_prompt_tokens} tokens")
+    heldout = {lv: fitting(rows, tokenizer, cfg.data.max_prompt_tokens)[0] for lv, rows in load_heldout(root).items()}
 
-    def _tasks(self, n: int) -> list[Task]:
-        """`n` tasks whose prompts fit; too-long prompts are skipped and counted, never truncated."""
-        out: list[Task] = []
-        for _ in range(50):
-            for t in self.curriculum.next_tasks(n - len(out)):
-                if len(self._encode(t)) <= self.cfg.data.max_prompt_tokens:
-                    out.append(t)
-                else:
-                    self.skipped_long += 1
-            if len(out) == n:
-                return out
-        raise RuntimeError(f"data.max_prompt_tokens ({self.cfg.data.max_prompt_tokens}) is shorter than "
-                           f"almost every prompt of stage {self.curriculum.stage.index}")
+    from transformers.trainer_utils import get_last_checkpoint
 
-    def _roll(self, tasks: list[Task], step: int, rnd: int) -> list[Group]:
-        r = self.cfg.rollout
-        prompts, seeds = [], []
-        for slot, t in enumerate(tasks):
-            for g in range(r.group_size):
-                prompts.append(self._encode(t))
-                seeds.append(derive_seed(self.cfg.seed, 0, step, rnd, slot, g))
-        samples = self.sampler.generate(prompts, seeds, r.max_new_tokens, r.temperature, r.top_p)
-        self.t_roll += time.perf_counter() - self._t
-        self._t = time.perf_counter()
-        results = self.rewarder.score([(tasks[i // r.group_size].reference, s) for i, s in enumerate(samples)])
-        self.t_reward += time.perf_counter() - self._t
-        self._t = time.perf_counter()
-        G = r.group_size
-        return [Group(t, samples[i * G:(i + 1) * G], results[i * G:(i + 1) * G]) for i, t in enumerate(tasks)]
+    digest = config_digest(cfg)
+    resume = get_last_checkpoint(str(out)) if out.is_dir() else None
+    marker = out / "run.json"
+    if resume and marker.exists() and json.loads(marker.read_text()).get("digest") != digest:
+        raise ValueError(f"{out} holds a run of a different config; use another --out or remove {out}")
+    if state.is_main_process:
+        from synth.atomic_write import atomic_write_text
 
-    def _rewards(self, groups: list[Group]) -> tuple[torch.Tensor, torch.Tensor]:
-        plan = torch.tensor([[x.plan_reward for x in g.results] for g in groups], dtype=torch.float32)
-        code = torch.tensor([[x.code_reward for x in g.results] for g in groups], dtype=torch.float32)
-        return plan, code
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(marker, json.dumps({"digest": digest, "config": cfg.to_dict()}, indent=1, default=str))
+    cur = CurriculumState.load(resume) if resume else CurriculumState()
+    promotion = PromotionCallback(cfg.curriculum, stages, heldout, cur, args.seed)
 
-    def _zero(self, groups: list[Group]) -> torch.Tensor:
-        plan, code = self._rewards(groups)
-        return zero_std_groups(plan) & zero_std_groups(code)
+    peft_config = None
+    if cfg.model.lora is not None:
+        from peft import LoraConfig
 
-    def _rows(self, groups: list[Group]) -> list[Row]:
-        lc = self.cfg.loss
-        plan, code = self._rewards(groups)
-        a_plan = group_advantages(plan, lc.scale_std, lc.std_eps)
-        a_code = group_advantages(code, lc.scale_std, lc.std_eps)
-        rows = []
-        for gi, g in enumerate(groups):
-            for si, s in enumerate(g.samples):
-                n = len(s.completion_ids)
-                if self.cfg.reward.scheme == "hrd":
-                    cm = torch.tensor(code_mask(self.policy.tokenizer, s.completion_ids, s.text, s.finish_reason),
-                                      dtype=torch.float32).reshape(1, n)
-                    adv = hrd_token_advantages(a_plan[gi, si:si + 1], a_code[gi, si:si + 1], cm, torch.ones(1, n),
-                                               self.cfg.reward.alpha)[0].tolist()
-                else:
-                    adv = [float(a_code[gi, si])] * n
-                rows.append(Row(s.prompt_ids, s.completion_ids, adv))
-        return rows
+        lo = cfg.model.lora
+        peft_config = LoraConfig(r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
+                                 target_modules=lo.target_modules, task_type="CAUSAL_LM")
+    dataset = Dataset.from_list([r for s in stages for r in s.rows])
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32)
+    trainer = TritonForgeGRPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                                     reward_funcs=reward_funcs(cfg.reward, tokenizer), peft_config=peft_config,
+                                     run=cfg, stages=stages, promotion=promotion)
+    trainer.add_callback(metrics.MetricsCallback(out / "metrics.jsonl", resume))
+    trainer.resume_from = resume
+    return trainer
 
-    # -- a step ---------------------------------------------------------------------------------------
-    def train_step(self) -> dict[str, Any]:
-        cfg, step = self.cfg, self.step + 1
-        self.t_roll = self.t_reward = 0.0
-        self._t = t0 = time.perf_counter()
-        stage = self.curriculum.stage
-        if self.sampler.name == "vllm":
-            self.sampler.refresh(self.policy.model)
-        groups = self._roll(self._tasks(cfg.rollout.prompts_per_step), step, 0)
-        first = list(groups)  # the first draw, for the metrics; resampling replaces entries of `groups`
-        zero = self._zero(groups)
-        frac_zero = float(zero.float().mean())
-        resampled = 0
-        policy = cfg.curriculum.zero_std
-        if policy == "resample":
-            for rnd in range(1, cfg.curriculum.max_resample + 1):
-                bad = [i for i, z in enumerate(self._zero(groups).tolist()) if z]
-                if not bad:
-                    break
-                fresh = self._roll(self._tasks(len(bad)), step, rnd)
-                resampled += len(bad)
-                for i, g in zip(bad, fresh):
-                    groups[i] = g
-        if policy in ("drop", "resample"):
-            groups = [g for g, z in zip(groups, self._zero(groups).tolist()) if not z]
-        t_upd = time.perf_counter()
-        u = None
-        if groups:
-            u = update(self.policy, self.optimizer, self._rows(groups), micro_batch=cfg.optim.micro_batch,
-                       updates=cfg.optim.updates_per_batch, clip_low=cfg.loss.clip_low, clip_high=cfg.loss.clip_high,
-                       beta=cfg.loss.beta, max_grad_norm=cfg.optim.max_grad_norm, temperature=cfg.rollout.temperature)
-        t_update = time.perf_counter() - t_upd
-        self.step = step
-        flat = [x for g in first for x in g.results]
-        statuses: dict[str, int] = {}
-        for x in flat:
-            statuses[x.status] = statuses.get(x.status, 0) + 1
-        lens = [len(s.completion_ids) for g in first for s in g.samples]
-        speedups = sorted(x.speedup for x in flat if x.passed and x.speedup is not None)
-        rec: dict[str, Any] = {
-            "step": step, "stage": stage.index, "levels": list(stage.levels), "scheme": cfg.reward.scheme,
-            "reward_mean": sum(x.reward for x in flat) / len(flat),
-            "plan_reward_mean": sum(x.plan_reward for x in flat) / len(flat),
-            "pass_rate": sum(x.passed for x in flat) / len(flat),
-            "frac_zero_std": frac_zero, "zero_std_policy": policy, "resampled_groups": resampled,
-            "groups_used": len(groups), "update_skipped": u is None,
-            "loss": u.loss if u else 0.0, "tokens": u.n_tokens if u else 0, "clip_frac": u.clip_frac if u else 0.0,
-            "kl": u.kl if u else 0.0, "ratio_mean": u.ratio_mean if u else 1.0, "grad_norm": u.grad_norm if u else 0.0,
-            "completion_len_mean": sum(lens) / len(lens), "statuses": statuses,
-            "speedup_median": speedups[len(speedups) // 2] if speedups else None,
-            "speed_term": self.rewarder.speed_term, "skipped_long_prompts": self.skipped_long,
-            "rollout_backend": self.sampler.name,
-            "time_rollout_s": self.t_roll, "time_reward_s": self.t_reward, "time_update_s": t_update,
-        }
-        t_eval = time.perf_counter()
-        if self.curriculum.end_step():
-            rec.update(self.evaluate(step))
-        rec["time_eval_s"] = time.perf_counter() - t_eval
-        rec["time_step_s"] = time.perf_counter() - t0
-        return rec
 
-    def evaluate(self, step: int) -> dict[str, Any]:
-        """Held-out pass@1 at the current stage's levels (one sample each), then the promotion decision."""
-        tasks = [t for t in self.curriculum.eval_tasks() if len(self._encode(t)) <= self.cfg.data.max_prompt_tokens]
-        pass_at_1 = None
-        if tasks:
-            if self.sampler.name == "vllm":
-                self.sampler.refresh(self.policy.model)
-            c = self.cfg.curriculum
-            samples = self.sampler.generate([self._encode(t) for t in tasks],
-                                            [derive_seed(self.cfg.seed, 1, step, i) for i in range(len(tasks))],
-                                            self.cfg.rollout.max_new_tokens, c.eval_temperature, 1.0)
-            results = self.rewarder.score([(t.reference, s) for t, s in zip(tasks, samples)])
-            pass_at_1 = sum(r.passed for r in results) / len(results)
-        rec = self.curriculum.decide(step, pass_at_1, len(tasks))
-        return {"eval_pass_at_1": pass_at_1, "eval_n": len(tasks), "promoted": rec["promoted"],
-                "promotion_reason": rec["reason"]}
-
-    # -- the run ----------------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop the rollout engine (vLLM); the trainer cannot generate afterwards."""
-        if hasattr(self.sampler, "close"):
-            self.sampler.close()
-
-    def save(self) -> Path:
-        st = checkpoint.TrainerState(self.step, self.curriculum.state.to_dict(), self.digest,
-                                     self.rewarder.speed_term)
-        return checkpoint.save(self.out, st, self.policy.model, self.policy.tokenizer, self.optimizer)
-
-    def train(self, steps: int | None = None, time_budget_s: float | None = None) -> list[dict[str, Any]]:
-        """Run up to `steps` (default: the config's) total steps; returns this call's step records.
-
-        With `time_budget_s`, no new step starts once that much time has passed (the last step is
-        checkpointed as usual).
-        """
-        total = steps or self.cfg.steps
-        started = time.perf_counter()
-        log = metrics.MetricsLog(self.out / "metrics.jsonl", resume_step=self.step)
-        bar = metrics.Progress(total, self.step, self.progress)
-        (self.out / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2, default=str))
-        records = []
-        try:
-            with self.rewarder:
-                while self.step < total:
-                    rec = self.train_step()
-                    log.write(rec)
-                    bar.update(rec)
-                    records.append(rec)
-                    out_of_time = time_budget_s is not None and time.perf_counter() - started > time_budget_s
-                    if self.step % self.cfg.save_every == 0 or self.step == total or out_of_time:
-                        self.save()
-                    if out_of_time:
-                        break
-        finally:
-            bar.close()
-            log.close()
-        if self.cfg.plot:
-            metrics.plot(self.out / "metrics.jsonl", self.out / "reward.png")
-        return records
+def train(cfg: RunConfig, max_steps: int | None = None) -> dict[str, Any]:
+    """Train (or resume) the run; returns a summary of its last step."""
+    trainer = build(cfg, max_steps)
+    trainer.train(resume_from_checkpoint=trainer.resume_from)
+    out = Path(cfg.out)
+    if trainer.is_world_process_zero() and cfg.plot:
+        metrics.plot(out / "metrics.jsonl", out / "reward.png")
+    last = metrics.read(out / "metrics.jsonl")[-1:] if (out / "metrics.jsonl").exists() else []
+    rec = last[0] if last else {}
+    return {"out": str(out), "step": trainer.state.global_step,
+            "stage": trainer.stages[trainer.promotion.state.stage_pos].index,
+            "reward": rec.get("reward"), "pass_rate": metrics.pass_rate(rec)}
