@@ -191,6 +191,8 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
 
         raise ProblemError("get_inputs() made different inputs from the same seed in the reference and the "
                            "worker: inputs must come from torch/random/numpy RNGs seeded by the harness")
+    if run.get("inputs_remade"):  # inputsets.py: a hook changed how inputs are made after its import
+        return Finding("forbidden", f"at run time: {run['inputs_remade']} (input making changed)")
     if run.get("construct_error"):
         err = run["construct_error"]
         f = error_status(err, {"denials": (run.get("hygiene") or {}).get("denials")})
