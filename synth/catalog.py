@@ -31,8 +31,11 @@ DTYPES = {"f32", "i64"}
 FIELDS = {
     "name", "family", "kind", "ranks", "inputs", "in_range", "in_dtype", "out_range", "out_dtype",
     "attrs", "structural", "let", "output", "constraints", "params", "flops", "bytes", "module",
-    "expr", "int_high", "doc", "accept_ranks", "distinct",
+    "expr", "int_high", "doc", "accept_ranks", "distinct", "operands", "scalar",
 }
+# What a broadcast op's second operand may be: a tensor of the program, a Python constant (`x * 2.0`,
+# drawn from the op's `scalar` domain) or a module parameter (`nn.Parameter(torch.randn(C, 1, 1))`).
+OPERANDS = ("tensor", "scalar", "param")
 
 
 class CatalogError(ValueError):
@@ -64,6 +67,8 @@ class OpSpec:
     module: str | None = None
     int_high: dict[int, str] = field(default_factory=dict)
     distinct: bool = False          # inputs must be different tensors (x - x, mse(x, x) are constant)
+    operands: tuple[str, ...] = ("tensor",)  # broadcast ops: kinds of second operand wiring draws among
+    scalar: tuple = ()              # the constants a `scalar` operand is drawn from
     doc: str = ""
     source_file: str = ""
 
@@ -169,6 +174,15 @@ def parse_op(raw: dict, path: Path, defaults: dict | None = None) -> OpSpec:
     for slot, (rng, dt) in enumerate(zip(in_range, in_dtype)):
         if (rng == "class") != (dt == "i64") or (rng == "class") != (slot in int_high):
             raise _fail(path, name, "in_range", f"input {slot}: class inputs are i64 with an int_high bound")
+    operands = entry.get("operands", ["tensor"])
+    if not isinstance(operands, list) or not operands or any(k not in OPERANDS for k in operands) \
+            or len(set(operands)) != len(operands):
+        raise _fail(path, name, "operands", f"must be a list of distinct kinds from {list(OPERANDS)}")
+    if set(operands) != {"tensor"} and kind != "broadcast":
+        raise _fail(path, name, "operands", "only broadcast ops take scalar or parameter operands")
+    scalar = _domain(path, name, "scalar", entry["scalar"]) if "scalar" in entry else ()
+    if ("scalar" in operands) != bool(scalar):
+        raise _fail(path, name, "scalar", "a `scalar` domain goes with (and only with) a scalar operand")
     tenv = jinja2.Environment()
     expr = _check_template(tenv, path, name, "expr", entry.get("expr"))
     module = entry.get("module")
@@ -184,6 +198,7 @@ def parse_op(raw: dict, path: Path, defaults: dict | None = None) -> OpSpec:
         bytes=_check_expr(path, name, "bytes", entry.get("bytes", "4 * (numel_in + numel_out + numel_params)")),
         module=module, int_high=int_high, doc=entry.get("doc", ""), source_file=path.name,
         distinct=_flag(path, name, "distinct", entry.get("distinct", False)),
+        operands=tuple(operands), scalar=scalar,
     )
 
 

@@ -95,6 +95,8 @@ def materialize(s: Structure, assign: dict[int, Any]) -> Program:
             out_shape=out_shape, flops=int(_eval(op.spec.flops, env)), bytes=int(_eval(op.spec.bytes, env)),
             params=int(env["numel_params"]),
         ))
+        if "pshape" in env:  # a parameter operand's shape: the module line (and the lowering) need it
+            prog.ops[-1].attrs["pshape"] = list(env["pshape"])
     return prog
 
 
@@ -164,7 +166,10 @@ def render(s: Structure, prog: Program, doc: str) -> str:
         input_lines.append(f"{t.name} = {_input_expr(t, info, dim_names)}")
     init_lines, stmts = [], []
     for op in prog.ops:
-        ctx = {**op.env, **op.attrs, **op.structural, "x": op.inputs, "m": f"self.{op.spec.name}_{op.index}",
+        m = f"self.{op.spec.name}_{op.index}"
+        # a constant second operand: the literal, or the parameter the op's module line creates
+        operand = {"scalar": [repr(op.attrs.get("scalar"))], "param": [m]}.get(op.structural.get("operand"), [])
+        ctx = {**op.env, **op.attrs, **op.structural, "x": op.inputs + operand, "m": m,
                "shape": op.in_shapes[0] if op.in_shapes else [], "out_shape": op.out_shape}
         if op.spec.module:
             init_lines += _snippet(op.spec.module).render(ctx).splitlines()

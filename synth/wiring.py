@@ -193,6 +193,8 @@ class Wirer:
         out_dims = build(op)
         in_ranges = [t.range for t in op.inputs]
         out_range = meet(in_ranges) if spec.out_range == "same" else spec.out_range
+        if spec.out_range == "same" and op.structural.get("operand", "tensor") != "tensor":
+            out_range = "any"  # x * 2.0 leaves (0, 1); x + randn(C, 1, 1) any sign
         op.out = Tensor(f"y{index}", out_dims, spec.out_dtype, out_range, producer=op)
         for name, domain in spec.attrs.items():
             if name not in op.attr_vars:
@@ -317,6 +319,11 @@ class Wirer:
 
     def _wire_broadcast(self, op: OpNode) -> list[Dim]:
         spec = op.spec
+        op.env["pnumel"] = Numel([])  # elements of a parameter operand (none here)
+        if len(spec.operands) > 1:  # a choice only where the catalog offers one (other tapes stay as they were)
+            kind = self.decide("operand", lambda: str(self.choice(spec.operands)))
+            if kind != "tensor":
+                return self._wire_constant_operand(op, kind)
         a = self.pick_source(spec, 0, set(spec.accept_ranks))
         self.current = [a]
         b = self.pick_source(spec, 1, set(spec.accept_ranks))
@@ -347,6 +354,24 @@ class Wirer:
                 self.unify(x, y)
                 out.append(x)
         return out
+
+    def _wire_constant_operand(self, op: OpNode, kind: str) -> list[Dim]:
+        """`x op c` with c a Python constant (the op's `scalar` attribute) or a parameter of the
+        module that broadcasts against x (fewer or as many dims, some of them 1, as a fresh operand)."""
+        spec = op.spec
+        op.structural["operand"] = kind
+        a = self._single_input(op)
+        if kind == "scalar":
+            op.attr_vars["scalar"] = self.var("scalar", spec.scalar)
+            op.env["pnumel"] = Numel([])
+            return list(a.dims)
+        rank = self.decide("rank", lambda: int(self.rng.integers(1, a.rank + 1)) if a.rank else 0)
+        tail = a.dims[a.rank - rank:]
+        ones = self.decide("ones", lambda: [bool(self.rng.random() < 0.25) for _ in tail])
+        dims = [Const(1) if one else d for one, d in zip(ones, tail)]
+        op.env["pshape"] = tuple(dims)
+        op.env["pnumel"] = Numel([dims])
+        return list(a.dims)
 
     def _wire_pattern(self, op: OpNode) -> list[Dim]:
         spec = op.spec

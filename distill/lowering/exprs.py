@@ -143,6 +143,8 @@ def render(node: Node, leaf_name: Callable[[Leaf], str], acc: str = "acc") -> tu
             return done[id(n)]
         ctx = {k: _literal(v) for k, v in n.op.attrs.items()}
         ctx.update({k: go(v) for k, v in n.args.items()})
+        if "b" not in ctx and "scalar" in ctx:  # `x * 2.0`: the constant is the second operand
+            ctx["b"] = ctx["scalar"]
         lines.append(f"{n.op.name} = {_template(n.op.op).render(ctx)}")
         done[id(n)] = n.op.name
         return n.op.name

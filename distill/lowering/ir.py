@@ -119,6 +119,8 @@ def _param_shapes(init_lines: list[str], attr: str) -> dict[str, tuple[int, ...]
         exec("\n".join(line.replace("self.", "holder.", 1) for line in init_lines),  # noqa: S102 - catalog text
              {"holder": holder, "nn": nn, "torch": torch, "F": F})
     module = getattr(holder, attr)
+    if isinstance(module, nn.Parameter):  # a binary op's parameter operand: the attribute is the tensor
+        return {"operand": tuple(module.shape)}
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters()}
     shapes.update({n: tuple(b.shape) for n, b in module.named_buffers() if b is not None and b.dim() > 0})
     return shapes
@@ -153,13 +155,14 @@ def read_program(problem: Any) -> Program:
         op = Op(name=name, index=index, op=data["op"], family=data["family"], template=template_of(data["op"]),
                 attrs=dict(data.get("attrs") or {}), inputs=inputs_by_slot, shape=tuple(data["shape"]),
                 dtype=data["dtype"], is_output=bool(data.get("output")), spec=spec)
-        if spec.module:
+        if spec.module and (spec.kind != "broadcast" or op.attrs.get("operand") == "param"):
             op.module = f"{spec.name}_{index}"
             in_shapes = [list(values[v].shape) for v in inputs_by_slot]
             ctx = _module_context(spec, op.attrs, in_shapes, f"self.{op.module}")
             op.init_lines = env.from_string(spec.module).render(ctx).splitlines()
             for pname, pshape in _param_shapes(op.init_lines, op.module).items():
-                op.params[pname] = Value(f"{op.module}.{pname}", pshape, "f32", f"self.{op.module}.{pname}")
+                code = f"self.{op.module}" if spec.kind == "broadcast" else f"self.{op.module}.{pname}"
+                op.params[pname] = Value(f"{op.module}.{pname}", pshape, "f32", code)
         values[name] = Value(name, op.shape, op.dtype, name)
         ops.append(op)
     outputs = _returned(problem, [o.name for o in ops if o.is_output])

@@ -155,6 +155,11 @@ class Planner:
         args: dict[str, Node] = {}
         for role, src in zip(POINTWISE_ROLES, op.inputs):
             args[role] = self.build(src, views.broadcast(self.prog.values[src].shape, op.shape, src) + chain)
+        if op.attrs.get("operand") == "param":  # `x + self.add_3`: the parameter, broadcast to the op's shape
+            p = op.params["operand"]
+            leaf = Leaf(p.name, p.code, p.shape, ()).with_steps(views.broadcast(p.shape, op.shape, op.name) + chain)
+            leaf.layout  # noqa: B018
+            args["b"] = Load(leaf)
         for pname, dim in lowering_table().get("pointwise_params", {}).get(op.op, {}).items():
             p = op.params[pname]
             if dim == "none":
