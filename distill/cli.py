@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--problems", required=True, metavar="PARQUET",
-                   help="problems Parquet file (or a folder of them), as written by `tritonforge sample`")
+    p.add_argument("--problems", required=True, metavar="PATH",
+                   help="problems: a Parquet shard from `tritonforge sample` or a folder of them; or your own "
+                        "KernelBench-format .py file, folder of .py files, or Parquet with a `source` column "
+                        "(screened in the sandbox first; DIR/screen.parquet says why any was left out)")
     p.add_argument("--teacher", required=True, metavar="SPEC",
                    help="vllm:PATH | openai:URL | replay:FILE | lowering")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder; DIR/samples.parquet is written")
@@ -100,6 +102,19 @@ def _distill(args: argparse.Namespace, checked: "Plan", folder: "RunFolder", rec
 
     for note in checked.notes:
         say(note)
+    external = [p for p in checked.problems if p.data_source != "synth"]
+    if external:  # users' own problems: screened in the sandbox before any teacher sees them
+        from distill.external import screen, write_screen
+
+        say(f"screening {len(external)} external problems in the sandbox")
+        kept, rows = screen(external, device=args.device or "cpu", workers=args.verify_workers, progress=say)
+        where = write_screen(rows, folder.path / "screen.parquet")
+        say(f"{len(kept)} of {len(external)} external problems kept; reasons in {where}")
+        ok = {p.problem_id for p in kept}
+        checked.problems = [p for p in checked.problems if p.data_source == "synth" or p.problem_id in ok]
+        if not checked.problems:
+            print(f"tritonforge distill: no problem passed screening; see {where}", file=sys.stderr)
+            return 1
     say(f"starting teacher {args.teacher}")
     t0 = time.monotonic()
     try:

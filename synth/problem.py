@@ -35,6 +35,8 @@ class Problem:
     output_dtypes: list[str] = field(default_factory=list)
     profile: str = "cpu"        # the size profile it was drawn at (synth.profiles)
     recipe: str = ""            # JSON: wiring tape and variable values, what `twin` rebuilds it from
+    name: str = ""              # a user's name for an external problem (its file name); "" for synth's
+    data_source: str = "synth"  # where it came from: "synth", or the user's label (distill.external)
 
     def twin(self, profile: str, seed: int) -> "Problem":
         """This problem at `profile`: the same ops, wiring and attributes, sizes drawn there under the
@@ -63,6 +65,8 @@ class Problem:
             "output_dtypes": list(self.output_dtypes),
             "profile": self.profile,
             "recipe": self.recipe,
+            "name": self.name,
+            "data_source": self.data_source,
         }
 
     @classmethod
@@ -87,6 +91,8 @@ class Problem:
             output_dtypes=list(row.get("output_dtypes") or []),
             profile=row.get("profile") or "cpu",   # rows written before profiles: all cpu
             recipe=row.get("recipe") or "",
+            name=row.get("name") or "",
+            data_source=row.get("data_source") or "synth",
         )
 
     # -- display -------------------------------------------------------------------------------

@@ -28,9 +28,12 @@ PROBLEM_SCHEMA = pa.schema([
     pa.field("output_dtypes", pa.list_(pa.string()), nullable=False),
     pa.field("profile", pa.string(), nullable=False),  # size profile (synth.profiles)
     pa.field("recipe", pa.string(), nullable=False),   # JSON: what Problem.twin rebuilds the graph from
+    pa.field("name", pa.string(), nullable=False),     # an external problem's own name ("" for synth's)
+    pa.field("data_source", pa.string(), nullable=False),  # "synth", or the user's label for their problems
 ], metadata={b"tritonforge": b"problems/v1"})
-# Columns added after the first shards were written: a shard without them reads as `cpu`, no recipe.
-LATER_COLUMNS = ("profile", "recipe")
+# Columns added after the first shards were written: a shard without them reads as `cpu`, no recipe,
+# no name, from synth.
+LATER_COLUMNS = ("profile", "recipe", "name", "data_source")
 
 
 def write_atomic(table: pa.Table, path: str | os.PathLike, row_group_size: int = 1024) -> Path:

@@ -87,13 +87,21 @@ def _check_numbers(args: "argparse.Namespace") -> None:
 
 
 def load_problems(path: Path) -> list["Problem"]:
-    """Problems of a Parquet file or of every *.parquet in a folder; at least one."""
+    """Problems of a Parquet file or of every *.parquet in a folder; at least one. Users' own
+    problems (`.py` files, folders of them, Parquet of sources) load through distill.external and
+    are screened before the teacher starts (distill/cli.py)."""
     import pyarrow.parquet as pq
 
+    from distill.external import ExternalError, is_external, load_external
     from synth.problem import Problem
 
     if not path.exists():
         raise UsageError(f"--problems {path}: no such file or folder")
+    if is_external(path):
+        try:
+            return load_external(path)
+        except ExternalError as exc:
+            raise UsageError(f"--problems {exc}") from None
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
     if not files:
         raise UsageError(f"--problems {path}: no .parquet files in this folder")

@@ -42,6 +42,8 @@ class Attempt:
     messages: list[dict[str, str]] = field(default_factory=list)  # the conversation this answered
     verdict: str | None = None  # the Verdict's to_dict(), JSON; null when not verified
     teacher_latency_s: float | None = None
+    data_source: str = "synth"  # the problem's: "synth", or a user's label for their own problems
+    problem_name: str = ""      # an external problem's own name (its file name)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,6 +65,7 @@ def samples_schema():
         "vllm_version": pa.string(), "prompt_name": pa.string(), "provenance": pa.string(),
         "dag_hash": pa.string(), "level": pa.int32(),
         "messages": pa.list_(message), "verdict": pa.large_string(), "teacher_latency_s": pa.float64(),
+        "data_source": pa.string(), "problem_name": pa.string(),
     }
     names = [f.name for f in fields(Attempt)]
     assert names == list(types), "Attempt fields and samples_schema() disagree"

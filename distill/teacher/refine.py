@@ -92,7 +92,7 @@ def _attempt(c: Completion, req: TeacherRequest, teacher: Teacher, prov: dict[st
         completion_tokens=c.completion_tokens, vllm_version=prov.get("vllm_version"),
         prompt_name=prompt_name, provenance=json.dumps(prov, sort_keys=True, default=str),
         dag_hash=req.problem.dag_hash, level=req.problem.level, messages=list(req.messages),
-        teacher_latency_s=c.latency_s,
+        teacher_latency_s=c.latency_s, data_source=req.problem.data_source, problem_name=req.problem.name,
     )
 
 

@@ -159,4 +159,4 @@ def test_cli_problems_file_that_is_not_problems_exits_2(tmp_path, recording, cap
     f = tmp_path / "x.parquet"
     pq.write_table(pa.table({"a": [1]}), f)
     assert main(["distill", "--problems", str(f), "--teacher", f"replay:{recording}", "--out", str(tmp_path / "o")]) == 2
-    assert "row 0 is not a problem" in capsys.readouterr().err
+    assert "x.parquet: no source column" in capsys.readouterr().err  # neither a shard nor sources
