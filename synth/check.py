@@ -44,6 +44,10 @@ by 70%). It is not 1/2: an L1 or MSE loss of two U(0,1) inputs has the same expe
 of them is halved (1/3 and 1/6), and over millions of elements only the expectation shows. Smaller
 tensors keep the absolute tolerance below, which every `cpu` draw was made with, so those draws stay
 byte-identical.
+
+Low precision (bfloat16, float16 problems). Rounding to 8 (bf16) or 11 (fp16) significant bits moves
+outputs by far more than ATOL, so the relative rules apply at every size, with thresholds 5x the
+verifier's tolerance for that dtype (HALF_RULES), as the float32 ones are 5x float32's.
 """
 from __future__ import annotations
 
@@ -60,6 +64,10 @@ LARGE = 1 << 16
 NORM_REL = 1e-2          # 5x the verifier's float32 normwise tolerance (2e-3)
 SHRINK = 0.3             # keeps every value range the catalog uses: any, nonneg, pos, unit
 ATOL_L = RTOL_L = 5e-2   # 5x its elementwise tolerance (1e-2 of the RMS, 1e-2 of each value)
+# (normwise, elementwise of the RMS, elementwise of each value): 5x the verifier's tolerance for the
+# dtype (distill/verifier/tolerance.py; a test keeps the two in step), at every size
+HALF_RULES = {torch.bfloat16: (1e-1, 2.5e-1, 2.5e-1), torch.float16: (2.5e-2, 1e-1, 1e-1)}
+FLOAT_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}   # program tags
 
 
 class CheckFailed(Exception):
@@ -82,15 +90,23 @@ def _rms(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t.double())) / max(1, t.numel()) ** 0.5
 
 
+def _relative(t: torch.Tensor) -> tuple[float, float, float] | None:
+    """The relative rules' thresholds for `t` (normwise, atol of the RMS, rtol), or None: absolute."""
+    if t.dtype in HALF_RULES:
+        return HALF_RULES[t.dtype]
+    return (NORM_REL, ATOL_L, RTOL_L) if t.numel() > LARGE else None
+
+
 def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:
     if not a.dtype.is_floating_point:
         return not torch.equal(a, b)
-    if b.numel() > LARGE:
+    if (rules := _relative(b)) is not None:
+        norm_rel, atol, rtol = rules
         d = (a - b).double()
         rms = _rms(b)
-        if float(torch.linalg.vector_norm(d)) > NORM_REL * rms * b.numel() ** 0.5:
+        if float(torch.linalg.vector_norm(d)) > norm_rel * rms * b.numel() ** 0.5:
             return True
-        return bool(((d.abs() - RTOL_L * b.double().abs()) > ATOL_L * rms).any())
+        return bool(((d.abs() - rtol * b.double().abs()) > atol * rms).any())
     # `not allclose`, in fewer passes (a NaN counts as a difference)
     return not bool((torch.abs(a - b) <= ATOL + RTOL * torch.abs(b)).all())
 
@@ -100,15 +116,15 @@ def _spread_ok(t: torch.Tensor) -> bool:
         return True
     if not t.dtype.is_floating_point:
         return bool((t != t.reshape(-1)[0]).any())
-    if t.numel() > LARGE:
-        return float(t.double().std(correction=0)) > NORM_REL * _rms(t)
+    if (rules := _relative(t)) is not None:
+        return float(t.double().std(correction=0)) > rules[0] * _rms(t)
     lo, hi = t.min().item(), t.max().item()
     return hi - lo > 2 * (ATOL + RTOL * max(abs(lo), abs(hi)))
 
 
 def _shrunk(t: torch.Tensor) -> torch.Tensor | None:
     """The input scaled by SHRINK, for a large floating input that is not a +-1 target."""
-    if t.numel() <= LARGE or not t.dtype.is_floating_point or bool((t.abs() == 1).all()):
+    if not t.dtype.is_floating_point or _relative(t) is None or bool((t.abs() == 1).all()):
         return None
     return t * SHRINK
 
@@ -119,7 +135,7 @@ def _check_outputs(outs: tuple, out_shapes: list[list[int]], out_dtypes: list[st
     for i, (t, shape, dt) in enumerate(zip(outs, out_shapes, out_dtypes)):
         if list(t.shape) != list(shape):
             raise CheckFailed("shape mismatch", f"output {i} has {list(t.shape)}, predicted {shape}")
-        if (dt == "i64") == t.dtype.is_floating_point:
+        if (dt == "i64") == t.dtype.is_floating_point or (dt != "i64" and t.dtype != FLOAT_DTYPES[dt]):
             raise CheckFailed("dtype mismatch", f"output {i} has {t.dtype}, predicted {dt}")
 
 

@@ -7,7 +7,12 @@ sizes every earlier release drew, with the same settings, so its draws are byte-
 A profile file holds (every key is checked; an unknown or ill-typed one is a `ProfileError` naming
 the file and the key):
 
-- `dtypes`: the floating dtype(s) problems are rendered in (float32 today).
+- `dtypes`: the floating dtype(s) problems are rendered in: `float32`, `bfloat16`, `float16` (or
+  `fp32`, `bf16`, `fp16`). With more than one, each problem's dtype is drawn uniformly among them
+  (one more number from its stream); with one, nothing is drawn, so single-dtype draws are what they
+  were before the field existed. `synth.sample(..., dtype=...)`, `tritonforge sample --dtype` and a
+  build config's `[sample] dtype` override it. Inputs and weights are made in that dtype; the ops
+  compute in it as eager PyTorch does (fp32 accumulation inside reductions and matmuls).
 - `check_on` (optional): run the degeneracy checks (finite, not constant, every input matters) on a
   twin at that profile, plus a full-size shape/dtype check on meta tensors (synth.check says why).
 - `[dims]`: per-dimension domains. `default`, and optionally `rank1` ... `rank6`: the sizes a dim of
@@ -42,12 +47,30 @@ PROFILE_DIR = DATA_DIR / "profiles"
 # non-powers of two and primes, and 1, which lets broadcasting and degenerate dims appear.
 DEFAULT_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 24, 31, 32, 48, 61, 64, 96, 127, 128, 192, 256)
 ROLES = ("default",) + tuple(f"rank{r}" for r in range(1, 7))
-DTYPE_BYTES = {"float32": 4}      # the dtypes problems are rendered in today
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}   # the dtypes problems are rendered in
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 INDEX_BYTES = 8                   # int64 class-index inputs
 
 
 class ProfileError(ValueError):
     """An unknown profile, or a profile file with a bad key; the message names the file and the key."""
+
+
+def canonical_dtype(name: Any) -> str:
+    """`bf16` -> `bfloat16` (and so on); ValueError naming the known ones for anything else."""
+    name = DTYPE_ALIASES.get(name, name) if isinstance(name, str) else name
+    if name not in DTYPE_BYTES:
+        known = ", ".join(list(DTYPE_BYTES) + list(DTYPE_ALIASES))
+        raise ValueError(f"unknown dtype {name!r} (known: {known})")
+    return name
+
+
+def canonical_dtypes(names: Any) -> tuple[str, ...]:
+    """One dtype name or a non-empty sequence of them, canonical and without repeats."""
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, (list, tuple)) or not names:
+        raise ValueError(f"dtypes must be a dtype name or a non-empty list of them, got {names!r}")
+    return tuple(dict.fromkeys(canonical_dtype(n) for n in names))
 
 
 @dataclass(frozen=True)
@@ -72,7 +95,7 @@ class SampleConfig:
     max_bytes: int = 256 << 20              # all tensors of a program together
     op_targets: Mapping[str, OpTarget] = field(default_factory=dict)  # by op name, family or "default"
     check_on: str | None = None             # degeneracy checks on a twin at this profile
-    dtype: str = "float32"
+    dtypes: tuple[str, ...] = ("float32",)  # drawn uniformly per problem when more than one
     batch: int = 64                         # size proposals tested at once
     budget: int = 4096                      # proposals per constraint component
 
@@ -91,8 +114,12 @@ class SampleConfig:
             raise ValueError(f"flop_window must be (lo, hi) with 0 <= lo <= hi, got {self.flop_window!r}")
         if self.max_bytes < 1 or self.batch < 1 or self.budget < 1:
             raise ValueError("max_bytes, batch and budget must be >= 1")
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
+        object.__setattr__(self, "dtypes", canonical_dtypes(self.dtypes))
+
+    @property
+    def dtype(self) -> str:
+        """The dtype of a draw made with these settings (the sampler narrows a mixture to one per problem)."""
+        return self.dtypes[0]
 
     def domain(self, role: str | None) -> tuple[int, ...]:
         """The sizes a dim of this role is drawn from."""
@@ -130,7 +157,7 @@ class Profile:
         """The sampling settings of this profile, with `overrides` (SampleConfig fields) applied."""
         base = SampleConfig(dims=self.dims, max_elements=self.max_tensor_elements, flop_window=self.program_flops,
                             max_op_flops=self.max_op_flops, profile=self.name, max_bytes=self.max_problem_bytes,
-                            op_targets=self.ops, check_on=self.check_on, dtype=self.dtypes[0], batch=self.batch,
+                            op_targets=self.ops, check_on=self.check_on, dtypes=self.dtypes, batch=self.batch,
                             budget=self.budget)
         unknown = set(overrides) - {f.name for f in fields(SampleConfig)}
         if unknown:
@@ -234,9 +261,12 @@ def parse_profile(path: Path, name: str | None = None) -> Profile:
     if not isinstance(description, str):
         raise top.error("description", f"must be a string, got {description!r}")
     dtypes = top.get("dtypes", ["float32"])
-    if not isinstance(dtypes, list) or not dtypes or any(d not in DTYPE_BYTES for d in dtypes):
-        raise top.error("dtypes", f"must be a non-empty list from {sorted(DTYPE_BYTES)} (the dtypes rendered "
-                                  f"today), got {dtypes!r}")
+    try:
+        if not isinstance(dtypes, list):
+            raise ValueError(f"must be a list, got {dtypes!r}")
+        dtypes = canonical_dtypes(dtypes)
+    except ValueError as exc:
+        raise top.error("dtypes", str(exc)) from None
     check_on = top.get("check_on")
     if check_on is not None:
         if not isinstance(check_on, str) or check_on == name or check_on not in profile_names():

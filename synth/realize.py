@@ -70,7 +70,7 @@ def twin_domains(s: Structure, assign: dict[int, Any], config: SampleConfig,
 
 
 def _dtype_name(dt: str, config: SampleConfig) -> str:
-    return config.dtype if dt == "f32" else "int64"
+    return "int64" if dt == "i64" else config.dtype
 
 
 def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: int, rng: np.random.Generator,
@@ -78,7 +78,7 @@ def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: in
     """Render `assign`, check it by the profile's rule (CheckFailed if it fails) and record it."""
     if config.check and config.check_on is not None:  # the twin first: it fails far more often than meta
         # a twin is the same program, not a new choice of one: the program FLOP floor does not apply
-        small = load_profile(config.check_on).config()
+        small = load_profile(config.check_on).config(dtypes=(config.dtype,))
         small = replace(small, flop_window=(0, small.flop_window[1]))
         try:
             domains, keep = twin_domains(s, assign, small)
@@ -87,10 +87,10 @@ def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: in
         t_assign = solve(s, rng, small, flops_of, domains, extra=keep)
         if t_assign is None:
             raise CheckFailed("twin infeasible", f"no {small.profile} sizes for this graph and its attributes")
-        t_prog = materialize(s, t_assign)
+        t_prog = materialize(s, t_assign, config.dtype)
         run_checks(render(s, t_prog, ""), seed, [t_prog.shapes[o] for o in t_prog.outputs],
                    [t_prog.dtypes[o] for o in t_prog.outputs])
-    prog = materialize(s, assign)
+    prog = materialize(s, assign, config.dtype)
     level = len(prog.ops)
     source = render(s, prog, f"Level {level}: {', '.join(o.spec.name for o in prog.ops)}.")
     out_shapes = [prog.shapes[o] for o in prog.outputs]
@@ -133,7 +133,7 @@ def twin(problem: Problem, profile: str, seed: int) -> Problem:
     constraints and checked by that profile's rule. Deterministic in (problem, profile, seed).
     TwinError when no sizes of that profile fit (the message says why)."""
     s, values = rebuild(problem)
-    config = load_profile(profile).config()
+    config = load_profile(profile).config(dtypes=(problem.dtype,))   # a twin keeps its problem's dtype
     config = replace(config, flop_window=(0, config.flop_window[1]))  # as for the checks' twins
     domains, keep = twin_domains(s, values, config, keep_ones=False)
     # the stream depends on the problem too, so one seed gives unrelated twins of different problems

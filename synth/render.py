@@ -18,8 +18,11 @@ from synth.csp import env_value
 from synth.dims import SAFE_BUILTINS, Var, evaluate, resolve
 from synth.wiring import Structure, Tensor
 
-DTYPE_BYTES = {"f32": 4, "i64": 8}
-TORCH_DTYPE = {"f32": "torch.float32", "i64": "torch.int64"}
+# Graph and program tags: the catalog says `f32` for "the problem's floating dtype"; a bf16 or fp16
+# problem's tensors are tagged `bf16`/`f16` (so they hash apart from the fp32 program), fp32's stay `f32`.
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8}
+TORCH_DTYPE = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16", "i64": "torch.int64"}
+FLOAT_TAG = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}   # problem dtype -> tag
 
 
 @dataclass
@@ -45,6 +48,7 @@ class Program:
     outputs: list[str]
     shapes: dict[str, list[int]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    dtype: str = "float32"         # the problem's floating dtype (tensors tagged FLOAT_TAG[dtype])
 
     @property
     def flops(self) -> int:
@@ -55,7 +59,7 @@ class Program:
         """Least traffic any implementation needs: read inputs and parameters, write outputs."""
         ins = sum(math.prod(i["shape"]) * DTYPE_BYTES[i["dtype"]] for i in self.inputs)
         outs = sum(math.prod(self.shapes[o]) * DTYPE_BYTES[self.dtypes[o]] for o in self.outputs)
-        return ins + outs + 4 * sum(o.params for o in self.ops)
+        return ins + outs + DTYPE_BYTES[FLOAT_TAG[self.dtype]] * sum(o.params for o in self.ops)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -73,21 +77,25 @@ def op_env(op, assign: dict[int, Any], memo: dict) -> dict[str, Any]:
     return values
 
 
-def materialize(s: Structure, assign: dict[int, Any]) -> Program:
+def materialize(s: Structure, assign: dict[int, Any], dtype: str = "float32") -> Program:
     memo: dict = {}
+    tag = FLOAT_TAG[dtype]
 
     def shape(t: Tensor) -> list[int]:
         return [int(evaluate(d, assign, memo)) for d in t.dims]
 
-    prog = Program([], [], [t.name for t in s.outputs])
+    def dt(t: Tensor) -> str:
+        return tag if t.dtype == "f32" else t.dtype
+
+    prog = Program([], [], [t.name for t in s.outputs], dtype=dtype)
     for t in s.inputs:
         high = int(evaluate(t.int_high, assign, memo)) if t.int_high is not None else None
-        prog.inputs.append({"name": t.name, "shape": shape(t), "dtype": t.dtype, "range": t.range, "high": high})
-        prog.shapes[t.name], prog.dtypes[t.name] = shape(t), t.dtype
+        prog.inputs.append({"name": t.name, "shape": shape(t), "dtype": dt(t), "range": t.range, "high": high})
+        prog.shapes[t.name], prog.dtypes[t.name] = shape(t), dt(t)
     for op in s.ops:
         env = op_env(op, assign, memo)
         out_shape = shape(op.out)
-        prog.shapes[op.out.name], prog.dtypes[op.out.name] = out_shape, op.out.dtype
+        prog.shapes[op.out.name], prog.dtypes[op.out.name] = out_shape, dt(op.out)
         prog.ops.append(OpValues(
             spec=op.spec, index=op.index, inputs=[t.name for t in op.inputs], out=op.out.name,
             attrs={k: evaluate(v, assign, memo) for k, v in op.attr_vars.items()},
@@ -134,17 +142,20 @@ def _constant_names(s: Structure) -> dict[int, str]:
 def _input_expr(t: Tensor, info: dict[str, Any], dim_names: list[str]) -> str:
     size = "(" + "".join(f"{n}, " for n in dim_names) + ")" if len(dim_names) == 1 else "(" + ", ".join(dim_names) + ")"
     kind = info["range"]
+    # fp32 inputs keep the text every earlier release rendered; others are made in their dtype
+    dt = "" if info["dtype"] in ("f32", "i64") else f", dtype={TORCH_DTYPE[info['dtype']]}"
     if kind == "class":
         return f"torch.randint(0, {info['high']}, {size})"
     if kind == "sign":
-        return f"torch.randint(0, 2, {size}).float() * 2 - 1"
+        return f"torch.randint(0, 2, {size}).float() * 2 - 1" if not dt else \
+            f"torch.randint(0, 2, {size}).to({TORCH_DTYPE[info['dtype']]}) * 2 - 1"
     if kind == "nonneg":
-        return f"torch.rand({size})"
+        return f"torch.rand({size}{dt})"
     if kind == "pos":
-        return f"torch.rand({size}) + 0.1"
+        return f"torch.rand({size}{dt}) + 0.1"
     if kind == "unit":
-        return f"torch.rand({size}).clamp(0.01, 0.99)"
-    return f"torch.randn({size})"
+        return f"torch.rand({size}{dt}).clamp(0.01, 0.99)"
+    return f"torch.randn({size}{dt})"
 
 
 def render(s: Structure, prog: Program, doc: str) -> str:
@@ -174,6 +185,9 @@ def render(s: Structure, prog: Program, doc: str) -> str:
         if op.spec.module:
             init_lines += _snippet(op.spec.module).render(ctx).splitlines()
         stmts.append(f"{op.out} = {_snippet(op.spec.expr).render(ctx)}")
+    if prog.dtype != "float32" and init_lines:
+        # weights are drawn in float32 (the same values as the fp32 program's), then rounded once
+        init_lines.append(f"self.to({TORCH_DTYPE[FLOAT_TAG[prog.dtype]]})")
     returns = ", ".join(prog.outputs)
     return _jinja().get_template("problem.py.j2").render(
         constants=constants, doc=doc, init_lines=init_lines, inputs=[i["name"] for i in prog.inputs],

@@ -93,7 +93,7 @@ def test_a_good_profile_file_parses(tmp_path):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (("dtypes = [\"float32\"]", "dtypes = [\"bfloat16\"]"), "dtypes: must be a non-empty list from ['float32']"),
+    (("dtypes = [\"float32\"]", "dtypes = [\"float8\"]"), "dtypes: unknown dtype 'float8'"),
     (("[solver]", "[solver]\nbatchsize = 3"), "[solver] batchsize: unknown key (known: batch, budget)"),
     (("max_tensor_elements = 4096", "max_tensor_elements = \"lots\""), "[limits] max_tensor_elements: must be an integer >= 1, got 'lots'"),
     (("max_op_flops = 1e6", "max_op_flops = -1"), "[limits] max_op_flops: must be a finite number >= 0, got -1"),
