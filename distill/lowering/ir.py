@@ -17,7 +17,13 @@ import torch
 
 from synth.catalog import DATA_DIR, OpSpec, default_catalog
 
-TORCH_DTYPE = {"f32": "torch.float32", "i64": "torch.int64"}
+TORCH_DTYPE = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16", "i64": "torch.int64"}
+HALF = ("bf16", "f16")  # loaded, upcast to float32, computed on, stored back rounded (fp32 accumulation)
+
+
+def float_tag(values: Any) -> str:
+    """The program's floating dtype tag (synth tags a bf16/fp16 problem's tensors so), else f32."""
+    return next((v.dtype for v in values if v.dtype in HALF), "f32")
 
 
 class LoweringError(ValueError):

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 
 from distill.lowering import exprs
-from distill.lowering.ir import TORCH_DTYPE
+from distill.lowering.ir import TORCH_DTYPE, float_tag
 from distill.lowering.kernels import FAMILIES
 from distill.lowering.kernels import pointwise
 from distill.lowering.kernels.base import Forward, render
@@ -46,6 +46,13 @@ def _kernel_name(k: Kernel, taken: set[str]) -> tuple[str, list[str], list[str]]
     return name, names, values
 
 
+def _init_lines(prog) -> list[str]:
+    """The reference's constructor lines, so the same seed gives the same weights (and their dtype)."""
+    lines = [line for op in prog.ops for line in op.init_lines]
+    tag = float_tag(prog.values.values())
+    return lines + [f"self.to({TORCH_DTYPE[tag]})"] if lines and tag != "f32" else lines
+
+
 def assemble(plan: Plan, doc: str) -> Module:
     prog = plan.program
     fwd = Forward()
@@ -83,6 +90,6 @@ def assemble(plan: Plan, doc: str) -> Module:
     used = exprs.helpers_used("\n".join(sources))
     helpers = render("helpers.py.j2", used=used).strip()
     text = render("module.py.j2", helpers=(helpers + "\n\n\n") if helpers else "", kernels=sources, doc=doc,
-                  init_lines=[line for op in prog.ops for line in op.init_lines],
+                  init_lines=_init_lines(prog),
                   inputs=[x.name for x in prog.inputs], forward_lines=fwd.lines, returns=plan.returns)
     return Module(text, infos)

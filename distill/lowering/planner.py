@@ -157,7 +157,7 @@ class Planner:
             args[role] = self.build(src, views.broadcast(self.prog.values[src].shape, op.shape, src) + chain)
         if op.attrs.get("operand") == "param":  # `x + self.add_3`: the parameter, broadcast to the op's shape
             p = op.params["operand"]
-            leaf = Leaf(p.name, p.code, p.shape, ()).with_steps(views.broadcast(p.shape, op.shape, op.name) + chain)
+            leaf = Leaf(p.name, p.code, p.shape, (), p.dtype).with_steps(views.broadcast(p.shape, op.shape, op.name) + chain)
             leaf.layout  # noqa: B018
             args["b"] = Load(leaf)
         for pname, dim in lowering_table().get("pointwise_params", {}).get(op.op, {}).items():
@@ -166,7 +166,7 @@ class Planner:
                 steps = [Step("view", (1,) * len(op.shape), op.name), Step("expand", op.shape, op.name)]
             else:
                 steps = views.along(dim, p.shape[0], op.shape, op.name)
-            leaf = Leaf(p.name, p.code, p.shape, ()).with_steps(steps + chain)
+            leaf = Leaf(p.name, p.code, p.shape, (), p.dtype).with_steps(steps + chain)
             leaf.layout  # noqa: B018
             args[pname] = Load(leaf)
         return Apply(op, args)
@@ -213,7 +213,7 @@ class Planner:
                 expr = self.build(spec.value, list(spec.steps))
             else:  # a parameter
                 p = op.params[spec.value]
-                expr = Load(Leaf(p.name, p.code, p.shape, ()).with_steps(list(spec.steps)))
+                expr = Load(Leaf(p.name, p.code, p.shape, (), p.dtype).with_steps(list(spec.steps)))
             operands[spec.role] = Operand(spec.role, expr, spec.space)
         target = Target(op.name, op.name, op.shape, tuple(fam.out_steps(op)), op.dtype)
         return Kernel(op.template, op.name, op.index, target, Acc(), op=op, operands=operands)
@@ -256,7 +256,7 @@ class Planner:
         op = anchor.op
         if not self.families[anchor.template].epilogue or not isinstance(anchor.expr, Acc):
             return False
-        if op.is_output or op.dtype != "f32" or leaf.steps or leaf.shape != op.shape:
+        if op.is_output or op.dtype == "i64" or leaf.steps or leaf.shape != op.shape:
             return False
         loads = [lf for lf in leaves(k.expr) if lf.value == op.name]
         if len(loads) != 1 or len(self.uses(op.name)) != sum(1 for _ in _load_nodes(k.expr, op.name)):

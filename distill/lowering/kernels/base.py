@@ -210,12 +210,16 @@ def store_offset(launch: Launch, leaf: Leaf, coords: list[str | None], flat: str
     return off if off != "0" else f"tl.zeros({full}, dtype=tl.int32)"
 
 
-def load_line(var: str, ptr: str, off: str, mask: str | None, other: str | None = None) -> str:
+def load_line(var: str, ptr: str, off: str, mask: str | None, other: str | None = None,
+              dtype: str = "f32") -> str:
+    # bf16/fp16 values are upcast as they arrive: every sum, product and dot accumulates in float32,
+    # and the store rounds once to the output's dtype
+    up = ".to(tl.float32)" if dtype in ("bf16", "f16") else ""
     if off == "0":
-        return f"{var} = tl.load({ptr}_ptr)"  # one value, broadcast by the arithmetic
+        return f"{var} = tl.load({ptr}_ptr){up}"  # one value, broadcast by the arithmetic
     m = f", mask={mask}" if mask else ""
     o = f", other={other}" if (mask and other is not None) else ""
-    return f"{var} = tl.load({ptr}_ptr + {off}{m}{o})"
+    return f"{var} = tl.load({ptr}_ptr + {off}{m}{o}){up}"
 
 
 def operand_lines(launch: Launch, expr: exprs.Node, coords: list[str | None], mask: str | None,
@@ -227,12 +231,13 @@ def operand_lines(launch: Launch, expr: exprs.Node, coords: list[str | None], ma
     """
     if var is not None and isinstance(expr, exprs.Load):
         name = launch.pointer(expr.leaf)
-        return [load_line(var, name, launch.offset(expr.leaf, coords, flat, full, exact), mask, other)], var
+        return [load_line(var, name, launch.offset(expr.leaf, coords, flat, full, exact), mask, other,
+                          expr.leaf.dtype)], var
     lines = []
     for leaf in exprs.leaves(expr):
         name = launch.pointer(leaf)
         off = launch.offset(leaf, coords, flat, full)
-        lines.append(load_line(name, name, off, mask, other))
+        lines.append(load_line(name, name, off, mask, other, leaf.dtype))
     body, result = exprs.render(expr, lambda lf: launch.names[lf], acc)
     return lines + body, result
 
