@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit per phase (s)")
     parser.add_argument("--max-memory", type=int, default=None, metavar="MB",
                         help="host-memory cap of the worker (at least 768 on cpu, 1536 on cuda)")
+    parser.add_argument("--device-memory", type=int, default=None, metavar="MB",
+                        help="device-memory budget of the worker (default: its share of 80%% of the GPU); a problem "
+                             "whose memory plan exceeds it is refused, naming the bytes (exit 2)")
     parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     parser.add_argument("--replay", metavar="VERDICT.json", default=None,
                         help="reuse the trial seeds a verdict recorded (checks.replay; as printed by --json)")
@@ -68,6 +71,8 @@ def _check(args: argparse.Namespace) -> tuple[str, str]:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise _Usage(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    if args.device_memory is not None and args.device_memory <= 0:
+        raise _Usage(f"--device-memory must be a number of MB > 0, got {args.device_memory}")
     floor = MIN_MEMORY_MB[args.device]
     if args.max_memory is not None and args.max_memory < floor:
         raise _Usage(f"--max-memory must be at least {floor} MB on {args.device} (about twice what a worker needs "
@@ -94,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from distill.verifier.reference import ProblemError
 
     try:
-        with VerifierPool(workers=1, device=args.device, timeout=args.timeout, max_memory_mb=args.max_memory) as pool:
+        with VerifierPool(workers=1, device=args.device, timeout=args.timeout, max_memory_mb=args.max_memory,
+                          device_memory_mb=args.device_memory) as pool:
             verdict = pool.verify(problem, candidate, seeds=args.seeds)
     except ProblemError as exc:
         print(f"tritonforge verify: error: --problem {args.problem} could not be run: {exc}", file=sys.stderr)
