@@ -10,6 +10,7 @@ from pathlib import Path
 
 from synth.cli_checks import UsageError, writable_file
 from synth.bounds import MAX_BATCH, MAX_LEVEL
+from synth.shapes import SHAPES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                     "data/profiles")
     p.add_argument("--max-elements", type=int, default=None, help="cap on any tensor's element count "
                                                                   "(default: the profile's)")
+    p.add_argument("--shape", default="all", choices=SHAPES,
+                   help="program shape: all (every op sequence) or anchor_epilogue (one matmul/conv/attention op, "
+                        "then a one-output chain of pointwise, reduction and norm ops; docs/synth.md)")
     p.add_argument("--allow-duplicates", action="store_true", help="keep problems with an equal dag_hash")
 
 
@@ -85,6 +89,14 @@ def _check(args: argparse.Namespace) -> tuple[list[int], list[str] | None, Path]
         if unknown:
             raise UsageError(f"--ops: unknown operator(s) {', '.join(unknown)}; `python -c 'import synth; "
                              f"print(synth.operators())'` lists them")
+    if args.shape != "all":
+        from synth.sampler import resolve_ops
+        from synth.shapes import ShapeError, chain_space
+
+        try:
+            chain_space(resolve_ops(ops), max(levels))
+        except ShapeError as exc:
+            raise UsageError(f"--shape {args.shape}: {exc} (--ops)") from None
     out = Path(args.out)
     if out.is_dir():
         raise UsageError(f"--out {out} is a directory; give a file name such as {out}/problems.parquet")
@@ -107,14 +119,14 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     problems, start = [], 0
-    distinct = Distinct(args.n, describe(levels, ops, config))
+    distinct = Distinct(args.n, describe(levels, ops, config, args.shape))
     t0 = time.perf_counter()
     try:
         with tqdm(total=args.n, desc="sampling", unit="problem", file=sys.stderr) as bar:
             while len(problems) < args.n:
                 need = args.n - len(problems)
                 chunk = max(1, -(-need // args.workers))
-                jobs = [dict(n=min(chunk, need - i * chunk), seed=args.seed, ops=ops, config=config,
+                jobs = [dict(n=min(chunk, need - i * chunk), seed=args.seed, ops=ops, config=config, shape=args.shape,
                              start=start + i * chunk, **level_kw)
                         for i in range(args.workers) if need - i * chunk > 0]
                 if args.workers == 1:

@@ -29,6 +29,7 @@ from synth.exprs import flops_function
 from synth.problem import Problem
 from synth.profiles import DEFAULT_DIMS, SampleConfig, load_profile
 from synth.realize import realize
+from synth.shapes import ChainWirer, chain_space, check_shape, draw_chain
 from synth.wiring import WiringError, wire
 
 __all__ = ["DEFAULT_DIMS", "SampleConfig", "SamplingError", "build_problem", "sample"]
@@ -70,12 +71,13 @@ class Distinct:
         return True
 
 
-def describe(levels: Sequence[int], ops: Iterable[str] | None, config: SampleConfig) -> str:
+def describe(levels: Sequence[int], ops: Iterable[str] | None, config: SampleConfig, shape: str = "all") -> str:
     """The settings a draw used, as a message names them."""
     lv = f"level {levels[0]}" if len(levels) == 1 else f"levels {','.join(map(str, levels))}"
     where = f"ops {','.join(ops)}" if ops is not None else "the whole catalog"
     at = "" if config.profile == "cpu" else f" at profile {config.profile}"  # cpu: the default goes unsaid
-    return f"{lv} over {where}{at} (max_elements {config.max_elements})"
+    shaped = "" if shape == "all" else f" in shape {shape}"
+    return f"{lv} over {where}{shaped}{at} (max_elements {config.max_elements})"
 
 
 def check_levels(levels: Sequence[int]) -> None:
@@ -115,17 +117,19 @@ def draw_ops(rng: np.random.Generator, space: Sequence[OpSpec], level: int) -> l
 
 
 def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: SampleConfig, seed: int,
-                  stats: Attempts | None = None) -> Problem:
+                  stats: Attempts | None = None, shape: str = "all") -> Problem:
     """Wire, solve, render and check `op_list`, repairing until it works.
 
     A failed run check first redraws the sizes for the same wiring (a rejection step, so sizes stay
     uniform over the feasible programs that pass the checks); after `SIZE_TRIES` failures, or when
-    the constraints have no solution, the wiring itself is redrawn. The op list never changes."""
+    the constraints have no solution, the wiring itself is redrawn. The op list never changes.
+    `shape="anchor_epilogue"` wires it as one chain (synth.shapes.ChainWirer)."""
     stats = stats if stats is not None else Attempts()
+    wirer = ChainWirer if shape == "anchor_epilogue" else None
     for attempt in range(config.max_attempts):
         fresh_bias = min(1.0, attempt / max(1, config.max_attempts // 2))
         try:
-            s = wire(op_list, rng, config.dims, fresh_bias)
+            s = wire(op_list, rng, config.dims, fresh_bias, wirer=wirer)
         except WiringError:
             stats.add("wiring")
             continue
@@ -150,7 +154,8 @@ def problem_stream(index: int, seed: int) -> np.random.Generator:
 def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None = None,
            weights: Sequence[float] | None = None, seed: int = 0, ops: Iterable[str] | None = None,
            profile: str | None = None, config: SampleConfig | None = None, start: int = 0, unique: bool = False,
-           progress: Callable[[int], None] | None = None, stats: Attempts | None = None) -> list[Problem]:
+           progress: Callable[[int], None] | None = None, stats: Attempts | None = None,
+           shape: str = "all") -> list[Problem]:
     """Draw `n` problems at `level` (or a mixture over `levels`, optionally weighted).
 
     Sizes come from `profile` (default `cpu`; synth.profiles), or from `config`, settings made from a
@@ -159,6 +164,8 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
     With `unique=True`, problems whose `dag_hash` was already drawn are skipped and more indices are
     drawn until `n` distinct problems exist, or SpaceExhausted after `MAX_REPEATS` repeats in a row.
     Levels go up to `MAX_LEVEL`, `n` up to `MAX_BATCH`; seeds and `start` are >= 0.
+    `shape` picks the op lists drawn (synth.shapes): "all" (every sequence, the default) or
+    "anchor_epilogue" (one GEMM/conv/attention op, then a one-output epilogue chain).
     """
     if (level is None) == (levels is None):
         raise ValueError("give exactly one of level= or levels=")
@@ -175,14 +182,18 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
         raise ValueError("give profile= or config=, not both (a config names its profile: load_profile(name).config(...))")
     config = config or load_profile(profile or "cpu").config()
     space = resolve_ops(ops)
-    distinct = Distinct(n, describe(lv, None if ops is None else [o.name for o in space], config)) if unique else None
+    if check_shape(shape) == "anchor_epilogue":
+        chain_space(space, max(lv))  # an op set with no program of this shape fails here, not at draw time
+    draw = draw_chain if shape == "anchor_epilogue" else draw_ops
+    names = None if ops is None else [o.name for o in space]
+    distinct = Distinct(n, describe(lv, names, config, shape)) if unique else None
     out: list[Problem] = []
     i = start
     while len(out) < n:
         rng = problem_stream(i, seed)
         k = int(lv[0] if len(lv) == 1 else rng.choice(lv, p=p))
         seed_i = int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0])
-        problem = build_problem(draw_ops(rng, space, k), rng, config, seed_i, stats)
+        problem = build_problem(draw(rng, space, k), rng, config, seed_i, stats, shape)
         i += 1
         if distinct is not None and not distinct.add(problem):
             continue

@@ -418,14 +418,15 @@ def _derived(text: str, names: dict[str, Dim], where: str) -> Derived:
 
 
 def wire(ops: list[OpSpec], rng: np.random.Generator | None, dims: Mapping[str, tuple[int, ...]] | tuple[int, ...],
-         fresh_bias: float = 0.0, replay: list[list] | None = None) -> Structure:
+         fresh_bias: float = 0.0, replay: list[list] | None = None, wirer: type[Wirer] | None = None) -> Structure:
     """Wire `ops` in order into a Structure (raises WiringError if this attempt is infeasible).
 
     `dims` maps size roles (`default`, `rank1`, ...) to domains, or is one domain for all. With
-    `replay` (a recorded `Structure.tape`) no generator is needed: the same structure is rebuilt."""
+    `replay` (a recorded `Structure.tape`) no generator is needed: the same structure is rebuilt.
+    `wirer` draws another program shape (synth.shapes.ChainWirer)."""
     dims = dims if isinstance(dims, Mapping) else {"default": tuple(dims)}
     steps = iter(replay) if replay is not None else None
-    w = Wirer(rng, dims, fresh_bias, steps)
+    w = (wirer or Wirer)(rng, dims, fresh_bias, steps)
     nodes = []
     for i, spec in enumerate(ops):
         w.next_spec = ops[i + 1] if i + 1 < len(ops) else None

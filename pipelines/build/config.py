@@ -38,6 +38,7 @@ class SampleSection:
     max_elements: int | None = None
     ops: tuple[str, ...] | None = None
     profile: str = "cpu"      # size profile (synth.profiles)
+    shape: str = "all"        # program shape (synth.shapes): all, anchor_epilogue
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class BuildConfig:
         d = self.to_dict()
         if d["sample"]["profile"] == "cpu":  # builds made before profiles (all cpu) keep their digest
             del d["sample"]["profile"]
+        if d["sample"]["shape"] == "all":  # likewise for builds made before program shapes
+            del d["sample"]["shape"]
         if d["verify"]["resized"] == "recorded":  # likewise for builds made before the resized check
             del d["verify"]["resized"]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
@@ -180,8 +183,18 @@ def _sample(raw: Any, path: str) -> SampleSection:
         load_profile(profile)
     except ProfileError as exc:
         raise t.error("profile", str(exc)) from None
+    from synth.shapes import SHAPES, ShapeError, chain_space
+
+    shape = t.text("shape", SampleSection.shape, SHAPES)
+    if shape != "all":
+        from synth.sampler import resolve_ops
+
+        try:
+            chain_space(resolve_ops(ops), 2)
+        except ShapeError as exc:
+            raise t.error("shape", str(exc)) from None
     t.done()
-    return SampleSection(shard_size, max_elements, ops, profile)
+    return SampleSection(shard_size, max_elements, ops, profile, shape=shape)
 
 
 def _teacher(raw: Any, path: str) -> TeacherSection:

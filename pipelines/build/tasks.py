@@ -85,7 +85,7 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     profile = load_profile(cfg.sample.profile)
     config = profile.config() if cfg.sample.max_elements is None else profile.config(max_elements=cfg.sample.max_elements)
     drawn = synth.sample(shard.count, levels=list(shard.levels), seed=shard.seed, start=shard.start,
-                         ops=cfg.sample.ops, config=config)
+                         ops=cfg.sample.ops, config=config, shape=cfg.sample.shape)
     problems, seen = [], set(exclude)
     for p in drawn:  # held-out problems never appear in training; duplicates inside a shard are dropped
         if p.dag_hash not in seen:
