@@ -155,8 +155,9 @@ def _conv(m: nn.Module) -> Mapped:
                              "dilation": m.dilation, "groups": m.groups, "bias": m.bias is not None}
     if isinstance(m.padding, str):
         attrs["padding"] = ("same",) * nd
-    if m.groups > 1 and m.groups == m.in_channels:
+    if m.groups > 1 and m.groups == m.in_channels:  # depthwise: the catalog's `depthwise` sets groups = C
         attrs["depthwise"] = True
+        del attrs["groups"]
     if "transpose" in name:
         attrs["output_padding"] = m.output_padding
     return Mapped(name, attrs)

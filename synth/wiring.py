@@ -320,7 +320,7 @@ class Wirer:
     def _wire_broadcast(self, op: OpNode) -> list[Dim]:
         spec = op.spec
         op.env["pnumel"] = Numel([])  # elements of a parameter operand (none here)
-        if len(spec.operands) > 1:  # a choice only where the catalog offers one (other tapes stay as they were)
+        if spec.operands != ("tensor",):  # a choice only where the catalog offers one (other tapes stay as they were)
             kind = self.decide("operand", lambda: str(self.choice(spec.operands)))
             if kind != "tensor":
                 return self._wire_constant_operand(op, kind)

@@ -161,6 +161,8 @@ def read_program(problem: Any) -> Program:
         op = Op(name=name, index=index, op=data["op"], family=data["family"], template=template_of(data["op"]),
                 attrs=dict(data.get("attrs") or {}), inputs=inputs_by_slot, shape=tuple(data["shape"]),
                 dtype=data["dtype"], is_output=bool(data.get("output")), spec=spec)
+        if op.attrs.get("depthwise"):  # a depthwise conv: groups = its input's channels (the kernels read `groups`)
+            op.attrs["groups"] = int(values[inputs_by_slot[0]].shape[1])
         if spec.module and (spec.kind != "broadcast" or op.attrs.get("operand") == "param"):
             op.module = f"{spec.name}_{index}"
             in_shapes = [list(values[v].shape) for v in inputs_by_slot]
