@@ -57,7 +57,8 @@ def rl_row(problem: Problem, prompt: list[dict[str, str]], stage: int, split: st
              # what the verifier needs to make the problem's twins (synth.problem.Problem.twin)
              "profile": problem.profile, "recipe": problem.recipe}
     return {
-        "data_source": DATA_SOURCE, "prompt": prompt, "ability": "triton",
+        "data_source": DATA_SOURCE if problem.data_source == "synth" else problem.data_source,
+        "prompt": prompt, "ability": "triton",
         "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, sort_keys=True)},
         "extra_info": {"index": index, "split": split, "stage": stage, "level": problem.level,
                        "dag_hash": problem.dag_hash, "ops": list(problem.ops), "seed": problem.seed,

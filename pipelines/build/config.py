@@ -67,6 +67,12 @@ class ClusterSection:
 
 
 @dataclass(frozen=True)
+class ProblemsSection:
+    path: str | None = None         # users' own problems (distill.external): .py file, folder, Parquet of sources
+    data_source: str | None = None  # their label in the rows (default: the folder's or file's name)
+
+
+@dataclass(frozen=True)
 class BuildConfig:
     seed: int = 0
     name: str = "tritonforge"
@@ -76,6 +82,7 @@ class BuildConfig:
     teacher: TeacherSection = field(default_factory=TeacherSection)
     verify: VerifySection = field(default_factory=VerifySection)
     cluster: ClusterSection = field(default_factory=ClusterSection)
+    problems: ProblemsSection = field(default_factory=ProblemsSection)
 
     def digest(self) -> str:
         d = self.to_dict()
@@ -85,6 +92,8 @@ class BuildConfig:
             del d["sample"]["shape"]
         if d["verify"]["resized"] == "recorded":  # likewise for builds made before the resized check
             del d["verify"]["resized"]
+        if d["problems"]["path"] is None:  # likewise for builds made before users' problems
+            del d["problems"]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -228,6 +237,7 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> BuildConfig:
     name, license_ = top.text("name", BuildConfig.name), top.text("license", BuildConfig.license)
     sample = _sample(top.get("sample", {}), path)
     stages = _stages(top.get("stage", None), path) if "stage" in doc else CurriculumConfig().stages
+    problems = _problems(top.get("problems", None), path) if "problems" in doc else ProblemsSection()
     top.read.add("stage")
     held = _Table(top.get("heldout", {}), "[heldout]", path)
     held_levels = held.levels("levels", CurriculumConfig.heldout_levels, empty_ok=True)
@@ -235,6 +245,12 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> BuildConfig:
         raise held.error("levels", f"names a level twice: {list(held_levels)}")
     held_size = held.integer("size", CurriculumConfig.heldout_size, 0, MAX_PROBLEMS)
     held.done()
+    if problems.path is not None:  # the user's problems are the whole dataset: one stage, no held-out sets
+        if "stage" in doc or "heldout" in doc:
+            raise ConfigError(f"{path}: [problems] gives the build its problems; leave out [[stage]] and [heldout]")
+        from distill.external import load_external
+
+        stages, held_levels, held_size = (Stage(1, (1,), len(load_external(Path(problems.path)))),), (), 0
     total = sum(s.size for s in stages) + held_size * len(held_levels)
     if total > MAX_PROBLEMS:
         raise ConfigError(f"{path}: [[stage]] size, [heldout] size: {total} problems in all; at most {MAX_PROBLEMS}")
@@ -253,7 +269,29 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> BuildConfig:
     top.done()
     curriculum = CurriculumConfig(stages=stages, heldout_levels=held_levels, heldout_size=held_size)
     return BuildConfig(seed=seed, name=name, license=license_, sample=sample, curriculum=curriculum,
-                       teacher=teacher, verify=verify, cluster=cluster)
+                       teacher=teacher, verify=verify, cluster=cluster, problems=problems)
+
+
+def _problems(raw: Any, path: str) -> ProblemsSection:
+    """`[problems] path = ...`: users' own problems instead of sampled ones. A relative path is read
+    from the config file's folder, and stored absolute, so every dask worker finds the same files."""
+    from distill.external import ExternalError, load_external
+
+    t = _Table(raw, "[problems]", path)
+    if "path" not in t.raw:
+        raise t.error("path", "missing (a .py file, a folder of them, or a Parquet of sources)")
+    where = Path(t.text("path", "")).expanduser()
+    if not where.is_absolute():
+        where = (Path(path).parent if Path(path).is_file() else Path.cwd()) / where
+    label = None if t.get("data_source", None) is None else t.text("data_source", "")
+    t.done()
+    if not where.exists():
+        raise t.error("path", f"{where}: no such file or folder")
+    try:
+        load_external(where, label)
+    except ExternalError as exc:
+        raise t.error("path", str(exc)) from None
+    return ProblemsSection(str(where.resolve()), label)
 
 
 def check_teacher(spec: str, path: str) -> None:

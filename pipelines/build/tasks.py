@@ -84,8 +84,16 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
 
     profile = load_profile(cfg.sample.profile)
     config = profile.config() if cfg.sample.max_elements is None else profile.config(max_elements=cfg.sample.max_elements)
-    drawn = synth.sample(shard.count, levels=list(shard.levels), seed=shard.seed, start=shard.start,
-                         ops=cfg.sample.ops, config=config, shape=cfg.sample.shape)
+    written = [ppath, rpath]
+    if cfg.problems.path is not None:  # the user's own problems, screened in the sandbox first
+        from distill.external import load_external, screen, write_screen
+
+        chunk = load_external(Path(cfg.problems.path), cfg.problems.data_source)[shard.start:shard.start + shard.count]
+        drawn, screened = screen(chunk, device=cfg.verify.device, workers=cfg.verify.workers)
+        written.append(write_screen(screened, out / "screen" / f"{shard.name}.parquet"))
+    else:
+        drawn = synth.sample(shard.count, levels=list(shard.levels), seed=shard.seed, start=shard.start,
+                             ops=cfg.sample.ops, config=config, shape=cfg.sample.shape)
     problems, seen = [], set(exclude)
     for p in drawn:  # held-out problems never appear in training; duplicates inside a shard are dropped
         if p.dag_hash not in seen:
@@ -99,7 +107,7 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
     _write(rows, RL_SCHEMA, rpath)
     summary = finish(out, f"sample-{shard.name}", {
         "shard": shard.name, "problems": len(problems), "dropped": len(drawn) - len(problems),
-        "dag_hashes": [p.dag_hash for p in problems], "seconds": time.perf_counter() - t0}, [ppath, rpath])
+        "dag_hashes": [p.dag_hash for p in problems], "seconds": time.perf_counter() - t0}, written)
     return {**summary, "stale": stale}  # why a marker was not trusted, for the client to say
 
 
