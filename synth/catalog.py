@@ -31,11 +31,14 @@ DTYPES = {"f32", "i64"}
 FIELDS = {
     "name", "family", "kind", "ranks", "inputs", "in_range", "in_dtype", "out_range", "out_dtype",
     "attrs", "structural", "let", "output", "constraints", "params", "flops", "bytes", "module",
-    "expr", "int_high", "doc", "accept_ranks", "distinct", "operands", "scalar",
+    "expr", "int_high", "doc", "accept_ranks", "distinct", "float_dtypes", "operands", "scalar",
 }
 # What a broadcast op's second operand may be: a tensor of the program, a Python constant (`x * 2.0`,
 # drawn from the op's `scalar` domain) or a module parameter (`nn.Parameter(torch.randn(C, 1, 1))`).
 OPERANDS = ("tensor", "scalar", "param")
+# the floating dtypes a problem can be drawn in (synth.profiles); an op lists fewer where eager
+# PyTorch on the CPU has no kernel for one (the sampler's checks and the CPU lane run it there)
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class CatalogError(ValueError):
@@ -69,6 +72,7 @@ class OpSpec:
     distinct: bool = False          # inputs must be different tensors (x - x, mse(x, x) are constant)
     operands: tuple[str, ...] = ("tensor",)  # broadcast ops: kinds of second operand wiring draws among
     scalar: tuple = ()              # the constants a `scalar` operand is drawn from
+    float_dtypes: tuple[str, ...] = FLOAT_DTYPES   # problem dtypes it is drawn in (float32 always)
     doc: str = ""
     source_file: str = ""
 
@@ -174,6 +178,9 @@ def parse_op(raw: dict, path: Path, defaults: dict | None = None) -> OpSpec:
     for slot, (rng, dt) in enumerate(zip(in_range, in_dtype)):
         if (rng == "class") != (dt == "i64") or (rng == "class") != (slot in int_high):
             raise _fail(path, name, "in_range", f"input {slot}: class inputs are i64 with an int_high bound")
+    float_dtypes = entry.get("float_dtypes", list(FLOAT_DTYPES))
+    if not isinstance(float_dtypes, list) or "float32" not in float_dtypes or set(float_dtypes) - set(FLOAT_DTYPES):
+        raise _fail(path, name, "float_dtypes", f"must be a list from {list(FLOAT_DTYPES)} with float32 in it")
     operands = entry.get("operands", ["tensor"])
     if not isinstance(operands, list) or not operands or any(k not in OPERANDS for k in operands) \
             or len(set(operands)) != len(operands):
@@ -198,6 +205,7 @@ def parse_op(raw: dict, path: Path, defaults: dict | None = None) -> OpSpec:
         bytes=_check_expr(path, name, "bytes", entry.get("bytes", "4 * (numel_in + numel_out + numel_params)")),
         module=module, int_high=int_high, doc=entry.get("doc", ""), source_file=path.name,
         distinct=_flag(path, name, "distinct", entry.get("distinct", False)),
+        float_dtypes=tuple(d for d in FLOAT_DTYPES if d in float_dtypes),
         operands=tuple(operands), scalar=scalar,
     )
 

@@ -16,7 +16,7 @@ the union equals a serial run, byte for byte.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -27,7 +27,7 @@ from synth.check import CheckFailed
 from synth.csp import solve
 from synth.exprs import flops_function
 from synth.problem import Problem
-from synth.profiles import DEFAULT_DIMS, SampleConfig, load_profile
+from synth.profiles import DEFAULT_DIMS, SampleConfig, canonical_dtypes, load_profile
 from synth.realize import realize
 from synth.shapes import ChainWirer, chain_space, check_shape, draw_chain
 from synth.wiring import WiringError, wire
@@ -112,6 +112,16 @@ def resolve_ops(ops: Iterable[str] | None = None) -> list[OpSpec]:
     return [catalog[n] for n in sorted(names)]
 
 
+def dtype_spaces(space: list[OpSpec], dtypes: Sequence[str]) -> dict[str, list[OpSpec]]:
+    """The op space of each dtype: the ops drawn in it (catalog `float_dtypes`; every op in float32)."""
+    spaces = {d: [o for o in space if d in o.float_dtypes] for d in dtypes}
+    for d, sp in spaces.items():
+        if not sp:
+            raise ValueError(f"no operator of {', '.join(o.name for o in space)} is drawn in {d} "
+                             f"(the catalog's float_dtypes)")
+    return spaces
+
+
 def draw_ops(rng: np.random.Generator, space: Sequence[OpSpec], level: int) -> list[OpSpec]:
     return [space[i] for i in rng.integers(len(space), size=level)]
 
@@ -155,7 +165,7 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
            weights: Sequence[float] | None = None, seed: int = 0, ops: Iterable[str] | None = None,
            profile: str | None = None, config: SampleConfig | None = None, start: int = 0, unique: bool = False,
            progress: Callable[[int], None] | None = None, stats: Attempts | None = None,
-           shape: str = "all") -> list[Problem]:
+           shape: str = "all", dtype: str | Sequence[str] | None = None) -> list[Problem]:
     """Draw `n` problems at `level` (or a mixture over `levels`, optionally weighted).
 
     Sizes come from `profile` (default `cpu`; synth.profiles), or from `config`, settings made from a
@@ -166,6 +176,8 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
     Levels go up to `MAX_LEVEL`, `n` up to `MAX_BATCH`; seeds and `start` are >= 0.
     `shape` picks the op lists drawn (synth.shapes): "all" (every sequence, the default) or
     "anchor_epilogue" (one GEMM/conv/attention op, then a one-output epilogue chain).
+    `dtype` ("bf16", "float16", ... or a list, drawn uniformly per problem) overrides the profile's
+    `dtypes` (synth.profiles); fp32 unless a profile says otherwise.
     """
     if (level is None) == (levels is None):
         raise ValueError("give exactly one of level= or levels=")
@@ -181,9 +193,13 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
     if profile is not None and config is not None:
         raise ValueError("give profile= or config=, not both (a config names its profile: load_profile(name).config(...))")
     config = config or load_profile(profile or "cpu").config()
+    if dtype is not None:
+        config = replace(config, dtypes=canonical_dtypes(dtype))
     space = resolve_ops(ops)
+    spaces = dtype_spaces(space, config.dtypes)
     if check_shape(shape) == "anchor_epilogue":
-        chain_space(space, max(lv))  # an op set with no program of this shape fails here, not at draw time
+        for sp in spaces.values():
+            chain_space(sp, max(lv))  # an op set with no program of this shape fails here, not at draw time
     draw = draw_chain if shape == "anchor_epilogue" else draw_ops
     names = None if ops is None else [o.name for o in space]
     distinct = Distinct(n, describe(lv, names, config, shape)) if unique else None
@@ -193,7 +209,9 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
         rng = problem_stream(i, seed)
         k = int(lv[0] if len(lv) == 1 else rng.choice(lv, p=p))
         seed_i = int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0])
-        problem = build_problem(draw(rng, space, k), rng, config, seed_i, stats, shape)
+        # one dtype: nothing drawn, so fp32 draws are what they were before dtypes existed
+        cfg = config if len(config.dtypes) == 1 else replace(config, dtypes=(str(rng.choice(config.dtypes)),))
+        problem = build_problem(draw(rng, spaces[cfg.dtype], k), rng, cfg, seed_i, stats, shape)
         i += 1
         if distinct is not None and not distinct.add(problem):
             continue
