@@ -169,8 +169,9 @@ def read_program(problem: Any) -> Program:
             ctx = _module_context(spec, op.attrs, in_shapes, f"self.{op.module}")
             op.init_lines = env.from_string(spec.module).render(ctx).splitlines()
             for pname, pshape in _param_shapes(op.init_lines, op.module).items():
+                # parameters are in the problem's dtype: its constructor converts them (synth.render)
                 code = f"self.{op.module}" if spec.kind == "broadcast" else f"self.{op.module}.{pname}"
-                op.params[pname] = Value(f"{op.module}.{pname}", pshape, "f32", code)
+                op.params[pname] = Value(f"{op.module}.{pname}", pshape, float_tag(values.values()), code)
         values[name] = Value(name, op.shape, op.dtype, name)
         ops.append(op)
     outputs = _returned(problem, [o.name for o in ops if o.is_output])
