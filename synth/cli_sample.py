@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", default="all", choices=SHAPES,
                    help="program shape: all (every op sequence) or anchor_epilogue (one matmul/conv/attention op, "
                         "then a one-output chain of pointwise, reduction and norm ops; docs/synth.md)")
+    p.add_argument("--dtype", default=None, help="floating dtype of the problems: float32, bfloat16 or float16 "
+                                                 "(fp32, bf16, fp16), or a comma-separated mixture drawn per "
+                                                 "problem (default: the profile's dtypes, float32)")
     p.add_argument("--allow-duplicates", action="store_true", help="keep problems with an equal dag_hash")
 
 
@@ -57,13 +60,27 @@ def _levels(args: argparse.Namespace) -> list[int]:
 
 def _config(args: argparse.Namespace):
     """The profile's sampling settings, --max-elements applied; a UsageError naming --profile otherwise."""
-    from synth.profiles import ProfileError, load_profile
+    from synth.profiles import ProfileError, canonical_dtypes, load_profile
 
     try:
         profile = load_profile(args.profile)
     except ProfileError as exc:
         raise UsageError(f"--profile {args.profile}: {exc}") from None
-    return profile.config() if args.max_elements is None else profile.config(max_elements=args.max_elements)
+    overrides: dict = {} if args.max_elements is None else {"max_elements": args.max_elements}
+    if args.dtype is not None:
+        try:
+            overrides["dtypes"] = canonical_dtypes([d.strip() for d in args.dtype.split(",") if d.strip()])
+        except ValueError as exc:
+            raise UsageError(f"--dtype {args.dtype}: {exc}") from None
+    config = profile.config(**overrides)
+    if args.ops is not None:
+        from synth.sampler import dtype_spaces, resolve_ops
+
+        try:
+            dtype_spaces(resolve_ops(o.strip() for o in args.ops.split(",") if o.strip()), config.dtypes)
+        except ValueError as exc:
+            raise UsageError(f"--dtype {args.dtype}: {exc} (--ops)") from None
+    return config
 
 
 def _check(args: argparse.Namespace) -> tuple[list[int], list[str] | None, Path]:

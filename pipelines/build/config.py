@@ -39,6 +39,7 @@ class SampleSection:
     ops: tuple[str, ...] | None = None
     profile: str = "cpu"      # size profile (synth.profiles)
     shape: str = "all"        # program shape (synth.shapes): all, anchor_epilogue
+    dtype: tuple[str, ...] | None = None   # problem dtypes, drawn per problem; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class BuildConfig:
             del d["sample"]["profile"]
         if d["sample"]["shape"] == "all":  # likewise for builds made before program shapes
             del d["sample"]["shape"]
+        if d["sample"]["dtype"] is None:  # likewise for builds made before low precision
+            del d["sample"]["dtype"]
         if d["verify"]["resized"] == "recorded":  # likewise for builds made before the resized check
             del d["verify"]["resized"]
         if d["problems"]["path"] is None:  # likewise for builds made before users' problems
@@ -202,8 +205,18 @@ def _sample(raw: Any, path: str) -> SampleSection:
             chain_space(resolve_ops(ops), 2)
         except ShapeError as exc:
             raise t.error("shape", str(exc)) from None
+    dtype = t.get("dtype", None)
+    if dtype is not None:
+        from synth.profiles import canonical_dtypes
+        from synth.sampler import dtype_spaces, resolve_ops
+
+        try:
+            dtype = canonical_dtypes(dtype)
+            dtype_spaces(resolve_ops(ops), dtype)
+        except ValueError as exc:
+            raise t.error("dtype", str(exc)) from None
     t.done()
-    return SampleSection(shard_size, max_elements, ops, profile, shape=shape)
+    return SampleSection(shard_size, max_elements, ops, profile, shape=shape, dtype=dtype)
 
 
 def _teacher(raw: Any, path: str) -> TeacherSection:

@@ -93,7 +93,7 @@ def sample_shard(shard: Shard, cfg: BuildConfig, out: str, exclude: frozenset[st
         written.append(write_screen(screened, out / "screen" / f"{shard.name}.parquet"))
     else:
         drawn = synth.sample(shard.count, levels=list(shard.levels), seed=shard.seed, start=shard.start,
-                             ops=cfg.sample.ops, config=config, shape=cfg.sample.shape)
+                             ops=cfg.sample.ops, config=config, shape=cfg.sample.shape, dtype=cfg.sample.dtype)
     problems, seen = [], set(exclude)
     for p in drawn:  # held-out problems never appear in training; duplicates inside a shard are dropped
         if p.dag_hash not in seen:

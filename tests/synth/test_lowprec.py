@@ -86,3 +86,23 @@ def test_check_rules_are_five_times_the_verifier_tolerance():
     for dt, (norm, atol, rtol) in HALF_RULES.items():
         tol = TOLERANCES[dt]
         assert (norm, atol, rtol) == pytest.approx((5 * tol.norm_rel, 5 * tol.atol_rel, 5 * tol.rtol))
+
+
+def test_cli_and_build_config_take_a_dtype(tmp_path, capsys):
+    from pipelines.build.config import BuildConfig, ConfigError, load_config
+    from pipelines.cli import main
+    from synth.shard import read_problems
+
+    out = tmp_path / "p.parquet"
+    assert main(["sample", "--n", "2", "--level", "1", "--dtype", "fp16", "--out", str(out)]) == 0
+    assert {p.dtype for p in read_problems(out)} == {"float16"}
+    assert main(["sample", "--n", "1", "--level", "1", "--dtype", "bf16", "--ops", "avg_pool3d",
+                 "--out", str(out)]) == 2
+    assert "--dtype bf16" in capsys.readouterr().err
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[sample]\ndtype = ["bf16", "fp16"]\n')
+    assert load_config(cfg).sample.dtype == ("bfloat16", "float16")
+    assert load_config(cfg).digest() != BuildConfig().digest()
+    cfg.write_text('[sample]\ndtype = "fp8"\n')
+    with pytest.raises(ConfigError, match=r"\[sample\] dtype: unknown dtype 'fp8'"):
+        load_config(cfg)
