@@ -285,7 +285,7 @@ def grpo_args(cfg: RunConfig, **overrides: Any) -> Any:
 
     cuda = torch.cuda.is_available()
     kwargs: dict[str, Any] = {
-        "output_dir": str(Path(cfg.out) / "trl"), "shuffle_dataset": False, "logging_steps": 1, "report_to": [],
+        "output_dir": str(cfg.out), "shuffle_dataset": False, "logging_steps": 1, "report_to": [],
         "save_strategy": "steps", "bf16": cuda, "use_cpu": not cuda, "gradient_checkpointing": False,
         "log_completions": False, "disable_tqdm": True,
     }

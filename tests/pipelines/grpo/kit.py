@@ -33,18 +33,18 @@ def write_shards(root: Path, stages: dict[int, int], heldout: int = 3, seed: int
 
 
 BASE: dict[str, Any] = {
-    "name": "t", "seed": 0, "steps": 3, "save_every": 1, "plot": False,
-    "model": {"path": "", "device": "cpu"},
+    "name": "t", "plot": False,
+    "model": {"path": ""},
     "data": {"dir": ""},
-    "rollout": {"backend": "hf", "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 8},
     "reward": {"scheme": "toy", "toy_pass": 0.5},
-    "optim": {"lr": 3e-3, "micro_batch": 4},
     "curriculum": {"eval_every": 2, "eval_size": 2},
+    "grpo": {"seed": 0, "max_steps": 3, "save_steps": 1, "num_generations": 4, "per_device_train_batch_size": 8,
+             "max_completion_length": 8, "learning_rate": 3e-3, "lr_scheduler_type": "constant"},
 }
 
 
 def config(model_path: Path, data_dir: Path, out_dir: Path, **sections: Any):
-    """A checked config: BASE, the given paths, then each keyword as a section update or a top-level value."""
+    """A checked RunConfig: BASE, the given paths, then each keyword as a section update or a top-level value."""
     from pipelines.grpo.config import parse_config
 
     raw = copy.deepcopy(BASE)

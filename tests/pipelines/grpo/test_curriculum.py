@@ -1,48 +1,67 @@
-"""Stages in order, a resumable seeded sampler, held-out evaluation and the promotion rule."""
-from pipelines.grpo.config import CurriculumConfig
-from pipelines.grpo.curriculum import Curriculum, CurriculumState
-from pipelines.grpo.data import SamplerState, StageSampler, load_heldout, load_stages
+"""The curriculum: stages in order, a sampler whose chunks depend only on (seed, stage starts, chunk), and
+the promotion callback: held-out pass@1 strictly above the bar promotes, from the next chunk on."""
+from types import SimpleNamespace
+
+from pipelines.grpo.config import CurriculumSettings
+from pipelines.grpo.curriculum import CurriculumSampler, CurriculumState, PromotionCallback, eval_rows
+from pipelines.grpo.data import load_heldout, load_stages
 
 
-def test_stages_read_in_order(shards):
+def _sampler(stages, state, seed=3):
+    return CurriculumSampler(stages, state, mini_repeat_count=2, batch_size=2, repeat_count=1, seed=seed, chunks=6)
+
+
+def test_stages_and_sampler(shards):
     stages = load_stages(shards)
     assert [s.index for s in stages] == [1, 2] and [s.levels for s in stages] == [(1,), (2,)]
-    assert all(t.stage == s.index and t.level == s.index for s in stages for t in s.tasks)
-    held = load_heldout(shards)
-    assert sorted(held) == [1, 2] and len(held[1]) == 3
+    assert sorted(load_heldout(shards)) == [1, 2]
+    s = _sampler(stages, CurriculumState())
+    got = list(s)
+    assert len(got) == len(s) == 24 and got[0::2] == got[1::2]          # each prompt twice in a row (its group)
+    assert sorted(set(got[:8])) == [0, 1, 2, 3]                           # one pass over stage 1 = every prompt once
+    # a second sampler (another rank, or a resumed run) with the same state draws the same chunks
+    assert list(_sampler(stages, CurriculumState())) == got
 
 
-def test_sampler_covers_each_pass_and_resumes(shards):
-    stages = load_stages(shards)
-    a = StageSampler(stages, seed=3)
-    first = [t.problem_id for t in a.take(4)]
-    assert sorted(first) == sorted(t.problem_id for t in stages[0].tasks)     # one pass = every task once
-    a.take(3)                                                                  # into the second pass
-    b = StageSampler(stages, seed=3, state=SamplerState(**a.state.__dict__))
-    assert [t.problem_id for t in a.take(5)] == [t.problem_id for t in b.take(5)]
-
-
-def test_promotion_rule(shards):
+def test_promotion_at_the_bar(shards):
     stages, held = load_stages(shards), load_heldout(shards)
-    cur = Curriculum(CurriculumConfig(promote_at=0.5, eval_every=2, eval_size=2), stages, held, seed=0)
-    assert cur.end_step() is False and cur.end_step() is True
-    evals = cur.eval_tasks()
-    assert len(evals) == 2 and all(t.level == 1 for t in evals) and evals == cur.eval_tasks()
-    assert not cur.decide(2, 0.5, 2)["promoted"]                # DRTriton: strictly more than the bar
-    assert cur.stage.index == 1
-    assert cur.decide(4, 0.75, 2)["promoted"] and cur.stage.index == 2 and cur.state.stage_steps == 0
-    assert not cur.decide(6, 1.0, 2)["promoted"]                # the last stage stays
-    # the state round-trips (what a checkpoint stores)
-    again = Curriculum(cur.cfg, stages, held, 0, CurriculumState.from_dict(cur.state.to_dict()))
-    assert again.stage.index == 2 and len(again.state.evals) == 3
+    cfg = CurriculumSettings(promote_at=0.5, eval_every=2, eval_size=2)
+    results = iter([(1, 2), (2, 2), (2, 2)])                     # pass@1 0.5 (at the bar), then 1.0, then 1.0
+    asked = []
+
+    def evaluate(rows):
+        asked.append([r["level"] for r in rows])
+        return next(results)
+
+    state = CurriculumState()
+    cb = PromotionCallback(cfg, stages, held, state, seed=0, evaluate=evaluate)
+    cb.metrics = {}
+    cb.sampler = _sampler(stages, state)
+    it = iter(cb.sampler)
+    [next(it) for _ in range(8)]                                  # two chunks drawn (one prefetched)
+    ctl = SimpleNamespace()
+    for step in (1, 2, 3, 4):
+        cb.on_step_end(None, SimpleNamespace(global_step=step), ctl)
+    assert asked == [[1, 1], [1, 1]]                               # evaluated at steps 2 and 4, on level-1 rows
+    assert [e["promoted"] for e in state.evals] == [False, True]   # DRTriton: strictly more than the bar
+    assert state.stage_pos == 1 and state.starts == [0, 2] and state.stage_steps == 0
+    assert cb.metrics["curriculum/promoted"] == [0.0, 1.0] and cb.metrics["curriculum/eval_pass_at_1"] == [0.5, 1.0]
+    # chunks already drawn keep stage 1; the next chunk comes from stage 2 (rows 4..7)
+    rest = list(it)
+    assert all(i >= 4 for i in rest) and sorted(set(rest[:8])) == [4, 5, 6, 7]
+    for step in (5, 6):
+        cb.on_step_end(None, SimpleNamespace(global_step=step), ctl)
+    assert not state.evals[-1]["promoted"] and state.stage_pos == 1   # the last stage stays
+    assert eval_rows(held, stages[1], 2, 0) and all(r["level"] == 2 for r in eval_rows(held, stages[1], 2, 0))
 
 
-def test_max_stage_steps_and_missing_heldout(shards):
+def test_max_stage_steps_without_heldout(shards, tmp_path):
     stages = load_stages(shards)
-    cur = Curriculum(CurriculumConfig(max_stage_steps=3, eval_every=1), stages, {}, seed=0)
-    assert cur.eval_tasks() == []
-    cur.end_step()
-    rec = cur.decide(1, None, 0)
-    assert not rec["promoted"] and "no held-out" in rec["reason"]
-    cur.end_step(), cur.end_step()
-    assert cur.decide(3, None, 0)["promoted"] and cur.stage.index == 2
+    state = CurriculumState()
+    cb = PromotionCallback(CurriculumSettings(max_stage_steps=2, eval_every=1), stages, {}, state, seed=0)
+    cb.on_step_end(None, SimpleNamespace(global_step=1), None)
+    assert "no held-out" in state.evals[0]["reason"] and state.stage_pos == 0
+    cb.on_step_end(None, SimpleNamespace(global_step=2), None)
+    assert state.stage_pos == 1 and "max_stage_steps" in state.evals[1]["reason"]
+    state.save(tmp_path)                                           # what a checkpoint holds
+    assert CurriculumState.load(tmp_path) == state

@@ -58,3 +58,43 @@ def test_end_of_turn_token_is_plan(tokenizer):
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     mask = code_mask(tokenizer, ids, tokenizer.decode(ids, skip_special_tokens=True))
     assert mask[-1] is False and mask[-2] is True
+
+
+def test_hrd_advantages_split_plan_and_code(tokenizer):
+    """The trainer's hook: code tokens take the correctness advantage, plan tokens alpha x the speed one."""
+    import statistics
+    from types import SimpleNamespace
+
+    import torch
+
+    from pipelines.grpo.config import RunConfig
+    from pipelines.grpo.trainer import TritonForgeGRPOTrainer
+
+    fast = f"Plan: one program per 128 elements.\n```python\n{HONEST}\n```"
+    texts = [fast, fast.replace("Plan: one", "Plan: two"), "No kernel today.", "Nor today."]
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in texts]
+    width = max(map(len, ids))
+    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])
+    reward = torch.tensor([1.5, 1.0, 0.0, 0.0])       # drtriton: two passes (one faster), two failures
+    run = RunConfig()
+    run.reward.alpha = 0.1
+    fake = SimpleNamespace(num_generations=4, scale_rewards="group", processing_class=tokenizer,
+                           eos_token_ids=[tokenizer.eos_token_id], _metrics={"train": {"hrd/code_token_frac": []}},
+                           run=run)
+    adv = TritonForgeGRPOTrainer._hrd(fake, reward, ids, slice(0, 4), mask)
+
+    def by_hand(r):
+        return [(x - statistics.mean(r)) / (statistics.stdev(r) + 1e-4) for x in r]
+
+    a_code, a_plan = by_hand([1, 1, 0, 0]), by_hand([1.5, 1.0, 0.0, 0.0])
+    for i in range(len(texts)):
+        code = code_mask(tokenizer, ids[i], tokenizer.decode(ids[i], skip_special_tokens=True), "stop")
+        row = adv[i, :len(ids[i])]
+        assert torch.allclose(row[torch.tensor(code)], torch.tensor(a_code[i]), atol=1e-5)
+        assert torch.allclose(row[~torch.tensor(code)], torch.tensor(0.1 * a_plan[i]), atol=1e-5)
+        assert (adv[i, len(ids[i]):] == 0).all()                            # padding
+    assert any(code_mask(tokenizer, ids[0], fast, "stop")) and not any(code_mask(tokenizer, ids[2], texts[2]))
+    # the two passes share the code advantage; the faster one's plan tokens earn more
+    assert adv[0][mask[0].bool()].max() == adv[1][mask[1].bool()].max()
+    assert a_plan[0] > a_plan[1] > 0 > a_plan[2]
+    assert 0 < fake._metrics["train"]["hrd/code_token_frac"][0] < 1
