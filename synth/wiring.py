@@ -263,6 +263,19 @@ class Wirer:
         merged = Derived(" * ".join(parts), compile(" * ".join(parts), "<flatten>", "eval"), parts)
         return t.dims[:start] + [merged] + t.dims[end + 1:]
 
+    def _wire_narrow(self, op: OpNode) -> list[Dim]:
+        """A slice of one dim that drops `start` elements at its front and `trim` at its end (x[1:],
+        x[:-1]: KernelBench's exclusive scan); the catalog's constraints keep it inside the dim."""
+        t = self._single_input(op)
+        d = self.decide("dim", lambda: int(self.rng.integers(t.rank)))
+        op.structural["dim"] = d
+        op.env["R"] = t.dims[d]
+        for name in ("start", "trim"):
+            op.attr_vars[name] = self.var(name, op.spec.attrs[name])
+        length = Derived("R - start - trim", compile("R - start - trim", "<narrow>", "eval"),
+                         {"R": t.dims[d], "start": op.attr_vars["start"], "trim": op.attr_vars["trim"]})
+        return t.dims[:d] + [length] + t.dims[d + 1:]
+
     def _wire_split(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
         d = self.decide("dim", lambda: int(self.rng.integers(t.rank)))

@@ -81,6 +81,10 @@ def view_step(op: Op) -> Step:
         return Step("transpose", (a["dim0"], a["dim1"]), on, shown=True)
     if op.op == "permute":
         return Step("permute", tuple(a["perm"]), on, shown=True)
+    if op.op == "select":
+        return Step("select", (a["dim"], a["index"]), on, shown=True)
+    if op.op == "narrow":
+        return Step("narrow", (a["dim"], a["start"], op.shape[a["dim"]]), on, shown=True)
     return Step("view", tuple(op.shape), on, shown=True)  # flatten, reshape
 
 

@@ -21,8 +21,8 @@ from synth.realize import rebuild
 # sha256 of the sources of synth.sample(60, levels=[1, 2, 3, 5], seed=2026): computed with the sampler
 # as it was before profiles existed (commit e208c6b), and recomputed, deliberately, each time the
 # catalog's domains changed what is drawn: binary ops' scalar and parameter operands, then KernelBench's
-# conv, pool and GroupNorm attribute ranges (issue 15)
-CPU_BEFORE_PROFILES = "6c903760a89ff0f97639070e60f9cfa063d0df1b87421d72fd0b36da893123b4"
+# conv, pool and GroupNorm attribute ranges, the select and narrow ops (issue 15)
+CPU_BEFORE_PROFILES = "218d06a80980bc8043da89221646b69e5d0c2a7aed6f8e9ace72c9c03101836e"
 
 GOOD = """
 description = "a test profile"
