@@ -1,0 +1,184 @@
+"""The fx calls fxmap.Mapper hands on: clamps, max/min, softmax and scans, matmuls, pools, losses.
+
+Each returns the graph value the call computes, or raises TraceError naming the call. The attribute
+checks mirror what the kernels implement (data/lowering/ops.toml, distill/lowering/kernels): a value
+they would silently ignore is refused here.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from distill.lowering.fxmap import ALONG, LOSSES, Mapper, TraceError, Tup, _arg, _name, _one
+
+
+def clamp(m: Mapper, node: torch.fx.Node) -> str:
+    x = m.t(node.args[0], "clamp")
+    if node.target is F.hardtanh:
+        lo, hi = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+        return m.unary("hardtanh", x, {"min_val": float(lo), "max_val": float(hi)})
+    lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
+    if m.kind(lo) in ("tensor", "param") or m.kind(hi) in ("tensor", "param"):
+        raise TraceError("clamp with tensor bounds")
+    if lo is not None and hi is not None:
+        return m.unary("clamp", x, {"lo": float(lo), "hi": float(hi)})
+    if lo is None and hi is None:
+        return x
+    op = "maximum" if lo is not None else "minimum"
+    return m.unary(op, x, {"operand": "scalar", "scalar": float(lo if lo is not None else hi)})
+
+
+def max_min(m: Mapper, node: torch.fx.Node) -> Any:
+    """torch.max(x) (all dims), torch.max(x, dim) ((values, indices)), torch.max(x, other) (elementwise)."""
+    is_max = node.target in (torch.max, "max")
+    other = _arg(node, 1, "dim") if "other" not in node.kwargs else node.kwargs["other"]
+    if m.kind(other) in ("tensor", "param"):
+        return m.binary("maximum" if is_max else "minimum", node.args[0], other, node)
+    x = m.t(node.args[0], _name(node.target))
+    if other is None:
+        return m.reduce("amax" if is_max else "amin", x, None, False)
+    keepdim = bool(_arg(node, 2, "keepdim", False))
+    values = m.reduce("amax" if is_max else "amin", x, other, keepdim)
+    return Tup({0: values, 1: lambda: m.reduce("argmax" if is_max else "argmin", x, other, keepdim)})
+
+
+def _along(m: Mapper, op: str, x: str, dim: Any) -> str:
+    if dim is None:
+        raise TraceError(f"{op} without a dim")
+    return m.unary(op, x, {"dim": int(dim) % len(m.b.shape(x))})
+
+
+def _matmul(m: Mapper, node: torch.fx.Node) -> str:
+    a, c = m.t(node.args[0], "matmul"), m.t(node.args[1], "matmul")
+    sa, sc = m.b.shape(a), m.b.shape(c)
+    out, dt = m.out_shape(node), m.b.dtype(a)
+    ranks = (len(sa), len(sc))
+    if node.target in (torch.bmm, "bmm"):
+        return m.b.op("bmm", [a, c], out, dt)
+    op = {(2, 2): "matmul", (3, 3): "bmm", (4, 4): "matmul4d", (2, 1): "mv"}.get(ranks)
+    if op is not None and (ranks[0] < 3 or sa[:-2] == sc[:-2]):
+        return m.b.op(op, [a, c], out, dt)
+    if len(sc) == 2 and len(sa) > 2:  # (..., M, K) @ (K, N): one (prod, K) @ (K, N) matmul
+        rows = 1
+        for d in sa[:-1]:
+            rows *= d
+        flat = m.b.op("reshape", [a], (rows, sa[-1]), dt)
+        mm = m.b.op("matmul", [flat, c], (rows, sc[-1]), dt)
+        return m.b.op("reshape", [mm], out, dt)
+    raise TraceError(f"matmul of shapes {sa} and {sc}")
+
+
+def _pool(m: Mapper, node: torch.fx.Node, name: str) -> str:
+    x = m.t(node.args[0], name)
+    nd = len(m.b.shape(x)) - 2
+    if name.startswith("adaptive"):
+        size = _one(_arg(node, 1, "output_size"), "output_size")
+        return m.b.op(f"{name}{nd}d", [x], m.out_shape(node), m.b.dtype(x), {"output_size": int(size)})
+    k = _one(_arg(node, 1, "kernel_size"), "kernel_size")
+    s = _one(_arg(node, 2, "stride") or k, "stride")
+    p = _one(_arg(node, 3, "padding", 0), "padding")
+    if name == "max_pool":
+        if _one(_arg(node, 4, "dilation", 1), "dilation") != 1:
+            raise TraceError(f"{name}{nd}d with dilation {_arg(node, 4, 'dilation')}")
+        if _arg(node, 5, "ceil_mode", False) or _arg(node, 6, "return_indices", False):
+            raise TraceError(f"{name}{nd}d with ceil_mode or return_indices")
+    elif _arg(node, 4, "ceil_mode", False) or not _arg(node, 5, "count_include_pad", True) \
+            or _arg(node, 6, "divisor_override") is not None:
+        raise TraceError(f"{name}{nd}d with ceil_mode, count_include_pad=False or divisor_override")
+    return m.b.op(f"{name}{nd}d", [x], m.out_shape(node), m.b.dtype(x),
+                  {"kernel_size": int(k), "stride": int(s), "padding": int(p)})
+
+
+POOLS = {F.max_pool1d: "max_pool", F.max_pool2d: "max_pool", F.max_pool3d: "max_pool", F.avg_pool1d: "avg_pool",
+         F.avg_pool2d: "avg_pool", F.avg_pool3d: "avg_pool", F.adaptive_avg_pool1d: "adaptive_avg_pool",
+         F.adaptive_avg_pool2d: "adaptive_avg_pool", F.adaptive_avg_pool3d: "adaptive_avg_pool",
+         F.adaptive_max_pool1d: "adaptive_max_pool", F.adaptive_max_pool2d: "adaptive_max_pool",
+         F.adaptive_max_pool3d: "adaptive_max_pool"}
+LOSS_ATTRS = {"smooth_l1_loss": ("beta", 4, 1.0), "huber_loss": ("delta", 4, 1.0),
+              "hinge_embedding_loss": ("margin", 2, 1.0), "triplet_margin_loss": ("margin", 3, 1.0)}
+
+
+def _loss(m: Mapper, node: torch.fx.Node, op: str) -> str:
+    n_in = 3 if op == "triplet_margin_loss" else 2
+    xs = [m.t(a, op) for a in node.args[:n_in]]
+    if len(xs) != n_in:
+        raise TraceError(f"{op} with keyword tensor arguments")
+    attrs: dict[str, Any] = {}
+    if op in LOSS_ATTRS:
+        key, pos, default = LOSS_ATTRS[op]
+        attrs[key] = float(_arg(node, pos, key, default))
+    if op == "cosine_similarity":
+        if _arg(node, 2, "dim", 1) % len(m.b.shape(xs[0])) != 1 or len(m.b.shape(xs[0])) != 2:
+            raise TraceError("cosine_similarity other than dim=1 of a 2-D tensor")
+    else:
+        want = "batchmean" if op == "kl_div" else "mean"
+        red = node.kwargs.get("reduction", want)
+        if red != want:
+            raise TraceError(f"{op}(reduction={red!r}): the kernels compute reduction={want!r}")
+    return m.b.op(op, xs, m.out_shape(node), m.b.dtype(xs[0]), attrs)
+
+
+def other(m: Mapper, node: torch.fx.Node) -> Any:
+    t = node.target
+    if t in ALONG:
+        return _along(m, ALONG[t], m.t(node.args[0], ALONG[t]), _arg(node, 1, "dim"))
+    if t in (torch.matmul, operator.matmul, torch.mm, torch.bmm, "matmul", "mm", "bmm"):
+        return _matmul(m, node)
+    if t in (torch.mv, "mv"):
+        return m.b.op("mv", [m.t(node.args[0], "mv"), m.t(node.args[1], "mv")], m.out_shape(node))
+    if t in (torch.addmm,):
+        xs = [m.t(a, "addmm") for a in node.args[:3]]
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            raise TraceError("addmm with alpha or beta")
+        return m.b.op("addmm", xs, m.out_shape(node), m.b.dtype(xs[1]))
+    if t in POOLS:
+        return _pool(m, node, POOLS[t])
+    if t in LOSSES:
+        return _loss(m, node, LOSSES[t])
+    if t in (torch.norm, "norm", torch.linalg.vector_norm, torch.linalg.norm):
+        p = _arg(node, 1, "p", _arg(node, 1, "ord", 2))
+        op = {1: "l1_norm", 2: "l2_norm", "fro": "l2_norm", None: "l2_norm"}.get(p)
+        if op is None:
+            raise TraceError(f"norm with p={p!r}")
+        return m.reduce(op, m.t(node.args[0], "norm"), _arg(node, 2, "dim"), _arg(node, 3, "keepdim", False))
+    if t is F.normalize:
+        if float(_arg(node, 1, "p", 2.0)) != 2.0 or _arg(node, 3, "eps", 1e-12) != 1e-12:
+            raise TraceError("normalize other than p=2, eps=1e-12")
+        return _along(m, "l2_normalize", m.t(node.args[0], "normalize"), _arg(node, 2, "dim", 1))
+    if t is F.scaled_dot_product_attention:
+        xs = [m.t(a, "sdpa") for a in node.args[:3]]
+        if _arg(node, 3, "attn_mask") is not None or _arg(node, 4, "dropout_p", 0.0) or _arg(node, 6, "scale") is not None:
+            raise TraceError("scaled_dot_product_attention with a mask, dropout or scale")
+        return m.b.op("sdpa", xs, m.out_shape(node), m.b.dtype(xs[0]), {"is_causal": bool(_arg(node, 5, "is_causal", False))})
+    if t in (F.leaky_relu, "leaky_relu"):
+        return m.unary("leaky_relu", m.t(node.args[0], "leaky_relu"),
+                       {"negative_slope": float(_arg(node, 1, "negative_slope", 0.01))})
+    if t is F.softplus:
+        if _arg(node, 2, "threshold", 20.0) != 20.0:
+            raise TraceError("softplus with a threshold other than 20")
+        return m.unary("softplus", m.t(node.args[0], "softplus"), {"beta": float(_arg(node, 1, "beta", 1.0))})
+    if t in (F.elu, F.celu):
+        op = _name(t)
+        return m.unary(op, m.t(node.args[0], op), {"alpha": float(_arg(node, 1, "alpha", 1.0))})
+    if t in (F.hardshrink, F.softshrink):
+        op = _name(t)
+        return m.unary(op, m.t(node.args[0], op), {"lambd": float(_arg(node, 1, "lambd", 0.5))})
+    if t in (torch.cat, torch.concat, torch.stack):
+        op = "stack" if t is torch.stack else "cat"
+        xs = [m.t(a, op) for a in node.args[0]]
+        if len(xs) != 2:
+            raise TraceError(f"{op} of {len(xs)} tensors (the catalog's takes 2)")
+        rank = len(m.out_shape(node))
+        return m.b.op(op, xs, m.out_shape(node), m.b.dtype(xs[0]), {"dim": int(_arg(node, 1, "dim", 0)) % rank})
+    if t in (F.instance_norm,):
+        if any(_arg(node, i, k) is not None for i, k in ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias"))) \
+                or _arg(node, 7, "eps", 1e-5) != 1e-5:
+            raise TraceError("instance_norm with statistics, weights or another eps")
+        return m.unary("instance_norm", m.t(node.args[0], "instance_norm"))
+    if node.op == "call_method" and t in ("softmax", "log_softmax"):
+        return _along(m, t, m.t(node.args[0], t), _arg(node, 1, "dim"))
+    raise TraceError(f"no catalog op computes {node.op} {_name(t)}")
