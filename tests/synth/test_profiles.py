@@ -21,8 +21,9 @@ from synth.realize import rebuild
 # sha256 of the sources of synth.sample(60, levels=[1, 2, 3, 5], seed=2026): computed with the sampler
 # as it was before profiles existed (commit e208c6b), and recomputed, deliberately, each time the
 # catalog's domains changed what is drawn: binary ops' scalar and parameter operands, then KernelBench's
-# conv, pool and GroupNorm attribute ranges, the select and narrow ops (issue 15)
-CPU_BEFORE_PROFILES = "218d06a80980bc8043da89221646b69e5d0c2a7aed6f8e9ace72c9c03101836e"
+# conv, pool and GroupNorm attribute ranges, the select, narrow,
+# cumsum_exclusive and cumsum_reverse ops (issue 15)
+CPU_BEFORE_PROFILES = "d6217d2a3d1a822fe3ef59dce5648b63df09d74b9f1ca7fd43212feabd4efcd7"
 
 GOOD = """
 description = "a test profile"
