@@ -36,7 +36,7 @@ def max_min(m: Mapper, node: torch.fx.Node) -> Any:
     """torch.max(x) (all dims), torch.max(x, dim) ((values, indices)), torch.max(x, other) (elementwise)."""
     is_max = node.target in (torch.max, "max")
     other = _arg(node, 1, "dim") if "other" not in node.kwargs else node.kwargs["other"]
-    if m.kind(other) in ("tensor", "param"):
+    if m.kind(other) in ("tensor", "param") or (isinstance(other, torch.fx.Node) and m.kind(other) == "scalar"):
         return m.binary("maximum" if is_max else "minimum", node.args[0], other, node)
     x = m.t(node.args[0], _name(node.target))
     if other is None:

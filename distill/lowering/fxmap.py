@@ -45,6 +45,28 @@ class Tup:
 
     items: dict[int, Any] = field(default_factory=dict)
 
+    def get(self, i: int) -> Any:
+        item = self.items[i]
+        if callable(item):  # made on first use (the indices of a max are rarely read)
+            item = self.items[i] = item()
+        return item
+
+
+@dataclass
+class Param:
+    """A module parameter as an operand: how ModelNew's forward reads it, and its shape."""
+
+    code: str
+    shape: tuple[int, ...]
+
+
+def attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    """The module attribute a get_attr node reads (a parameter, buffer or constant tensor)."""
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
 
 class GraphBuilder:
     """Synth's operator graph, written op by op."""
@@ -166,9 +188,10 @@ class Mapper:
     # -- operands ------------------------------------------------------------------------------
     def kind(self, a: Any) -> str:
         if isinstance(a, torch.fx.Node):
-            if a.op == "get_attr":
+            v = self.env.get(a)
+            if isinstance(v, Param):
                 return "param"
-            return "tensor" if isinstance(self.env.get(a), str) else "scalar"
+            return "tensor" if isinstance(v, str) else "scalar" if isinstance(v, (int, float)) else "other"
         return "scalar" if isinstance(a, (int, float)) and not isinstance(a, bool) else "other"
 
     def t(self, a: Any, what: str) -> str:
@@ -225,9 +248,10 @@ class Mapper:
         if kc == "scalar":
             return self.b.op(op, [x], shape, self.b.dtype(x), {"operand": "scalar", "scalar": self.scalar(c)})
         if kc == "param":
-            p = self.gm.get_parameter(c.target) if "." in c.target or hasattr(self.gm, c.target) else None
-            return self.b.op(op, [x], shape, self.b.dtype(x), {"operand": "param", "pshape": list(p.shape)},
-                             params={"operand": f"self.{c.target}"})
+            p: Param = self.env[c]
+            pshape = list(p.shape) or [1]  # a 0-d parameter reads as one value
+            return self.b.op(op, [x], shape, self.b.dtype(x), {"operand": "param", "pshape": pshape},
+                             params={"operand": p.code})
         return self.b.op(op, [x, self.t(c, op)], shape, self.b.dtype(x))
 
     def reduce(self, op: str, x: str, dim: Any, keepdim: bool) -> str:
@@ -261,6 +285,9 @@ class Mapper:
         if node.op == "call_method" and t in SIZES:
             return None
         if t is getattr:
+            src = self.env.get(args[0])
+            if isinstance(src, Tup) and args[1] in ("values", "indices"):
+                return src.get(0 if args[1] == "values" else 1)
             if args[1] in ("T", "mT"):
                 x = self.t(args[0], "transpose")
                 r = len(self.b.shape(x))
@@ -269,10 +296,14 @@ class Mapper:
         if t is operator.getitem:
             src = self.env.get(args[0])
             if isinstance(src, Tup):
-                return src.items[args[1]]() if callable(src.items.get(args[1])) else src.items[args[1]]
+                return src.get(args[1])
             if isinstance(src, str):
                 raise TraceError(f"indexing a tensor ({node.format_node()})")
             return None  # x.shape[0]
+        if t is torch.tensor:
+            if not isinstance(args[0], (int, float)) or isinstance(args[0], bool):
+                raise TraceError("torch.tensor of something other than a number")
+            return float(args[0])
         if t in SAME:
             if node.op == "call_method" and t in ("to", "float") and self.out_dtype(node) != self.b.dtype(self.t(args[0], t)):
                 raise TraceError(f"{t}: a dtype conversion")
@@ -288,6 +319,9 @@ class Mapper:
             if name == "gelu" and node.kwargs.get("approximate", "none") == "tanh":
                 name = "gelu_tanh"
             return self.unary(name, self.t(args[0], name))
+        if t in VIEWS and isinstance(self.env.get(args[0]), Param):  # self.bias.view(1, -1, 1, 1)
+            out = self.out_shape(node)
+            return Param(f"{self.env[args[0]].code}.view({', '.join(map(str, out))})", out)
         if t in VIEWS:
             x = self.t(args[0], _name(t))
             out = self.out_shape(node)
@@ -334,7 +368,12 @@ def run(gm: torch.fx.GraphModule) -> tuple[GraphBuilder, list[str]]:
                 raise TraceError(f"input {node.name} is not a tensor")
             m.env[node] = b.input(tuple(int(d) for d in meta.shape), m.out_dtype(node))
         elif node.op == "get_attr":
-            m.env[node] = None  # a parameter: read by the op that uses it
+            # a parameter is read by the op that uses it; a one-value constant tensor the tracer
+            # made (`torch.tensor(c)` in forward) is that Python number
+            obj = attr(gm, node.target)
+            const = isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter) and obj.numel() == 1 \
+                and not obj.is_meta and node.target.startswith("_tensor_constant")
+            m.env[node] = float(obj.item()) if const else Param(f"self.{node.target}", tuple(obj.shape))
         elif node.op == "output":
             res = node.args[0]
             for r in res if isinstance(res, (tuple, list)) else [res]:

@@ -103,7 +103,7 @@ def _check_params(traced: Traced, model: Any) -> None:
     """Every bound parameter exists on the reference (the kernels read it by that path)."""
     for op, binding in traced.params.items():
         for code in binding.values():
-            path = code.removeprefix("self.")
+            path = code.removeprefix("self.").split(".view(")[0]
             try:
                 obj = model.get_parameter(path)
             except AttributeError:
@@ -127,7 +127,7 @@ def _constructor(source: str) -> tuple[str, list[str]]:
     local = {a.arg for a in ast.walk(init.args) if isinstance(a, ast.arg)}
     local |= {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     free = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    free -= local | set(dir(builtins)) | {"torch", "nn", "triton", "tl", "self"}
+    free -= local | set(dir(builtins)) | {"torch", "nn", "triton", "tl", "self", "Model"}
     preamble: list[str] = []
     for stmt in tree.body:
         names: set[str] = set()
