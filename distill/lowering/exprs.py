@@ -17,6 +17,7 @@ import jinja2
 from distill.lowering import views
 from distill.lowering.ir import Op, lowering_table
 from distill.lowering.views import Step
+from distill.lowering.sizes import is_unit
 
 HELPERS = ("log1p_f32", "expm1_f32", "tanh_f32", "softplus_f32")
 HELPER_DEPS = {"softplus_f32": ("log1p_f32",)}
@@ -47,7 +48,7 @@ class Leaf:
     @property
     def is_dense(self) -> bool:
         """Row-major contiguous in its own shape: indexable by the flat element index."""
-        return all(s == c for s, c, d in zip(self.strides, views.contiguous_strides(self.shape), self.shape) if d > 1)
+        return all(s == c for s, c, d in zip(self.strides, views.contiguous_strides(self.shape), self.shape) if not is_unit(d))
 
     def with_steps(self, more: list[Step]) -> "Leaf":
         return Leaf(self.value, self.code, self.base_shape, tuple(views.simplify(list(self.steps) + more, self.base_shape)),

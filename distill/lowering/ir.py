@@ -71,6 +71,7 @@ class Program:
     ops: list[Op]
     values: dict[str, Value]
     outputs: list[str]  # op value names, in the order forward returns them
+    size_lines: list[str] = field(default_factory=list)  # forward's first lines: `B, H = x0.shape`
 
     def op(self, name: str) -> Op | None:
         return self._ops.get(name)
@@ -134,15 +135,24 @@ def _param_shapes(init_lines: list[str], attr: str) -> dict[str, tuple[int, ...]
 
 def read_program(problem: Any) -> Program:
     """Build the Program of a synth Problem from its graph (`problem.graph`)."""
+    from distill.lowering.sizes import symbolic_shapes
+
     g = problem.graph
     catalog = default_catalog()
+    sym, size_lines = symbolic_shapes(problem)
+
+    def shape_of(name: str, shape: Any) -> tuple:
+        """The graph's sizes, as the expressions forward reads them with (distill.lowering.sizes)."""
+        s = sym.get(name)
+        return s if s is not None and tuple(map(int, s)) == tuple(shape) else tuple(shape)
+
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     values: dict[str, Value] = {}
     inputs: list[Value] = []
     op_nodes = []
     for name, data in g.nodes(data=True):
         if data["kind"] == "input":
-            inputs.append(Value(name, tuple(data["shape"]), data["dtype"], name))
+            inputs.append(Value(name, shape_of(name, data["shape"]), data["dtype"], name))
         else:
             op_nodes.append((name, data))
     inputs.sort(key=lambda v: int(v.name[1:]))
@@ -159,13 +169,13 @@ def read_program(problem: Any) -> Program:
         inputs_by_slot = [slots[i] for i in range(len(slots))]
         index = int(name[1:])
         op = Op(name=name, index=index, op=data["op"], family=data["family"], template=template_of(data["op"]),
-                attrs=dict(data.get("attrs") or {}), inputs=inputs_by_slot, shape=tuple(data["shape"]),
+                attrs=dict(data.get("attrs") or {}), inputs=inputs_by_slot, shape=shape_of(name, data["shape"]),
                 dtype=data["dtype"], is_output=bool(data.get("output")), spec=spec)
         if op.attrs.get("depthwise"):  # a depthwise conv: groups = its input's channels (the kernels read `groups`)
             op.attrs["groups"] = int(values[inputs_by_slot[0]].shape[1])
         if spec.module and (spec.kind != "broadcast" or op.attrs.get("operand") == "param"):
             op.module = f"{spec.name}_{index}"
-            in_shapes = [list(values[v].shape) for v in inputs_by_slot]
+            in_shapes = [list(map(int, values[v].shape)) for v in inputs_by_slot]  # literal: the constructor's
             ctx = _module_context(spec, op.attrs, in_shapes, f"self.{op.module}")
             op.init_lines = env.from_string(spec.module).render(ctx).splitlines()
             for pname, pshape in _param_shapes(op.init_lines, op.module).items():
@@ -176,7 +186,13 @@ def read_program(problem: Any) -> Program:
         ops.append(op)
     outputs = _returned(problem, [o.name for o in ops if o.is_output])
     _check_against_source(problem, ops)
-    return Program(inputs=inputs, ops=ops, values=values, outputs=outputs)
+    if any(sym.get(v.name) is not None and v.shape is not sym[v.name] for v in values.values()):
+        size_lines = []  # the recipe disagrees with the graph: literal sizes throughout
+        for v in values.values():
+            v.shape = tuple(map(int, v.shape))
+        for o in ops:
+            o.shape = tuple(map(int, o.shape))
+    return Program(inputs=inputs, ops=ops, values=values, outputs=outputs, size_lines=size_lines)
 
 
 def _returned(problem: Any, flagged: list[str]) -> list[str]:

@@ -80,13 +80,16 @@ def assemble(plan: Plan, doc: str) -> Module:
         fwd.lines.extend(calls)
         sources.append(src.rstrip("\n"))
         infos.append(KernelInfo(name, k.template, k.root, names, values, k.note, comment))
-    if any("on_cpu" in line for line in fwd.lines):
-        at = 1 + len(prog.inputs)
-        fwd.lines[at:at] = ["# tile sizes: GPU-sized by default; the CPU interpreter (TRITON_INTERPRET=1) pays per",
-                            "# program and per operation rather than per element, so it gets fewer, larger tiles",
-                            f"on_cpu = {prog.inputs[0].name}.device.type == \"cpu\""]
     for name, code in plan.views_out:
         fwd.lines.append(f"{name} = {code}  # a view of our own buffer, as the reference returns")
+    # sizes come from the tensors (the same module runs at any size); only the names it uses
+    body, sizes = "\n".join(fwd.lines), []
+    for line in reversed(prog.size_lines):  # later lines may use earlier names
+        if any(re.search(rf"\b{n}\b", body) for n in re.findall(r"\w+", line.split("=")[0]) if n != "_"):
+            sizes.insert(0, line)
+            body += "\n" + line
+    at = 1 + len(prog.inputs)
+    fwd.lines[at:at] = ["# sizes, read from the inputs: the same kernels run at any size"] * bool(sizes) + sizes
     used = exprs.helpers_used("\n".join(sources))
     helpers = render("helpers.py.j2", used=used).strip()
     text = render("module.py.j2", helpers=(helpers + "\n\n\n") if helpers else "", kernels=sources, doc=doc,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -79,26 +80,36 @@ def _launches(fwd: ast.FunctionDef) -> list[tuple[int, ast.Call]]:
     return out
 
 
-def _cpu_consts(fwd: ast.FunctionDef, upto: int) -> dict[str, int]:
-    """Tile sizes in force before statement `upto` on the CPU (`A, B = (..) if on_cpu else (..)`)."""
-    env: dict[str, int] = {}
+def _sizes_env(fwd: ast.FunctionDef, upto: int, ctx: dict) -> dict[str, Any]:
+    """Sizes and tile sizes in force before statement `upto`, for this problem's inputs: forward's
+    size lines (`B, H = x0.shape`, `BLOCK_R = min(triton.next_power_of_2(R), 1024)`) replayed on
+    stand-ins carrying only the input shapes; statements that need real tensors are skipped."""
+    env: dict[str, Any] = {"triton": triton, "min": min, "max": max}
+    env.update({x.name: types.SimpleNamespace(shape=tuple(int(d) for d in x.shape)) for x in ctx["program"].inputs})
     for st in fwd.body[:upto]:
-        if isinstance(st, ast.Assign) and isinstance(st.value, ast.IfExp) and ast.unparse(st.value.test) == "on_cpu":
-            names = [ast.unparse(t) for t in (st.targets[0].elts if isinstance(st.targets[0], ast.Tuple)
-                                              else [st.targets[0]])]
-            vals = ast.literal_eval(st.value.body)
-            env.update(zip(names, vals if isinstance(vals, tuple) else (vals,)))
+        if isinstance(st, ast.Assign):
+            try:
+                exec(compile(ast.Module([st], []), "<forward>", "exec"), env)  # noqa: S102 - our own generated text
+            except Exception:  # noqa: BLE001, S112 - a statement on real tensors (allocation, views)
+                continue
     return env
 
 
-def _programs_axis0(fwd: ast.FunctionDef, index: int, call: ast.Call) -> int:
+def _value(node: ast.AST, env: dict[str, Any]) -> int | None:
+    try:
+        return int(eval(compile(ast.Expression(node), "<forward>", "eval"), env))  # noqa: S307 - our own text
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _programs_axis0(fwd: ast.FunctionDef, index: int, call: ast.Call, ctx: dict) -> int:
     grid = call.func.slice
     first = grid.elts[0] if isinstance(grid, ast.Tuple) else grid
-    env = {**_cpu_consts(fwd, index), "triton": triton}
+    env = _sizes_env(fwd, index, ctx)
     for kw in call.keywords:  # constexprs passed as literals
         if isinstance(kw.value, ast.Constant):
             env.setdefault(kw.arg, kw.value.value)
-    return int(eval(compile(ast.Expression(first), "<grid>", "eval"), env))  # noqa: S307 - our own generated text
+    return _value(first, env) or 0
 
 
 # -- the mutations ----------------------------------------------------------------------------------
@@ -114,15 +125,16 @@ STORE_EXTENTS = {"pointwise": ("n_elements",), "reduce": ("n_rows",), "normalize
                  "conv": ("P", "OCG"), "pool": ("P",), "loss": ("n_rows",)}
 
 
-def _ragged(fwd: ast.FunctionDef, index: int, call: ast.Call, extents: tuple[str, ...]) -> bool:
-    """Whether a tile of this launch hangs over one of `extents` on the CPU (so its masks matter)."""
-    env = _cpu_consts(fwd, index)
+def _ragged(fwd: ast.FunctionDef, index: int, call: ast.Call, extents: tuple[str, ...], ctx: dict) -> bool:
+    """Whether a tile of this launch hangs over one of `extents` at this problem's sizes (so its
+    masks matter)."""
+    env = _sizes_env(fwd, index, ctx)
     args = {k.arg: k.value for k in call.keywords}
     for extent in extents:
         block = EXTENT_BLOCK[extent]
-        if extent in args and block in args and isinstance(args[extent], ast.Constant):
-            b = args[block].value if isinstance(args[block], ast.Constant) else env.get(ast.unparse(args[block]))
-            if b and args[extent].value % b:
+        if extent in args and block in args:
+            n, b = _value(args[extent], env), _value(args[block], env)
+            if n and b and n % b:
                 return True
     return False
 
@@ -132,7 +144,7 @@ def drop_mask(tree: ast.Module, ctx: dict) -> str | None:
     family = {k.name: k.template for k in ctx["kernels"]}
     for i, call in _launches(fwd):
         name = ast.unparse(call.func.value)
-        if not _ragged(fwd, i, call, STORE_EXTENTS.get(family.get(name, ""), ())):
+        if not _ragged(fwd, i, call, STORE_EXTENTS.get(family.get(name, ""), ()), ctx):
             continue
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
         stores = [n for n in ast.walk(fn) if _call_name(n) == "tl.store" and any(k.arg == "mask" for k in n.keywords)]
@@ -177,7 +189,7 @@ def torch_op(tree: ast.Module, ctx: dict) -> str | None:
 def first_block(tree: ast.Module, ctx: dict) -> str | None:
     fwd = _forward(tree)
     for i, call in _launches(fwd):
-        if _programs_axis0(fwd, i, call) > 1:
+        if _programs_axis0(fwd, i, call, ctx) > 1:
             grid = call.func.slice
             if isinstance(grid, ast.Tuple):
                 grid.elts[0] = ast.Constant(1)

@@ -61,7 +61,49 @@ def apply(shape: tuple[int, ...], steps: list[Step], strides: tuple[int, ...] | 
                 t = getattr(t, step.method)(*step.args)
         except RuntimeError:
             raise ViewFailed(step) from None
-    return tuple(t.shape), tuple(t.stride())
+    return _sizes_of(shape, steps, tuple(t.shape)), tuple(t.stride())
+
+
+def _sizes_of(shape: tuple, steps: list[Step], meta: tuple[int, ...]) -> tuple:
+    """The chain's result shape in the sizes' own terms (`Sym`s stay expressions forward can
+    write, distill.lowering.sizes); the meta tensor's shape wherever they are not followed."""
+    cur = list(shape)
+    try:
+        for st in steps:
+            a = st.args
+            if st.method in ("view", "expand"):
+                new = list(a)
+                if st.method == "expand":
+                    off = len(new) - len(cur)
+                    new = [cur[i - off] if (d == -1 and i >= off) else d for i, d in enumerate(new)]
+                elif any(d == -1 for d in new):
+                    return meta
+                cur = new
+            elif st.method == "permute":
+                cur = [cur[d] for d in (a[0] if len(a) == 1 and isinstance(a[0], tuple) else a)]
+            elif st.method in ("transpose", "t"):
+                i, j = (0, 1) if st.method == "t" else (a[0] % len(cur), a[1] % len(cur))
+                cur[i], cur[j] = cur[j], cur[i]
+            elif st.method == "unsqueeze":
+                cur.insert(a[0] % (len(cur) + 1), 1)
+            elif st.method == "squeeze":
+                dims = [d % len(cur) for d in (a if a else [i for i, n in enumerate(cur) if n == 1])]
+                cur = [n for i, n in enumerate(cur) if not (i in dims and n == 1)]
+            elif st.method == "movedim":
+                src, dst = a[0] % len(cur), a[1] % len(cur)
+                cur.insert(dst, cur.pop(src))
+            elif st.method == "narrow":
+                cur[a[0] % len(cur)] = a[2]
+            elif st.method == "select":
+                cur.pop(a[0] % len(cur))
+            elif st.method == "unflatten":
+                d = a[0] % len(cur)
+                cur[d:d + 1] = list(a[1])
+            else:
+                return meta
+    except (IndexError, TypeError):
+        return meta
+    return tuple(cur) if tuple(map(int, cur)) == tuple(meta) else meta
 
 
 def render(code: str, steps: list[Step]) -> str:

@@ -20,6 +20,7 @@ from distill.lowering import exprs, views
 from distill.lowering.exprs import Leaf
 from distill.lowering.ir import Op, Program
 from distill.lowering.planner import Kernel
+from distill.lowering.sizes import Sym, is_unit, next_pow2, smax, smin
 from distill.lowering.views import Step
 from synth.catalog import DATA_DIR
 
@@ -76,6 +77,13 @@ def render(template: str, **ctx: Any) -> str:
 
 
 def pow2(n: int, lo: int = 1, hi: int | None = None) -> int:
+    """The power of two at or above n, within [lo, hi]. For a size read at run time (a `Sym`) it
+    is the expression forward computes (`min(triton.next_power_of_2(R), 1024)`), so a tile that
+    must cover a dim still covers it at any size."""
+    if isinstance(n, Sym):
+        p = next_pow2(n)
+        p = smax(p, lo) if lo > 1 else p
+        return smin(p, hi) if hi is not None else p
     p = 1 << max(0, math.ceil(math.log2(max(n, 1))))
     p = max(p, lo)
     return min(p, hi) if hi is not None else p
@@ -155,13 +163,13 @@ class Launch:
         and stores need pointers of the mask's shape.
         """
         name = self.pointer(leaf)
-        if flat is not None and leaf.is_dense and all(c is not None for c, d in zip(coords, leaf.shape) if d > 1):
+        if flat is not None and leaf.is_dense and all(c is not None for c, d in zip(coords, leaf.shape) if not is_unit(d)):
             return flat
         terms, partial = [], False
         for d, (c, size, stride) in enumerate(zip(coords, leaf.shape, leaf.strides)):
             if c is None:
                 continue
-            if size == 1 or stride == 0:
+            if is_unit(size) or stride == 0:
                 partial = True
                 continue
             sname = self.scalar(f"{name}_stride{d}", f"{self.view_of[name]}.stride({d})")
@@ -177,24 +185,20 @@ class Launch:
         return ", ".join(params)
 
     def call(self, kernel: str, grid: str, consts: dict[str, Any]) -> list[str]:
-        """Launch lines. A constexpr given as (gpu, cpu) sizes is chosen at run time by `on_cpu`:
-        the CPU interpreter pays per program and per operation, not per element, so it gets larger
-        tiles. `grid` refers to constexprs by name."""
+        """Launch lines. A constexpr that depends on sizes read at run time (a `Sym`, e.g.
+        `min(triton.next_power_of_2(R), 1024)`) is computed into a variable of its own name first;
+        a fixed one is written in place. `grid` refers to constexprs by name. (A (gpu, cpu) pair,
+        from families that once chose per device, means its first: one choice on every device.)"""
         lines = []
-        varying = {k: v for k, v in consts.items() if isinstance(v, tuple) and v[0] != v[1]}
-        fixed = {k: (v[0] if isinstance(v, tuple) else v) for k, v in consts.items() if k not in varying}
-        if varying:
-            names = ", ".join(varying)
-            gpu = ", ".join(str(v[0]) for v in varying.values())
-            cpu = ", ".join(str(v[1]) for v in varying.values())
-            if len(varying) == 1:
-                lines.append(f"{names} = {cpu} if on_cpu else {gpu}")
-            else:
-                lines.append(f"{names} = ({cpu}) if on_cpu else ({gpu})")
-        for k, v in fixed.items():
-            grid = re.sub(rf"\b{k}\b", str(v), grid)
+        consts = {k: (v[0] if isinstance(v, tuple) else v) for k, v in consts.items()}
+        computed = {k: v for k, v in consts.items() if isinstance(v, Sym)}
+        for k, v in computed.items():
+            lines.append(f"{k} = {v}")
+        for k, v in consts.items():
+            if k not in computed:
+                grid = re.sub(rf"\b{k}\b", str(v), grid)
         parts = list(self.args) + [f"{k}={v}" for k, v in self.kwargs] + \
-            [f"{k}={k if k in varying else fixed[k]}" for k in consts]
+            [f"{k}={k if k in computed else v}" for k, v in consts.items()]
         lines.append(f"{kernel}[{grid}]({', '.join(parts)})")
         return lines
 
@@ -244,7 +248,7 @@ def operand_lines(launch: Launch, expr: exprs.Node, coords: list[str | None], ma
 
 def coord_names(shape: tuple[int, ...], index: str, prefix: str) -> list[str | None]:
     """Per-dim coordinate names `<prefix><d>` of a flat row-major `index` (None for size-1 dims)."""
-    dims = [d for d, s in enumerate(shape) if s > 1]
+    dims = [d for d, s in enumerate(shape) if not is_unit(s)]
     if len(dims) == 1:
         return [index if d == dims[0] else None for d in range(len(shape))]
     return [f"{prefix}{d}" if d in dims else None for d in range(len(shape))]
@@ -256,7 +260,7 @@ def coord_lines(shape: tuple[int, ...], index: str, prefix: str, launch: Launch,
     Coordinates come out last dim first; the walk stops once every referenced one is known, and
     sizes become `<prefix>_size<d>` arguments only when needed.
     """
-    dims = [d for d, s in enumerate(shape) if s > 1]
+    dims = [d for d, s in enumerate(shape) if not is_unit(s)]
     if len(dims) < 2:
         return []
     need = {d for d in dims if re.search(rf"\b{prefix}{d}\b", used)}

@@ -13,6 +13,7 @@ from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, operand_lines, pow2, render,
                                            store_offset)
 from distill.lowering.planner import Kernel
+from distill.lowering.sizes import Sym, is_unit
 from distill.lowering.views import Step
 
 
@@ -26,10 +27,10 @@ def _lift(steps: list[Step], shape: tuple[int, ...], on: str) -> tuple[list[Step
 def _batch_lines(launch: Launch, b0: int, b1: int) -> tuple[list[str], str | None, str | None]:
     """Coordinates of the program's batch block `rb` in the two batch dims (None when size 1)."""
     launch.scalar("BATCH", b0 * b1)
-    if b0 > 1 and b1 > 1:
+    if not is_unit(b0) and not is_unit(b1):
         size = launch.scalar("B1", b1)
         return [f"b0 = rb // {size}", f"b1 = rb % {size}"], "b0", "b1"
-    return [], ("rb" if b0 > 1 else None), ("rb" if b1 > 1 else None)
+    return [], ("rb" if not is_unit(b0) else None), ("rb" if not is_unit(b1) else None)
 
 
 def _b(c: str | None) -> str | None:
@@ -140,6 +141,8 @@ class Attention(Family):
         launch = Launch(fwd)
         for sym, val in (("L", seq_l), ("S", seq_s), ("E", e), ("EV", ev)):
             launch.scalar(sym, val)
+        # the 1/sqrt(E) softmax scale follows the head size, so forward computes it
+        launch.scalar("scale", f"{e} ** -0.5" if isinstance(e, Sym) else repr(1.0 / math.sqrt(e)))
         batch, c0, c1 = _batch_lines(launch, b, h)
         load_q, _ = operand_lines(launch, q.expr, [_b(c0), _b(c1), "rl[None, :, None]", "re[None, None, :]"],
                                   "b_ok & (rl[None, :, None] < L) & (re[None, None, :] < E)", other="0.0", var="q", exact=True,
@@ -163,7 +166,7 @@ class Attention(Family):
         src = render("attention.py.j2", name=name,
                      signature=launch.signature(["BLOCK_B", "BLOCK_L", "BLOCK_S", "BLOCK_E", "BLOCK_V"]),
                      comment=self.describe(k), batch_lines=batch, load_q=load_q[0], load_k=load_k[0],
-                     load_v=load_v[0], scale=repr(1.0 / math.sqrt(e)), causal=bool(k.op.attrs.get("is_causal")),
+                     load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
                      epilogue=epi, out=out, out_off=off, value=value)
         grid = f"(triton.cdiv({seq_l}, BLOCK_L), triton.cdiv({b * h}, BLOCK_B))"
         return src, launch.call(name, grid, {"BLOCK_B": bb, "BLOCK_L": bl, "BLOCK_S": bs, "BLOCK_E": be,

@@ -4,6 +4,7 @@ from __future__ import annotations
 from distill.lowering import exprs
 from distill.lowering.kernels.base import Forward, Launch, coord_lines, coord_names, operand_lines, pow2, render
 from distill.lowering.planner import Kernel
+from distill.lowering.sizes import is_unit
 
 BLOCK = 1024
 BLOCK_CPU = 4096  # the interpreter pays per program: fewer, larger blocks
@@ -21,7 +22,7 @@ def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
     needs_coords = not (target.is_dense and all(lf.is_dense for lf in leaves))
     launch.pointer(target, hint="out")
     launch.scalar("n_elements", n)
-    coords = coord_names(shape, "offs", "i") if needs_coords else ["offs" if d > 1 else None for d in shape]
+    coords = coord_names(shape, "offs", "i") if needs_coords else ["offs" if not is_unit(d) else None for d in shape]
     body, result = operand_lines(launch, k.expr, coords, "mask", flat="offs")
     out_off = launch.offset(target, coords, flat="offs")
     out_off = out_off if out_off != "0" else "offs * 0"  # a one-element result: lane 0 stores it

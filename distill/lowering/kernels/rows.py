@@ -12,6 +12,7 @@ from distill.lowering.ir import Op, Program, lowering_table
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render, store_offset)
 from distill.lowering.planner import Kernel
+from distill.lowering.sizes import is_unit
 from distill.lowering.views import Step
 
 # elements per [BLOCK_ROWS, BLOCK_R] tile and the widest BLOCK_R, on a GPU and under the interpreter
@@ -286,13 +287,14 @@ class Loss(Family):
         launch.scalar("n_elements", n)
         leaves = [lf for o in k.operands.values() for lf in exprs.leaves(o.expr)]
         dense = all(lf.is_dense for lf in leaves)
-        coords = ["offs" if d > 1 else None for d in space] if dense else coord_names(space, "offs", "i")
+        coords = ["offs" if not is_unit(d) else None for d in space] if dense else coord_names(space, "offs", "i")
         body = []
         for role, o in k.operands.items():
             b, result = operand_lines(launch, o.expr, coords, "mask", flat="offs", other="0.5")
             body += b + [f"{role} = {result}"]
         term = jinja2.Template(spec["term"], undefined=jinja2.StrictUndefined).render(**op.attrs)
-        denom = str(space[0]) if spec.get("denom") == "size0" and space else "n_elements"
+        # batchmean divides by the batch size: an argument, like every size
+        denom = launch.scalar("n_batch", space[0]) if spec.get("denom") == "size0" and space else "n_elements"
         epi, value, out, off = self._scalar_out(k, launch)
         lines = [] if dense else coord_lines(space, "offs", "i", launch, "\n".join(body))
         block = (pow2(n, lo=16, hi=1024), pow2(n, lo=16, hi=4096))

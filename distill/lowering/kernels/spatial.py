@@ -11,6 +11,7 @@ from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render, store_offset)
 from distill.lowering.planner import Kernel
+from distill.lowering.sizes import Sym
 
 NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
@@ -130,6 +131,11 @@ class Conv(Family):
 
 
 def _adaptive_window(size_in: int, size_out: int) -> int:
+    if size_out == 1 and not isinstance(size_out, Sym):
+        return size_in
+    if isinstance(size_in, Sym) or isinstance(size_out, Sym):
+        # read at run time: a bound on every window, ceil(in / out) + 1 (the mask trims each one)
+        return (size_in + size_out - 1) // size_out + 1
     return max(-(-((o + 1) * size_in) // size_out) - (o * size_in) // size_out for o in range(size_out))
 
 
@@ -173,7 +179,7 @@ class Pool(Family):
                 # a single output along this dim: its window is the whole input dim
                 if kd:
                     in_lines.append(f"in_{low} = {kd}")
-                divisor.append(str(x_shape[2 + j]))
+                divisor.append(size)
                 if not kd:
                     ins.append(None)
                     continue
