@@ -1,18 +1,26 @@
-"""Benchmark the reference lowering on a GPU: correctness there, and speed against eager and torch.compile.
+"""Benchmark the reference lowering on a GPU: correctness there, speed against eager and torch.compile, roofline.
 
-Two steps, so the GPU machine needs only torch and Triton (no synth, no constraint solver):
+One command on the GPU box (synth samples there too: its packages are carried), resumable:
 
-    # here (CPU): sample problems at levels 1, 2, 5, lower them, write one JSON file
-    python bench/bench_lowering.py prepare --n 40 --seed 7 --out .bench_lowering/problems.json
-    # on the GPU: check every lowered module against its reference, then time all three
-    python bench/bench_lowering.py run --problems .bench_lowering/problems.json --budget 300
+    python3 bench/bench_lowering.py all --profile gpu --levels 1,2,5,10 --n 40 --device cuda \
+        --budget 540 --out .bench_lowering/gpu
 
-`run` takes problems round-robin across levels and stops starting new ones after `--budget` seconds
-(torch.compile costs seconds per problem), then prints, per level: problems timed, lowered modules
-correct on the GPU, the fraction faster than eager and than torch.compile, and geometric-mean
-speedups (over the correct ones). Each forward is timed with CUDA events (5 warm-up calls, median of
-30), on one fixed input set; no L2 flush (inputs are at most 128 KiB, so all three variants run from
-L2 alike). Per-problem rows go to `--jsonl`.
+`all` = `prepare` (sample `--n` problems per level at the size `--profile`, lower them, write
+DIR/problems.json) then `run` (check every lowered module against its reference on the device, time
+all three, append one row per problem to DIR/results.jsonl, write DIR/table.md). A rerun with the
+same `--out` keeps the problems and the rows already there and goes on where it stopped, so a
+`--budget` (seconds after which no new problem starts) fits any per-command limit. Per level it
+reports: problems, correct %, geomean speedup vs eager and vs torch.compile (over the correct ones),
+% faster than eager, and the median roofline fraction: roofline time = max(bytes / HBM bandwidth,
+FLOPs / peak) over the lowered module's time, bytes = the problem's inputs, outputs and parameters
+(what a fully fused program must move at least), FLOPs = synth's count, bandwidth measured here (a
+device-to-device copy of 1 GiB) and peak = a measured fp32 matmul without TF32 (the kernels' `tl.dot`
+precision). Each forward is timed with CUDA events (5 warm-up calls, median of 30) on one input set, with no
+L2 flush (at the `gpu` profile a problem's tensors are far larger than the 50 MB L2; at `cpu` sizes
+all three variants run from L2 alike).
+
+Two steps instead (the CPU side then needs no GPU): `prepare --out DIR` here, `run --out DIR` there.
+`--device cpu` checks correctness only (no timing): a smoke test of the script.
 """
 from __future__ import annotations
 
@@ -32,22 +40,32 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- prepare (CPU, needs the project) -----------------------------------------------------------------
-def prepare(n: int, seed: int, levels: list[int], out: Path) -> None:
+def prepare(n: int, seed: int, levels: list[int], profile: str, out: Path) -> None:
+    """Sample, lower and write DIR/problems.json (kept as it is when it exists: reruns resume)."""
+    path = out / "problems.json"
+    if path.exists():
+        print(f"{path} exists: kept")
+        return
     sys.path.insert(0, str(ROOT))
     import synth
     from distill.lowering import lower
-    from distill.lowering.conditioning import fp32_agrees_with_fp64
 
     rows = []
     for level in levels:
-        for p in synth.sample(n, level=level, seed=seed + level):
+        t = time.perf_counter()
+        for p in synth.sample(n, level=level, seed=seed + level, profile=profile):
             low = lower(p)
-            rows.append({"problem_id": p.problem_id, "level": level, "ops": p.ops, "source": p.source,
-                         "candidate": low.source, "kernels": len(low.kernels),
-                         "well_conditioned": fp32_agrees_with_fp64(p)})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows))
-    print(f"wrote {len(rows)} problems to {out}")
+            row = {"problem_id": p.problem_id, "level": level, "ops": p.ops, "source": p.source,
+                   "candidate": low.source, "kernels": len(low.kernels), "flops": int(p.flops),
+                   "profile": p.profile, "well_conditioned": None}
+            if profile == "cpu":  # fp64 replays of the reference: affordable at cpu sizes only
+                from distill.lowering.conditioning import fp32_agrees_with_fp64
+                row["well_conditioned"] = fp32_agrees_with_fp64(p)
+            rows.append(row)
+        print(f"level {level}: {n} problems lowered in {time.perf_counter() - t:.0f} s", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows))
+    print(f"wrote {len(rows)} problems to {path}")
 
 
 # -- run (GPU, torch and Triton only) -----------------------------------------------------------------
@@ -110,10 +128,35 @@ def _time_ms(fn: Any, inputs: list, warmup: int = 5, reps: int = 30) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
-def run_one(row: dict, device: str, use_compile: bool) -> dict:
+def _nbytes(xs: Any) -> int:
     import torch
 
-    out = {k: row[k] for k in ("problem_id", "level", "ops", "kernels", "well_conditioned")}
+    return sum(x.numel() * x.element_size() for x in _list(xs) if isinstance(x, torch.Tensor))
+
+
+def machine_peaks(device: str) -> dict:
+    """HBM bandwidth (GB/s, a 1 GiB device copy: read + write) and fp32 matmul peak (TFLOP/s, 8192^3
+    without TF32, the precision the kernels' tl.dot uses), both measured here."""
+    import torch
+
+    if device != "cuda":
+        return {}
+    a = torch.empty(1 << 28, device=device)  # 1 GiB of fp32
+    b = torch.empty_like(a)
+    ms = _time_ms(lambda: b.copy_(a), [], warmup=3, reps=20)
+    bw = 2 * a.numel() * 4 / (ms * 1e-3) / 1e9
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x = torch.randn(8192, 8192, device=device)
+    ms = _time_ms(lambda: x @ x, [], warmup=3, reps=10)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    return {"hbm_gbps": bw, "fp32_tflops": 2 * 8192 ** 3 / (ms * 1e-3) / 1e12}
+
+
+def run_one(row: dict, device: str, use_compile: bool, peaks: dict | None = None) -> dict:
+    import torch
+
+    out = {k: row.get(k) for k in ("problem_id", "level", "ops", "kernels", "well_conditioned", "flops")}
     ref_mod = _load(row["source"], "tf_ref_")
     new_mod = _load(row["candidate"], "tf_new_")
     torch.manual_seed(0)
@@ -128,8 +171,14 @@ def run_one(row: dict, device: str, use_compile: bool) -> dict:
         out["correct"], out["why"] = _agrees(got, want)
         if device != "cuda":
             return out
+        out["bytes"] = _nbytes(inputs) + _nbytes(want) + sum(_nbytes(t) for t in ref.state_dict().values())
         out["eager_ms"] = _time_ms(ref, inputs)
         out["lowered_ms"] = _time_ms(new, inputs)
+        if peaks:
+            bound = max(out["bytes"] / (peaks["hbm_gbps"] * 1e9), (row.get("flops") or 0) / (peaks["fp32_tflops"] * 1e12))
+            out["roofline"] = bound * 1e3 / out["lowered_ms"]
+            out["bound"] = "memory" if out["bytes"] / peaks["hbm_gbps"] * 1e3 >= (row.get("flops") or 0) / \
+                peaks["fp32_tflops"] else "compute"
         out["compile_ms"] = None
         if use_compile:
             try:
@@ -149,7 +198,7 @@ def _geomean(xs: list[float]) -> float | None:
 
 def table(results: list[dict]) -> str:
     head = (f"{'level':>5} {'n':>4} {'correct':>8} {'> eager':>8} {'> compile':>10} {'geomean vs eager':>17} "
-            f"{'geomean vs compile':>19}")
+            f"{'geomean vs compile':>19} {'median roofline':>16}")
     lines = [head]
     for level in sorted({r["level"] for r in results}):
         rs = [r for r in results if r["level"] == level]
@@ -158,65 +207,83 @@ def table(results: list[dict]) -> str:
         sc = [r["compile_ms"] / r["lowered_ms"] for r in ok if r.get("compile_ms")]
         fmt = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
         frac = lambda xs: "-" if not xs else f"{sum(x > 1 for x in xs) / len(xs):.0%}"  # noqa: E731
-        lines.append(f"{level:>5} {len(rs):>4} {len(ok):>4}/{len(rs):<3} {frac(se):>8} {frac(sc):>10} "
-                     f"{fmt(_geomean(se)):>17} {fmt(_geomean(sc)):>19}")
+        roof = [r["roofline"] for r in ok if r.get("roofline")]
+        med = f"{statistics.median(roof):.0%}" if roof else "-"
+        lines.append(f"{level:>5} {len(rs):>4} {len(ok) / len(rs):>8.0%} {frac(se):>8} {frac(sc):>10} "
+                     f"{fmt(_geomean(se)):>17} {fmt(_geomean(sc)):>19} {med:>16}")
     return "\n".join(lines)
 
 
-def run(problems: Path, budget: float, device: str, use_compile: bool, jsonl: Path | None) -> None:
+def run(out_dir: Path, budget: float, device: str, use_compile: bool) -> None:
+    """Run DIR/problems.json's problems not yet in DIR/results.jsonl; write DIR/table.md."""
     import torch
     import triton
 
-    rows = json.loads(problems.read_text())
+    rows = json.loads((out_dir / "problems.json").read_text())
+    results_path = out_dir / "results.jsonl"
+    results = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.exists() else []
+    done = {r["problem_id"] for r in results}
     by_level: dict[int, list] = {}
     for r in rows:
         by_level.setdefault(r["level"], []).append(r)
     order = [lvl[i] for i in range(max(len(v) for v in by_level.values())) for lvl in by_level.values() if i < len(lvl)]
-    print(f"torch {torch.__version__}, triton {triton.__version__}, "
-          f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}; {len(order)} problems, budget {budget:.0f} s",
-          flush=True)
+    order = [r for r in order if r["problem_id"] not in done]
+    peaks = machine_peaks(device)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    env = (f"torch {torch.__version__}, triton {triton.__version__}, "
+           f"{torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}")
+    print(f"{env}; {len(order)} problems to go ({len(done)} done), budget {budget:.0f} s; "
+          + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()), flush=True)
     start = time.perf_counter()
-    results = []
-    sink = jsonl.open("w") if jsonl else None
-    for row in order:
-        if time.perf_counter() - start > budget:
-            break
-        try:
-            res = run_one(row, device, use_compile)
-        except Exception as exc:  # noqa: BLE001
-            res = {k: row[k] for k in ("problem_id", "level", "ops", "kernels", "well_conditioned")}
-            res.update(correct=False, why=f"{type(exc).__name__}: {str(exc)[:300]}")
-        results.append(res)
-        if sink:
+    with results_path.open("a") as sink:
+        for row in order:
+            if time.perf_counter() - start > budget:
+                break
+            try:
+                res = run_one(row, device, use_compile, peaks)
+            except Exception as exc:  # noqa: BLE001
+                res = {k: row.get(k) for k in ("problem_id", "level", "ops", "kernels", "well_conditioned")}
+                res.update(correct=False, why=f"{type(exc).__name__}: {str(exc)[:300]}")
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            results.append(res)
             sink.write(json.dumps(res) + "\n")
             sink.flush()
-        if not res.get("correct"):
-            print(f"  incorrect {res['problem_id']} {res['ops']}: {res.get('why')}", flush=True)
-    if sink:
-        sink.close()
-    print(f"\n{len(results)} problems in {time.perf_counter() - start:.0f} s")
-    print(table(results))
+            if not res.get("correct"):
+                print(f"  incorrect {res['problem_id']} {res['ops']}: {res.get('why')}", flush=True)
+    left = len(rows) - len(results)
+    text = table(results)
+    (out_dir / "table.md").write_text(f"{env}; {peaks}\n{len(results)} of {len(rows)} problems\n\n{text}\n")
+    print(f"\n{len(results)} of {len(rows)} problems ({left} left: rerun the same command)\n{text}")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("prepare")
-    p.add_argument("--n", type=int, default=40)
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--levels", default="1,2,5")
-    p.add_argument("--out", type=Path, default=Path(".bench_lowering/problems.json"))
-    r = sub.add_parser("run")
-    r.add_argument("--problems", type=Path, default=Path(".bench_lowering/problems.json"))
-    r.add_argument("--budget", type=float, default=300.0, help="seconds after which no new problem starts")
-    r.add_argument("--device", default="cuda")
-    r.add_argument("--no-compile", action="store_true")
-    r.add_argument("--jsonl", type=Path, default=None)
+    parsers = {c: sub.add_parser(c) for c in ("prepare", "run", "all")}
+    for c, p in parsers.items():
+        p.add_argument("--out", type=Path, default=Path(".bench_lowering/gpu"), help="folder of problems and results")
+        if c in ("prepare", "all"):
+            p.add_argument("--n", type=int, default=40, help="problems per level")
+            p.add_argument("--seed", type=int, default=7)
+            p.add_argument("--levels", default="1,2,5,10")
+            p.add_argument("--profile", default="gpu", choices=("cpu", "gpu"))
+        if c in ("run", "all"):
+            p.add_argument("--budget", type=float, default=540.0, help="seconds after which no new problem starts")
+            p.add_argument("--device", default="cuda")
+            p.add_argument("--no-compile", action="store_true")
     a = ap.parse_args(argv)
-    if a.cmd == "prepare":
-        prepare(a.n, a.seed, [int(x) for x in a.levels.split(",")], a.out)
-    else:
-        run(a.problems, a.budget, a.device, not a.no_compile, a.jsonl)
+    try:
+        levels = [int(x) for x in a.levels.split(",")] if a.cmd != "run" else []
+    except ValueError:
+        ap.error(f"--levels must be comma-separated integers, not {a.levels!r}")
+    if a.cmd in ("prepare", "all"):
+        prepare(a.n, a.seed, levels, a.profile, a.out)
+    if a.cmd in ("run", "all"):
+        if not (a.out / "problems.json").exists():
+            ap.error(f"{a.out / 'problems.json'} does not exist: run `prepare --out {a.out}` first")
+        run(a.out, a.budget, a.device, not a.no_compile)
 
 
 if __name__ == "__main__":
