@@ -44,5 +44,8 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"tritonforge train-grpo: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(summary))
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:   # under `accelerate launch`, one summary
+        print(json.dumps(summary))
     return 0

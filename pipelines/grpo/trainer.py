@@ -38,6 +38,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,15 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
 
     # -- rewards and advantages ---------------------------------------------------------------------
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
+        if self._scored is None and not getattr(self, "_announced", False):
+            self._announced = True   # once a run: where this rank scores (each rank verifies its own share)
+            from curriculum.rewards.scorer import default_device, rank_gpus
+
+            dev = self.run.reward.device if self.run.reward.device != "auto" else default_device()
+            where = f"cuda:{rank_gpus()}" if dev == "cuda" and rank_gpus() is not None else dev
+            print(f"train-grpo: rank {self.accelerator.process_index} (LOCAL_RANK={os.environ.get('LOCAL_RANK')}, "
+                  f"pid {os.getpid()}) scores its {len(completions)} completions on {where}", file=sys.stderr,
+                  flush=True)
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._scored = (rewards, completion_ids_list)   # rewards of every rank; completions of this one
         return rewards
@@ -143,7 +154,7 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
             if temp > 0:
                 gen["temperature"] = temp
             with torch.no_grad(), unwrap_model_for_generation(self.model_wrapped, acc) as model:
-                seqs = model.generate(**batch, **gen, top_p=1.0, top_k=0)
+                seqs = model.generate(**batch, **gen)
             answers = tok.batch_decode(seqs[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
             passed = sum(passes(self.run.reward, tok, [r["reference"] for r in mine], answers))
         counts = acc.gather(torch.tensor([passed, len(mine)], device=acc.device)).view(-1, 2).sum(dim=0)
