@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from distill.verifier.pool import VerifierPool
 
 # What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`). The
-# default is "recorded" until the lowering teacher reads sizes from its tensors (issue [5/10]): today
-# it bakes the problem's sizes in, so "required" would fail every lowered kernel.
+# default is "recorded": a twin also redraws sizes the reference's constructor takes (nn.Linear(E, F)),
+# and no fixed ModelNew.__init__ can build those parameters (15 of 40 level-5 cpu problems), though
+# the lowering teacher's modules read every other size from their tensors and pass their twins.
 RESIZED = ("required", "recorded", "off")
 
 

@@ -9,8 +9,9 @@ def vpool():
     from distill.verifier import VerifierPool
 
     # two workers: the interpreter is single-threaded, and CI machines have two cores
-    # resized="off": these tests measure the lowering itself (which still bakes sizes in, issue [5/10]);
-    # the twin check has its own tests (tests/distill/verifier/test_verifier_resized.py)
+    # resized="off": these tests measure the lowering itself, and a twin run doubles each verification
+    # (the slow lane took 17m54s with it); test_resized.py checks lowered modules on resized twins,
+    # and many problems' twins change their constructor's sizes, which no fixed ModelNew can match
     with VerifierPool(workers=2, device="cpu", timeout=60, resized="off") as p:
         yield p
 
