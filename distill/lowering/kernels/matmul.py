@@ -116,7 +116,7 @@ class Matmul(Family):
                      signature=launch.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K"]),
                      comment=self.describe(k), batch_lines=batch, load_a=load_a[0], load_b=load_b[0], bias=bias,
                      epilogue=epi, out=out, out_off=off, value=value)
-        grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N), triton.cdiv({b0 * b1}, BLOCK_B))"
+        grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N) * triton.cdiv({b0 * b1}, BLOCK_B),)"
         return src, launch.call(name, grid, {"BLOCK_B": bb, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk})
 
 
@@ -168,7 +168,7 @@ class Attention(Family):
                      comment=self.describe(k), batch_lines=batch, load_q=load_q[0], load_k=load_k[0],
                      load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
                      epilogue=epi, out=out, out_off=off, value=value)
-        grid = f"(triton.cdiv({seq_l}, BLOCK_L), triton.cdiv({b * h}, BLOCK_B))"
+        grid = f"(triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({b * h}, BLOCK_B),)"
         return src, launch.call(name, grid, {"BLOCK_B": bb, "BLOCK_L": bl, "BLOCK_S": bs, "BLOCK_E": be,
                                              "BLOCK_V": bv})
 
