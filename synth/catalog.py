@@ -23,7 +23,7 @@ DATA_DIR = Path(os.environ.get("TRITONFORGE_DATA") or str(importlib.resources.fi
 
 KINDS = {
     "map": 1, "broadcast": 2, "reduce": 1, "along": 1, "transpose": 1, "permute": 1,
-    "flatten": 1, "split": 1, "cat": 2, "stack": 2, "pair_reduce": 2, "pattern": None, "narrow": 1,
+    "flatten": 1, "split": 1, "cat": 2, "stack": 2, "pair_reduce": 2, "pattern": None, "narrow": 1, "pad": 1,
 }
 RANGES = {"any", "signed", "nonneg", "pos", "unit", "sign", "class"}
 OUT_RANGES = RANGES - {"class", "signed"} | {"same"}

@@ -276,6 +276,16 @@ class Wirer:
                          {"R": t.dims[d], "start": op.attr_vars["start"], "trim": op.attr_vars["trim"]})
         return t.dims[:d] + [length] + t.dims[d + 1:]
 
+    def _wire_pad(self, op: OpNode) -> list[Dim]:
+        """F.pad(x, (left, right)): the last dim grows by the two attributes."""
+        t = self._single_input(op)
+        for name in ("left", "right"):
+            op.attr_vars[name] = self.var(name, op.spec.attrs[name])
+        op.env["R"] = t.dims[-1]
+        grown = Derived("R + left + right", compile("R + left + right", "<pad>", "eval"),
+                        {"R": t.dims[-1], "left": op.attr_vars["left"], "right": op.attr_vars["right"]})
+        return t.dims[:-1] + [grown]
+
     def _wire_split(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
         d = self.decide("dim", lambda: int(self.rng.integers(t.rank)))

@@ -22,8 +22,8 @@ from synth.realize import rebuild
 # as it was before profiles existed (commit e208c6b), and recomputed, deliberately, each time the
 # catalog's domains changed what is drawn: binary ops' scalar and parameter operands, then KernelBench's
 # conv, pool and GroupNorm attribute ranges, the select, narrow,
-# cumsum_exclusive and cumsum_reverse ops (issue 15)
-CPU_BEFORE_PROFILES = "d6217d2a3d1a822fe3ef59dce5648b63df09d74b9f1ca7fd43212feabd4efcd7"
+# cumsum_exclusive, cumsum_reverse, flip, triu, tril and pad ops (issue 15)
+CPU_BEFORE_PROFILES = "651493e4a48f0d3b30a34badfeebe34b252ba91c15ea33665cb82675c3dc6432"
 
 GOOD = """
 description = "a test profile"

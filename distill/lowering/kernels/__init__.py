@@ -7,9 +7,9 @@ FAMILIES: dict[str, Family] = {}
 
 
 def _register() -> None:
-    from distill.lowering.kernels import matmul, rows, spatial
+    from distill.lowering.kernels import index, matmul, rows, spatial
 
-    for fam in (*rows.FAMILIES, *matmul.FAMILIES, *spatial.FAMILIES):
+    for fam in (*rows.FAMILIES, *matmul.FAMILIES, *spatial.FAMILIES, *index.FAMILIES):
         FAMILIES[fam.name] = fam
 
 

@@ -1,0 +1,58 @@
+"""Slicing and index ops (issue 15): select, narrow, flip, triu, tril and pad render, run, lower and
+verify at every attribute extreme, alone, with fused producers and with epilogues."""
+from __future__ import annotations
+
+import synth
+from distill.lowering import lower
+from tests.distill.lowering.conftest import verify_all
+
+
+def _cover(op: str, features, n: int = 24) -> tuple[list, set]:
+    """Level-1 problems of `op` among n draws, one for each (feature, value) first seen."""
+    chosen, seen = [], set()
+    for p in synth.sample(n, level=1, seed=7, ops=[op]):
+        new = set(features(p.graph.nodes["y0"]["attrs"], p.input_shapes[0]).items()) - seen
+        if new:
+            seen |= new
+            chosen.append(p)
+    return chosen, seen
+
+
+def _end(d: int, shape) -> str | None:
+    return {0: "first", len(shape) - 1: "last"}.get(d)
+
+
+def test_select_and_narrow_lower_and_verify_at_their_extremes(vpool):
+    # select: index 0, 1 and -1 (the last), along the first and the last dim
+    sel, seen = _cover("select", lambda a, s: {"index": a["index"], "dim": _end(a["dim"], s)})
+    assert {v for k, v in seen if k == "index"} == {0, 1, -1} and {("dim", "first"), ("dim", "last")} <= seen
+    # narrow: start and trim 0..2 (x.narrow(d, 0, n - 1), the exclusive scan's, is start 0 and trim 1)
+    nar, seen = _cover("narrow", lambda a, s: {"start": a["start"], "trim": a["trim"]})
+    assert seen == {(k, v) for k in ("start", "trim") for v in (0, 1, 2)}
+    chains = synth.sample(1, level=2, seed=3, ops=["narrow", "cumsum"]) + \
+        synth.sample(1, level=3, seed=4, ops=["select", "narrow", "relu"])
+    problems = sel + nar + chains
+    assert all("torch.select(" in p.source for p in sel) and all(".size(" in p.source for p in nar)
+    _, bad = verify_all(vpool, problems, [lower(p).source for p in problems])
+    assert not bad, "\n".join(bad)
+
+
+def test_flip_triangles_and_pad_lower_and_verify_at_their_extremes(vpool):
+    flip, seen = _cover("flip", lambda a, s: {"dim": _end(a["dim"], s)}, n=8)
+    assert {("dim", "first"), ("dim", "last")} <= seen
+    tri = []
+    for op in ("triu", "tril"):
+        got, seen = _cover(op, lambda a, s: {"diagonal": a["diagonal"]}, n=12)
+        assert seen == {("diagonal", d) for d in (-1, 0, 1)}
+        tri += got
+    pad, seen = _cover("pad", lambda a, s: {"left": a["left"], "right": a["right"], "value": a["value"]})
+    assert seen == {("left", v) for v in (0, 1, 2)} | {("right", v) for v in (0, 1, 3)} | \
+        {("value", 0.0), ("value", 1.0)}
+    # relu fused into the index kernel as its operand, exp or relu applied as its epilogue
+    fused = synth.sample(4, level=3, seed=8, ops=["relu", "triu", "exp", "pad", "flip", "tril"])
+    problems = flip + tri + pad + fused
+    lowered = [lower(p) for p in problems]
+    assert any("in the epilogue of" in lw.plan for lw in lowered[-4:]) and \
+        any("computed inside its only consumer" in lw.plan for lw in lowered[-4:])
+    _, bad = verify_all(vpool, problems, [lw.source for lw in lowered])
+    assert not bad, "\n".join(bad)
