@@ -2,7 +2,8 @@
 
 Deterministic and free: every sample of a request gets the same answer, the plan as prose followed
 by the module in one ```python block, `finish_reason="stop"`, no token counts. It reads only
-`request.problem` (the conversation is irrelevant to a compiler). A program the compiler cannot
+`request.problem` (the conversation is irrelevant to a compiler); a user's problem (no graph) is
+traced into one first. A program the compiler cannot
 lower becomes a Completion with `finish_reason="error"`, never an exception that sinks the batch.
 """
 from __future__ import annotations
@@ -38,11 +39,14 @@ class LoweringTeacher(Teacher):
     def _answer(self, problem: Any) -> tuple[str | None, str | None]:
         """(completion text, error) for one problem; lowered once however many samples ask."""
         from distill.lowering import lower
+        from distill.lowering.trace import lower_source
 
         key = problem.problem_id
         if key not in self._cache:
             try:
-                self._cache[key] = (lower(problem).completion(), None)
+                # a user's problem has no graph: trace its module into one (distill/lowering/trace.py)
+                traced = getattr(problem, "graph", None) is None or len(problem.graph) == 0
+                self._cache[key] = ((lower_source(problem) if traced else lower(problem)).completion(), None)
             except Exception as exc:  # noqa: BLE001 - one unlowerable program must not sink the batch
                 self._cache[key] = (None, f"lowering failed: {type(exc).__name__}: {exc}")
         return self._cache[key]
