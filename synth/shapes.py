@@ -16,7 +16,7 @@ The op list is uniform over the shape's own space F_k = {(a, e_1..e_{k-1}) : a a
 an epilogue op that takes a's rank}: draw a uniformly among the anchors and each e_i uniformly among
 the epilogue ops that fit *some* anchor, and redraw the whole list until every e_i fits a. Each
 round is uniform on the product, so the accepted list is uniform on F_k (plain rejection); a
-round is accepted with probability at least the share of anchors every epilogue op fits (7 of the 13
+round is accepted with probability at least the share of anchors every epilogue op fits (9 of the 16
 catalog anchors, ranks 3 and 4). As for `all`, the list is fixed before anything can fail.
 """
 from __future__ import annotations

@@ -22,8 +22,8 @@ from synth.realize import rebuild
 # as it was before profiles existed (commit e208c6b), and recomputed, deliberately, each time the
 # catalog's domains changed what is drawn: binary ops' scalar and parameter operands, then KernelBench's
 # conv, pool and GroupNorm attribute ranges, the select, narrow,
-# cumsum_exclusive, cumsum_reverse, flip, triu, tril and pad ops (issue 15)
-CPU_BEFORE_PROFILES = "651493e4a48f0d3b30a34badfeebe34b252ba91c15ea33665cb82675c3dc6432"
+# cumsum_exclusive, cumsum_reverse, flip, triu, tril, pad and three einsum ops (issue 15)
+CPU_BEFORE_PROFILES = "c6eb825b571ca0a8d0acc2734f5a6f28e2eb91da94037bed9973b3220abf521a"
 
 GOOD = """
 description = "a test profile"

@@ -1,4 +1,4 @@
-"""Matrix products (matmul, bmm, matmul4d, linear, addmm, mv) and scaled dot-product attention.
+"""Matrix products (matmul, bmm, matmul4d, linear, addmm, mv, the einsum patterns) and scaled dot-product attention.
 
 All products are seen as batched `[B0, B1, M, K] @ [B0, B1, K, N]` through views in forward
 (`unsqueeze` adds batch dims, `weight.t()` feeds nn.Linear's weight); a bias (Linear's, or addmm's
@@ -61,6 +61,11 @@ class Matmul(Family):
             specs.append(OperandSpec("b", "weight", tuple(b_steps), b_space))
         elif op.op == "mv":
             b_steps, b_space = _lift([Step("unsqueeze", (-1,), roles["b"])], prog.values[roles["b"]].shape, roles["b"])
+            specs.append(OperandSpec("b", roles["b"], tuple(b_steps), b_space))
+        elif op.op == "einsum_outer":  # i,j->ij: a [M, 1] @ [1, N] product
+            a_steps, a_space = _lift([Step("unsqueeze", (-1,), roles["a"])], a_shape, roles["a"])
+            specs[0] = OperandSpec("a", roles["a"], tuple(a_steps), a_space)
+            b_steps, b_space = _lift([Step("unsqueeze", (0,), roles["b"])], prog.values[roles["b"]].shape, roles["b"])
             specs.append(OperandSpec("b", roles["b"], tuple(b_steps), b_space))
         else:
             b_steps, b_space = _lift([], prog.values[roles["b"]].shape, roles["b"])
