@@ -179,6 +179,15 @@ def other(m: Mapper, node: torch.fx.Node) -> Any:
                 or _arg(node, 7, "eps", 1e-5) != 1e-5:
             raise TraceError("instance_norm with statistics, weights or another eps")
         return m.unary("instance_norm", m.t(node.args[0], "instance_norm"))
+    if t in (torch.flip, "flip"):
+        v = m.t(node.args[0], "flip")
+        dims = _arg(node, 1, "dims") if len(node.args) <= 2 else node.args[1:]
+        for d in [dims] if isinstance(dims, int) else dims:  # flips along several dims: one after another
+            v = _along(m, "flip", v, d)
+        return v
+    if t in (torch.triu, torch.tril, "triu", "tril"):
+        op = _name(t)
+        return m.unary(op, m.t(node.args[0], op), {"diagonal": int(_arg(node, 1, "diagonal", 0))})
     if node.op == "call_method" and t in ("softmax", "log_softmax"):
         return _along(m, t, m.t(node.args[0], t), _arg(node, 1, "dim"))
     raise TraceError(f"no catalog op computes {node.op} {_name(t)}")
