@@ -13,8 +13,8 @@ from synth.slots import RANGE_ACCEPTS, meet
 
 def out_ranks(a: OpSpec) -> set[int]:
     r = set(a.ranks)
-    if a.kind == "reduce":
-        return r | {k - 1 for k in r}
+    if a.kind == "reduce":  # select has no keepdim choice: its output always loses the dim
+        return {k - 1 for k in r} | (r if True in a.structural.get("keepdim", (False,)) else set())
     if a.kind == "flatten":
         return {k - j for k in r for j in range(1, k)}
     if a.kind in ("split", "stack"):
