@@ -207,8 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_verify and pairs:
         from distill.verifier import VerifierPool
 
+        verdicts = []
         with VerifierPool(workers=args.workers, device=args.device, timeout=args.timeout) as pool:
-            verdicts = pool.verify_many([(src, cand) for _, src, cand in pairs])
+            step = 4 * args.workers  # in chunks, so progress shows
+            for i in range(0, len(pairs), step):
+                verdicts += pool.verify_many([(src, cand) for _, src, cand in pairs[i:i + step]])
+                print(f"verified {len(verdicts)}/{len(pairs)} "
+                      f"({sum(getattr(v, 'status', '') == 'pass' for v in verdicts)} pass)", file=sys.stderr, flush=True)
         for (row, _, _), v in zip(pairs, verdicts):
             status = getattr(v, "status", type(v).__name__)
             row.status = status
