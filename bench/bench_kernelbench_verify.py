@@ -147,7 +147,7 @@ def main() -> int:
     for r in rows:
         lines.append(f"| {r['problem']} | {gib(r['input_bytes'])} | {r['status']} | {gib(r.get('worker_peak'))} | "
                      f"{gib(r.get('reference_peak'))} | {gib(r.get('plan_peak'))} | {r.get('streamed', '-')} | "
-                     f"{r['kernel_ms'] if r.get('kernel_ms') is None else round(r['kernel_ms'], 3)} | "
+                     f"{'-' if r.get('kernel_ms') is None else round(r['kernel_ms'], 3)} | "
                      f"{'-' if r.get('speedup_eager') is None else round(r['speedup_eager'], 2)} | {r['seconds']} |")
     notes = [f"- {r['problem']}: {r['reason']}" for r in rows if r["status"] != "pass"]
     table = "\n".join(lines + ([""] + notes if notes else []))

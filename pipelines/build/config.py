@@ -58,6 +58,7 @@ class VerifySection:
     workers: int = 1          # sandboxed verifier workers inside each dask worker
     timeout: float = 120.0
     resized: str = "recorded"  # "required": a pass must also hold on a secret resized twin; "recorded": noted only; "off"
+    device_memory_mb: int | None = None  # each verifier worker's device budget (default: its share of 80% of the GPU)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class BuildConfig:
             del d["sample"]["dtype"]
         if d["verify"]["resized"] == "recorded":  # likewise for builds made before the resized check
             del d["verify"]["resized"]
+        if d["verify"]["device_memory_mb"] is None:  # likewise for builds made before the memory budget
+            del d["verify"]["device_memory_mb"]
         if d["problems"]["path"] is None:  # likewise for builds made before users' problems
             del d["problems"]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
@@ -272,7 +275,9 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> BuildConfig:
     verify = VerifySection(device=v.text("device", d.device, ("cpu", "cuda")),
                            workers=v.integer("workers", d.workers, 1, MAX_VERIFY_WORKERS),
                            timeout=v.number("timeout", d.timeout, 0, strict=True),
-                           resized=v.text("resized", d.resized, ("required", "recorded", "off")))
+                           resized=v.text("resized", d.resized, ("required", "recorded", "off")),
+                           device_memory_mb=None if v.get("device_memory_mb", None) is None
+                           else v.integer("device_memory_mb", None, 1))
     v.done()
     c, d = _Table(top.get("cluster", {}), "[cluster]", path), ClusterSection()
     cluster = ClusterSection(n_workers=c.integer("n_workers", d.n_workers, 1, MAX_WORKERS),

@@ -139,10 +139,10 @@ def _verifier(cfg: BuildConfig):
     from distill.teacher.verify_adapter import as_verifier
     from distill.verifier import VerifierPool
 
-    key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout)
+    key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout, cfg.verify.resized, cfg.verify.device_memory_mb)
     if key not in _VERIFIERS:
         pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout,
-                            resized=cfg.verify.resized)
+                            resized=cfg.verify.resized, device_memory_mb=cfg.verify.device_memory_mb)
         pool.start()
         _VERIFIERS[key] = pool
     return as_verifier(_VERIFIERS[key], cfg.verify.workers)

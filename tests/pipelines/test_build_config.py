@@ -139,3 +139,14 @@ def test_cli_exit_2_on_bad_config(tmp_path, capsys):
     assert main(["build", str(bad), "--out", str(tmp_path / "out")]) == 2
     assert f"{bad}: [verify] timeout: must be a finite number > 0, got nan" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing stamped
+
+
+def test_verify_device_memory_budget_is_checked_and_kept_out_of_old_digests():
+    from pipelines.build.config import ConfigError, parse_config
+
+    assert parse_config({"verify": {"device_memory_mb": 4096}}).verify.device_memory_mb == 4096
+    assert parse_config({}).verify.device_memory_mb is None
+    assert "device_memory_mb" not in str(parse_config({}).digest())
+    assert parse_config({"verify": {"device_memory_mb": 4096}}).digest() != parse_config({}).digest()
+    with pytest.raises(ConfigError, match=r"\[verify\] device_memory_mb: must be an integer >= 1, got 0"):
+        parse_config({"verify": {"device_memory_mb": 0}})
