@@ -38,12 +38,13 @@ class Problem:
     name: str = ""              # a user's name for an external problem (its file name); "" for synth's
     data_source: str = "synth"  # where it came from: "synth", or the user's label (distill.external)
 
-    def twin(self, profile: str, seed: int) -> "Problem":
+    def twin(self, profile: str, seed: int, keep_constructor: bool = False) -> "Problem":
         """This problem at `profile`: the same ops, wiring and attributes, sizes drawn there under the
-        same constraints, checked by that profile's rule; deterministic in the seed (synth.realize)."""
+        same constraints, checked by that profile's rule; deterministic in the seed (synth.realize).
+        `keep_constructor`: the sizes `Model.__init__` reads stay, the others change."""
         from synth.realize import twin
 
-        return twin(self, profile, seed)
+        return twin(self, profile, seed, keep_constructor)
 
     # -- serialisation -------------------------------------------------------------------------
     def to_row(self) -> dict[str, Any]:

@@ -8,6 +8,12 @@ attributes and structural choices, sizes redrawn uniformly within that profile u
 constraints. The twin a check runs on also keeps every size that is 1 at 1 and every other size
 above 1 (synth.check says why); a twin asked for by name redraws every size (a cpu problem with a
 dim of 1 could not otherwise reach the gpu profile's element targets).
+
+`twin(..., keep_constructor=True)` is the twin a fixed candidate can run (the verifier's resized
+check): every size the reference's `Model.__init__` reads keeps its value (synth.constructor), every
+other size is redrawn as above, and a draw that gives back the problem's own sizes is drawn again.
+When no size is left free, or every draw gives the same sizes, there is nothing to resize:
+`NothingToResize` (a TwinError), which the verifier records as "unavailable", not as a pass.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from synth.constructor import keep_constructor as kept_sizes
 from synth.catalog import default_catalog
 from synth.check import CheckFailed, meta_check, run_checks
 from synth.csp import Check, free_variables, solve
@@ -34,6 +41,10 @@ TWIN_TRIES = 16  # size draws for a twin (failed checks, or no point in the solv
 
 class TwinError(ValueError):
     """A problem that cannot be resized to the profile asked for (the message says why)."""
+
+
+class NothingToResize(TwinError):
+    """A twin that keeps the constructor's sizes has no other size to change."""
 
 
 def recipe_of(s: Structure, assign: dict[int, Any]) -> str:
@@ -128,14 +139,25 @@ def rebuild(problem: Problem) -> tuple[Structure, dict[int, Any]]:
         raise TwinError(f"{problem.problem_id}: its recipe does not rebuild it ({type(exc).__name__}: {exc})") from None
 
 
-def twin(problem: Problem, profile: str, seed: int) -> Problem:
+def twin(problem: Problem, profile: str, seed: int, keep_constructor: bool = False) -> Problem:
     """`problem` at `profile`: same ops, wiring and attributes, sizes drawn there under the same
     constraints and checked by that profile's rule. Deterministic in (problem, profile, seed).
-    TwinError when no sizes of that profile fit (the message says why)."""
+    With `keep_constructor`, the sizes `Model.__init__` reads keep their values and the others
+    differ from the problem's (NothingToResize when none can). TwinError when no sizes of that
+    profile fit (the message says why)."""
     s, values = rebuild(problem)
     config = load_profile(profile).config(dtypes=(problem.dtype,))   # a twin keeps its problem's dtype
     config = replace(config, flop_window=(0, config.flop_window[1]))  # as for the checks' twins
     domains, keep = twin_domains(s, values, config, keep_ones=False)
+    sizes: list[int] = []
+    if keep_constructor:
+        pins, same = kept_sizes(s, values)
+        domains.update(pins)
+        keep += same
+        sizes = [v.id for v in free_variables(s) if v.role is not None]
+        if all(len(domains[i]) == 1 and domains[i][0] == values[i] for i in sizes):
+            raise NothingToResize(f"{problem.problem_id}: every size feeds its constructor (or is fixed): "
+                                  f"nothing to resize")
     # the stream depends on the problem too, so one seed gives unrelated twins of different problems
     key = int.from_bytes(hashlib.sha256(problem.dag_hash.encode()).digest()[:8], "little")
     rng = np.random.default_rng(np.random.SeedSequence([seed, key]))
@@ -146,10 +168,16 @@ def twin(problem: Problem, profile: str, seed: int) -> Problem:
         if assign is None:  # no point within the solver's budget: rarely feasible, or not at all
             failures.append("constraints")
             continue
+        if sizes and all(assign[i] == values[i] for i in sizes):  # the problem itself: no twin
+            failures.append("same sizes")
+            continue
         try:
             return realize(s, assign, config, seed, rng, flops)
         except CheckFailed as exc:
             failures.append(exc.kind)
+    if set(failures) == {"same sizes"}:
+        raise NothingToResize(f"{problem.problem_id}: {TWIN_TRIES} draws at profile {profile} keeping its "
+                              f"constructor's sizes all gave its own sizes: nothing to resize")
     if set(failures) == {"constraints"}:
         raise TwinError(f"{problem.problem_id}: no sizes within profile {profile} satisfy its constraints with its "
                         f"attributes (none found in {TWIN_TRIES} solver budgets)")
