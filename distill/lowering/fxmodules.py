@@ -2,8 +2,7 @@
 
 The op's parameters are the user's own module's (`self.conv.weight`): ModelNew keeps the reference's
 constructor, so the same seed gives the same weights. A module whose configuration the kernels do not
-implement (per-dim kernel sizes that differ, another eps, batch statistics in training mode) raises
-TraceError naming it.
+implement (another eps, batch statistics in training mode) raises TraceError naming it.
 """
 from __future__ import annotations
 
@@ -30,17 +29,20 @@ def _conv(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
     if isinstance(mod.padding, str):
         if mod.padding != "valid":
             raise TraceError(f"{op} with padding={mod.padding!r}")
-        padding: Any = 0
+        padding: Any = (0,) * nd
     else:
-        padding = _one(mod.padding, f"{op} padding")
+        padding = mod.padding
     if mod.padding_mode != "zeros":
         raise TraceError(f"{op} with padding_mode={mod.padding_mode!r}")
     c = m.b.shape(x)[1]
     depthwise = mod.groups > 1 and mod.groups == c
-    attrs = {"out_channels": mod.out_channels, "kernel_size": int(_one(mod.kernel_size, f"{op} kernel_size")),
-             "stride": int(_one(mod.stride, f"{op} stride")), "padding": int(padding),
-             "dilation": int(_one(mod.dilation, f"{op} dilation")), "groups": 1 if depthwise else mod.groups,
-             "depthwise": depthwise, "bias": mod.bias is not None}
+    attrs: dict[str, Any] = {"out_channels": mod.out_channels}
+    # per spatial dim as the catalog draws 2-D and 3-D convs (`kernel_size_h`, ...); 1-D: one value
+    axes = [""] if nd == 1 else [f"_{a}" for a in "dhw"[3 - nd:]]
+    for name, value in (("kernel_size", mod.kernel_size), ("stride", mod.stride), ("padding", padding),
+                        ("dilation", mod.dilation)):
+        attrs.update({name + a: int(v) for a, v in zip(axes, value)})
+    attrs.update({"groups": 1 if depthwise else mod.groups, "depthwise": depthwise, "bias": mod.bias is not None})
     if transposed:
         attrs["output_padding"] = int(_one(mod.output_padding, f"{op} output_padding"))
     return m.b.op(op, [x], m.out_shape(node), m.b.dtype(x), attrs, _bind(node, mod, ("weight", "bias")))

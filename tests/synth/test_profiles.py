@@ -22,8 +22,9 @@ from synth.realize import rebuild
 # as it was before profiles existed (commit e208c6b), and recomputed, deliberately, each time the
 # catalog's domains changed what is drawn: binary ops' scalar and parameter operands, then KernelBench's
 # conv, pool and GroupNorm attribute ranges, the select, narrow,
-# cumsum_exclusive, cumsum_reverse, flip, triu, tril, pad and three einsum ops (issue 15)
-CPU_BEFORE_PROFILES = "c6eb825b571ca0a8d0acc2734f5a6f28e2eb91da94037bed9973b3220abf521a"
+# cumsum_exclusive, cumsum_reverse, flip, triu, tril, pad and three einsum ops, then per-dim kernel,
+# stride, padding and dilation of 2-D and 3-D convs (issue 15)
+CPU_BEFORE_PROFILES = "1c851a483765d62e53d6b8974e508bb73c9dd29f69a638862eff63ca35db7b3a"
 
 GOOD = """
 description = "a test profile"

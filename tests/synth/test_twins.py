@@ -5,15 +5,23 @@ import json
 import pytest
 
 import synth
+from synth.catalog import default_catalog
 from synth.profiles import ProfileError, load_profile
 from synth.realize import TwinError, rebuild
 from synth.render import materialize, render
 from synth.shard import read_problems, write_problems
 
 
+def _attrs(d):
+    """A node's attributes but the sizes among them (`out_channels` of a conv is drawn as a dim)."""
+    spec = default_catalog().get(d.get("op"))
+    sizes = {k for k, dom in spec.attrs.items() if dom == ("dims",)} if spec else set()
+    return json.dumps({k: v for k, v in (d.get("attrs") or {}).items() if k not in sizes}, sort_keys=True)
+
+
 def _graph(p):
     """Everything of the graph but the sizes: node names, ops, attributes and structural choices, edges."""
-    nodes = {(n, d["kind"], d.get("op"), json.dumps(d.get("attrs"), sort_keys=True), d.get("dtype"), d.get("range"))
+    nodes = {(n, d["kind"], d.get("op"), _attrs(d), d.get("dtype"), d.get("range"))
              for n, d in p.graph.nodes(data=True)}
     return nodes, {(u, v, d["slot"]) for u, v, d in p.graph.edges(data=True)}
 

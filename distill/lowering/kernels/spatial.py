@@ -16,6 +16,15 @@ from distill.lowering.sizes import Sym
 NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
 
+def per_dim(attrs: dict, name: str, nd: int) -> tuple[int, ...]:
+    """An attribute's value along each spatial dim: `kernel_size_h`, `kernel_size_w` (the catalog draws
+    2-D and 3-D convs so) or one `kernel_size` for every dim."""
+    axes = [f"{name}_{d.lower()}" for d in NAMES[nd]]
+    if all(a in attrs for a in axes):
+        return tuple(attrs[a] for a in axes)
+    return (attrs[name],) * nd
+
+
 def _prod(xs) -> int:
     n = 1
     for x in xs:
@@ -43,9 +52,11 @@ class Conv(Family):
         return specs
 
     def describe(self, k: Kernel) -> str:
-        a = k.op.attrs
-        what = (f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, weight, bias, stride={a['stride']}, "
-                f"padding={a['padding']}, dilation={a['dilation']}, groups={a['groups']})")
+        a, nd = k.op.attrs, len(k.op.shape) - 2
+        dims = {n: (lambda v: v[0] if len(set(v)) == 1 else v)(per_dim(a, n, nd))
+                for n in ("kernel_size", "stride", "padding", "dilation")}
+        what = (f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, weight, bias, stride={dims['stride']}, "
+                f"padding={dims['padding']}, dilation={dims['dilation']}, groups={a['groups']})")
         return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
@@ -55,18 +66,19 @@ class Conv(Family):
         nd = len(x_shape) - 2
         dims = NAMES[nd]
         n, c = x_shape[0], x_shape[1]
-        groups, ks = a["groups"], a["kernel_size"]
+        groups, ks = a["groups"], per_dim(a, "kernel_size", nd)
+        stride, pad, dil = (per_dim(a, n, nd) for n in ("stride", "padding", "dilation"))
         cg, ocg = c // groups, op.shape[1] // groups
         launch = Launch(fwd)
         p_shape = (n,) + tuple(out_shape[2:])
         launch.scalar("P", _prod(p_shape))
         launch.scalar("OCG", ocg)
-        launch.scalar("RED", cg * ks ** nd)
+        launch.scalar("RED", cg * _prod(ks))
         consts = {}
-        for d in dims:
-            consts.update({f"STRIDE_{d}": a["stride"], f"PAD_{d}": a["padding"], f"DIL_{d}": a["dilation"]})
+        for j, d in enumerate(dims):
+            consts.update({f"STRIDE_{d}": stride[j], f"PAD_{d}": pad[j], f"DIL_{d}": dil[j]})
         p = coord_names(p_shape, "rp", "p")
-        r = coord_names((cg,) + (ks,) * nd, "rr", "r")
+        r = coord_names((cg,) + ks, "rr", "r")
         in_lines, in_mask = [], ["p_mask[:, None]", "r_mask[None, :]"]
         ins: list[str | None] = []
         for j, d in enumerate(dims):
@@ -80,11 +92,11 @@ class Conv(Family):
                 ins.append(f"in_{low}")
                 continue
             terms = [t for t in (f"{o} * STRIDE_{d}" if o else None, f"{kd} * DIL_{d}" if kd else None) if t]
-            if not terms and not a["padding"]:
+            if not terms and not pad[j]:
                 ins.append(None)  # a single position: index 0
                 continue
-            in_lines.append(f"in_{low} = {' + '.join(terms) or '0'}" + (f" - PAD_{d}" if a["padding"] else ""))
-            if a["padding"]:
+            in_lines.append(f"in_{low} = {' + '.join(terms) or '0'}" + (f" - PAD_{d}" if pad[j] else ""))
+            if pad[j]:
                 in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
             ins.append(f"in_{low}")
         in_lines.append("in_mask = " + " & ".join(in_mask))
@@ -119,10 +131,10 @@ class Conv(Family):
         off = store_offset(launch, target, out_coords, None, "(BLOCK_P, BLOCK_OC)")
         used = "\n".join(in_lines + load_x + load_w + bias + epi + [off])
         p_lines = coord_lines(p_shape, "rp", "p", launch, used)
-        r_lines = coord_lines((cg,) + (ks,) * nd, "rr", "r", launch, used)
+        r_lines = coord_lines((cg,) + ks, "rr", "r", launch, used)
         bp = (pow2(_prod(p_shape), 16, 64), pow2(_prod(p_shape), 16, 256))
         boc = pow2(ocg, 16, 64)
-        br = (pow2(cg * ks ** nd, 16, 64), pow2(cg * ks ** nd, 16, 256))
+        br = (pow2(cg * _prod(ks), 16, 64), pow2(cg * _prod(ks), 16, 256))
         src = render("conv.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_OC", "BLOCK_R"]),
                      comment=self.describe(k), p_lines=p_lines, r_lines=r_lines, in_lines=in_lines,
                      load_x=load_x[0], load_w=load_w[0], bias=bias, epilogue=epi, out=out, out_off=off, value=value)

@@ -31,6 +31,8 @@ def _extremes() -> list[tuple[str, str, object]]:
         if name in CONVS:
             cases += [(name, "bias", False), (name, "depthwise", True)]
             for attr in ("kernel_size", "stride", "padding", "dilation", "groups", "output_padding"):
+                # 2-D and 3-D convs draw these per dim; the kernels treat every dim alike, so the last stands for all
+                attr = attr if attr in spec.attrs else f"{attr}_w"
                 if attr in spec.attrs:
                     cases.append((name, attr, max(spec.attrs[attr])))
         if name in POOLS:
@@ -77,7 +79,8 @@ def test_every_new_attribute_extreme_verifies(vpool):
 
 def test_the_sweep_covers_every_new_domain():
     cases = _extremes()
-    assert ("conv_transpose3d", "output_padding", 1) in cases and ("conv2d", "kernel_size", 11) in cases
+    assert ("conv_transpose3d", "output_padding", 1) in cases and ("conv2d", "kernel_size_w", 11) in cases
+    assert ("conv3d", "kernel_size_w", 7) in cases and ("conv_transpose3d", "padding_w", 3) in cases
     assert ("conv1d", "stride", 5) in cases and ("group_norm", "groups", 256) in cases
     assert {c[2] for c in cases if c[1] == "operand"} == {"scalar", "param"}
     assert set(FAST) <= set(cases)
