@@ -54,7 +54,7 @@ class VerifierPool:
                  max_memory_mb: int | None = None, gpus: list[int] | None = None, trials: int = 5,
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
                  lockdown: bool | tuple[str, ...] = True, references: int | None = None,
-                 start_timeout: float = 300.0, resized: str = "recorded", device_memory_mb: int | None = None,
+                 start_timeout: float = 300.0, resized: str = twins.RESIZED[0], device_memory_mb: int | None = None,
                  stream_inputs: bool | None = None) -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")

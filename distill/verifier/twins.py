@@ -2,8 +2,12 @@
 
 A synth problem carries its recipe (synth.problem.Problem.twin). On the CPU lane a problem drawn at
 a larger profile runs as its `cpu` twin; a passing candidate then runs once more, untimed, on a
-secret twin at other sizes, which kernels with baked-in sizes or shape-keyed shortcuts fail. Module
-text and external problems have no recipe: nothing is resized and nothing is charged.
+secret twin at other sizes, which kernels with baked-in sizes or shape-keyed shortcuts fail. That
+twin keeps every size the reference's constructor reads (`nn.Linear(6, 11)`, conv channels, norm
+groups: `twin(..., keep_constructor=True)`), since the candidate's own `__init__` builds weights of
+those sizes, and redraws the others. A problem whose every size feeds its constructor has nothing
+to resize: "unavailable", which decides nothing (the candidate already passed at those sizes).
+Module text and external problems have no recipe: nothing is resized and nothing is charged.
 """
 from __future__ import annotations
 
@@ -19,10 +23,9 @@ from distill.verifier.verdict import Verdict
 if TYPE_CHECKING:
     from distill.verifier.pool import VerifierPool
 
-# What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`). The
-# default is "recorded": a twin also redraws sizes the reference's constructor takes (nn.Linear(E, F)),
-# and no fixed ModelNew.__init__ can build those parameters (15 of 40 level-5 cpu problems), though
-# the lowering teacher's modules read every other size from their tensors and pass their twins.
+# What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`); the first
+# is the default. The lowering teacher's modules read their sizes from their tensors and pass the
+# constructor-keeping twins (CPU, 40 problems each: 40/40 at level 1, 38/38 at level 2, 39/40 at level 5).
 RESIZED = ("required", "recorded", "off")
 
 
@@ -48,10 +51,11 @@ def lane_problem(problem: Any, device: str) -> tuple[Any, dict[str, str] | None]
 
 def check_resized(pool: "VerifierPool", problem: Any, candidate_source: str, spec: JobSpec, verdict: Verdict) -> Verdict:
     """Run a passing candidate once more, untimed, on a secret twin of the problem: the same
-    graph at other sizes (synth's `Problem.twin`). Kernels with baked-in sizes or shape-keyed
-    shortcuts fail there. Recorded in `checks["resized"]`; with resized="required" a failure
-    there is the verdict. Problems without a recipe (module text, external files) are recorded
-    as unavailable and decide nothing."""
+    graph and constructor at other sizes (synth's `Problem.twin(..., keep_constructor=True)`).
+    Kernels with baked-in sizes or shape-keyed shortcuts fail there. Recorded in
+    `checks["resized"]`; with resized="required" a failure there is the verdict. Problems without
+    a recipe (module text, external files) or with nothing to resize are recorded as unavailable
+    and decide nothing."""
     if isinstance(problem, str):  # module text never imports synth
         verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
         return verdict
@@ -62,7 +66,7 @@ def check_resized(pool: "VerifierPool", problem: Any, candidate_source: str, spe
         verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
         return verdict
     try:
-        twin = problem.twin(problem.profile, secrets.randbelow(1 << 62))
+        twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
     except TwinError as exc:
         verdict.checks["resized"] = {"status": "unavailable", "reason": str(exc)[:300]}
         return verdict

@@ -57,7 +57,7 @@ class VerifySection:
     device: str = "cpu"
     workers: int = 1          # sandboxed verifier workers inside each dask worker
     timeout: float = 120.0
-    resized: str = "recorded"  # "required": a pass must also hold on a secret resized twin; "recorded": noted only; "off"
+    resized: str = "required"  # "required": a pass must also hold on a secret resized twin; "recorded": noted only; "off"
     device_memory_mb: int | None = None  # each verifier worker's device budget (default: its share of 80% of the GPU)
 
 
@@ -94,7 +94,9 @@ class BuildConfig:
             del d["sample"]["shape"]
         if d["sample"]["dtype"] is None:  # likewise for builds made before low precision
             del d["sample"]["dtype"]
-        if d["verify"]["resized"] == "recorded":  # likewise for builds made before the resized check
+        # likewise for builds made before the resized check, and those that leave it at its default
+        # ("recorded" until the resized twin kept the constructor's sizes, "required" since)
+        if d["verify"]["resized"] == VerifySection.resized:
             del d["verify"]["resized"]
         if d["verify"]["device_memory_mb"] is None:  # likewise for builds made before the memory budget
             del d["verify"]["device_memory_mb"]

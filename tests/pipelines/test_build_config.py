@@ -150,3 +150,9 @@ def test_verify_device_memory_budget_is_checked_and_kept_out_of_old_digests():
     assert parse_config({"verify": {"device_memory_mb": 4096}}).digest() != parse_config({}).digest()
     with pytest.raises(ConfigError, match=r"\[verify\] device_memory_mb: must be an integer >= 1, got 0"):
         parse_config({"verify": {"device_memory_mb": 0}})
+
+
+def test_resized_is_required_by_default_and_the_default_keeps_old_digests():
+    assert parse_config({}).verify.resized == "required"
+    assert parse_config({"verify": {"resized": "required"}}).digest() == parse_config({}).digest()
+    assert parse_config({"verify": {"resized": "recorded"}}).digest() != parse_config({}).digest()

@@ -2,6 +2,8 @@
 sizes): a size-generic kernel holds there, one with the problem's sizes baked in does not."""
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 import synth
@@ -37,8 +39,8 @@ def relu_problem():
 
 @pytest.fixture(scope="module")
 def pools():
-    with VerifierPool(workers=1, device="cpu", timeout=30, resized="required") as required, \
-            VerifierPool(workers=1, device="cpu", timeout=30) as recorded:
+    with VerifierPool(workers=1, device="cpu", timeout=30) as required, \
+            VerifierPool(workers=1, device="cpu", timeout=30, resized="recorded") as recorded:
         yield required, recorded
 
 
@@ -59,6 +61,23 @@ def test_baked_in_sizes_fail_on_the_twin_when_required(pools, relu_problem):
     assert all(v.reason.startswith("on a resized twin") for v in failed), [v.reason for v in failed]
     kept = pools[1].verify(relu_problem, baked)  # recorded only: the verdict stands, the record says why
     assert kept.status == "pass" and kept.checks["resized"]["status"] in ("pass", "wrong_output", "runtime_error")
+
+
+def test_lowered_linear_passes_a_twin_that_keeps_its_constructor(pools):
+    # nn.Linear(K, F) bakes K and F into __init__: the twin keeps them and changes M, so a module
+    # that reads M from its input passes and one that bakes M in cannot (the twin's M differs)
+    from distill.lowering import lower
+
+    assert pools[0].resized == "required"  # the default
+    p = synth.sample(level=1, n=1, seed=3, ops=["linear"])[0]
+    source = lower(p).source
+    v = pools[0].verify(p, source)
+    assert v.status == "pass", v.reason
+    assert v.checks["resized"]["status"] == "pass" and v.checks["resized"]["problem_id"] != p.problem_id
+    m, k = p.input_shapes[0]
+    assert "M, K = x0.shape" in source
+    baked = pools[0].verify(p, source.replace("M, K = x0.shape", f"M, K = {m}, {k}"))
+    assert baked.status != "pass" and baked.reason.startswith("on a resized twin"), baked.reason
 
 
 def test_module_text_has_no_twin_and_is_not_charged(pools, relu_problem):
@@ -90,3 +109,16 @@ def test_cpu_lane_runs_a_gpu_problem_as_its_cpu_twin(pools):
     assert twin["of"] == big.problem_id and twin["profile"] == "gpu"
     assert again.checks["cpu_twin"] == twin  # the same twin every time
     assert _numel(big) > 1 << 20  # the original is not CPU-sized
+
+
+def test_cpu_lane_twin_is_the_plain_cpu_twin():
+    # keeping the constructor is for the resized check only: a gpu problem's cpu twin redraws the
+    # constructor's sizes too (nn.Linear(4096, ...) is no interpreter size), as it always did
+    from distill.verifier.twins import lane_problem
+
+    big = synth.sample(level=1, n=1, seed=2, ops=["linear"], profile="gpu")[0]
+    twin, info = lane_problem(big, "cpu")
+    assert twin.profile == "cpu" and info == {"of": big.problem_id, "profile": "gpu", "twin": twin.problem_id}
+    assert twin.source.split("def forward")[0] != big.source.split("def forward")[0]
+    seed = int(hashlib.sha256(big.problem_id.encode()).hexdigest()[:15], 16)  # fixed by the problem
+    assert big.twin("cpu", seed).source == twin.source == lane_problem(big, "cpu")[0].source
