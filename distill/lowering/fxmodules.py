@@ -111,9 +111,8 @@ def map_module(m: Mapper, node: torch.fx.Node, mod: nn.Module) -> Any:
                         nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd)):
         return _pool(m, node, mod, x)
     if isinstance(mod, nn.Linear):
-        if mod.bias is None:
-            raise TraceError("Linear without bias (the catalog's linear has one)")
-        return m.b.op("linear", [x], m.out_shape(node), m.b.dtype(x), {"out_features": mod.out_features},
+        return m.b.op("linear", [x], m.out_shape(node), m.b.dtype(x),
+                      {"out_features": mod.out_features, "bias": mod.bias is not None},
                       _bind(node, mod, ("weight", "bias")))
     if isinstance(mod, (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm,
                         nn.modules.instancenorm._InstanceNorm)):

@@ -23,8 +23,8 @@ from synth.realize import rebuild
 # catalog's domains changed what is drawn: binary ops' scalar and parameter operands, then KernelBench's
 # conv, pool and GroupNorm attribute ranges, the select, narrow,
 # cumsum_exclusive, cumsum_reverse, flip, triu, tril, pad and three einsum ops, then per-dim kernel,
-# stride, padding and dilation of 2-D and 3-D convs (issue 15)
-CPU_BEFORE_PROFILES = "1c851a483765d62e53d6b8974e508bb73c9dd29f69a638862eff63ca35db7b3a"
+# stride, padding and dilation of 2-D and 3-D convs, Linear without bias and clamp bounds of +-10 (issue 15)
+CPU_BEFORE_PROFILES = "9c7df4bb87933001a9fe937f9c610efa30b85fdd40c29766374379873fe2c5d2"
 
 GOOD = """
 description = "a test profile"

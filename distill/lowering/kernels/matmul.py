@@ -70,7 +70,7 @@ class Matmul(Family):
         else:
             b_steps, b_space = _lift([], prog.values[roles["b"]].shape, roles["b"])
             specs.append(OperandSpec("b", roles["b"], tuple(b_steps), b_space))
-        if op.op == "linear":
+        if op.op == "linear" and "bias" in op.params:  # nn.Linear(..., bias=False) has none
             steps = views.along(len(op.shape) - 1, op.shape[-1], op.shape, op.name)
             specs.append(OperandSpec("bias", "bias", tuple(_lift(steps, op.params["bias"].shape, op.name)[0]), out4))
         elif op.op == "addmm":

@@ -39,6 +39,10 @@ def _extremes() -> list[tuple[str, str, object]]:
             cases += [(name, attr, max(spec.attrs[attr])) for attr in ("kernel_size", "stride", "padding")]
         if name == "group_norm":
             cases += [(name, "groups", max(spec.attrs["groups"]))]
+        if name == "linear":
+            cases += [(name, "bias", False)]
+        if name == "clamp":
+            cases += [(name, "lo", min(spec.attrs["lo"])), (name, "hi", max(spec.attrs["hi"]))]
     return cases
 
 
