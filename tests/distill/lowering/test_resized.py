@@ -1,8 +1,10 @@
 """Lowered modules read their sizes from their tensors: the same module passes on resized twins.
 
-A twin (synth's `Problem.twin`) is the same graph with every size redrawn, the check the verifier
-runs as `checks.resized`. Problems whose constructor takes a drawn size (nn.Linear(E, F)) are left
-out: their twins build other parameters, which no fixed `ModelNew.__init__` can match.
+A twin (synth's `Problem.twin(..., keep_constructor=True)`) is the same graph with every size
+redrawn but those the constructor reads (nn.Linear(E, F), conv channels), which a fixed
+`ModelNew.__init__` bakes in: the check the verifier runs as `checks.resized`. The sampled
+problems are those without constructor sizes (a spread of kernel families); a linear and a conv
+problem are added by name.
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ def problems():
     ops = [["cat", "softsign"], ["sdpa", "relu"], ["adaptive_max_pool2d", "log"], ["logsumexp", "mul"],
            ["softmax", "add"], ["cumsum", "abs"]]
     chosen = [synth.sample(1, level=2, seed=3, ops=o)[0] for o in ops]
-    return [p for p in chosen if _init(p.source) == _init(p.twin(p.profile, 1).source)] + _resizable(5, 12, 5)[:1]
+    kept = [p for p in chosen if _init(p.source) == _init(p.twin(p.profile, 1).source)] + _resizable(5, 12, 5)[:1]
+    # constructor sizes: nn.Linear(96, F) after gelu; nn.Conv2d(2, C, ...) then relu
+    return kept + [synth.sample(1, level=2, seed=1, ops=o)[0] for o in (["linear", "gelu"], ["conv2d", "relu"])]
 
 
 def test_lowered_source_reads_sizes_and_has_no_device_branches(problems):
@@ -55,12 +59,13 @@ def test_lowered_source_reads_sizes_and_has_no_device_branches(problems):
 
 
 def test_lowered_module_passes_two_resized_twins(problems):
-    assert len(problems) >= 6, [p.ops for p in problems]
+    assert len(problems) >= 8, [p.ops for p in problems]
+    assert {"linear", "conv2d"} <= {op for p in problems for op in p.ops}
     for p in problems:
         source = lower(p).source
         for seed in (1, 2):
-            twin = p.twin(p.profile, seed)
-            assert twin.input_shapes != p.input_shapes
+            twin = p.twin(p.profile, seed, keep_constructor=True)
+            assert twin.input_shapes != p.input_shapes and _init(twin.source) == _init(p.source)
             res = check(twin.source, source)
             assert res.ok, f"{p.ops} on twin {seed} {twin.input_shapes}: {res.message}"
 
@@ -69,7 +74,7 @@ def test_lowered_module_passes_two_resized_twins(problems):
 def test_verifier_with_resized_required_passes_lowered_modules(problems):
     from distill.verifier import VerifierPool
 
-    picked = problems[:2]  # cat over a dim drawn as 1, attention
+    picked = problems[:2] + problems[-2:]  # cat over a dim drawn as 1, attention, linear, conv
     with VerifierPool(workers=2, device="cpu", timeout=60, resized="required") as pool:
         verdicts, bad = verify_all(pool, picked, [lower(p).source for p in picked])
     assert not bad, "\n".join(bad)
