@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     from distill.verifier.pool import VerifierPool
 
 # What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`); the first
-# is the default. The lowering teacher's modules read their sizes from their tensors and pass the
-# constructor-keeping twins (CPU, 40 problems each: 40/40 at level 1, 38/38 at level 2, 39/40 at level 5).
+# is the default. The lowering teacher's modules read their sizes from their tensors and hold on the
+# constructor-keeping twins: on the CPU, 40 problems per level, of those that pass, the twin passes
+# 40/40 at level 1, 38/38 at level 2 (1 more has nothing to resize), 38/39 at level 5 (a floor after
+# tanhshrink flips one element on its twin).
 RESIZED = ("required", "recorded", "off")
 
 

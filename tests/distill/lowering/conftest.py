@@ -10,8 +10,7 @@ def vpool():
 
     # two workers: the interpreter is single-threaded, and CI machines have two cores
     # resized="off": these tests measure the lowering itself, and a twin run doubles each verification
-    # (the slow lane took 17m54s with it); test_resized.py checks lowered modules on resized twins,
-    # and many problems' twins change their constructor's sizes, which no fixed ModelNew can match
+    # (the slow lane took 17m54s with it); test_resized.py checks lowered modules on resized twins
     with VerifierPool(workers=2, device="cpu", timeout=60, resized="off") as p:
         yield p
 
