@@ -59,7 +59,7 @@ def _wrap(x: Any, prec: int = 0) -> str:
 def _expr(a: Any, op: str, b: Any) -> tuple[str, int]:
     p = PREC[op]
     left = _wrap(a, p)
-    right = _wrap(b, p + (op in ("-", "//", "%")))  # a - (b + c), a // (b * c)
+    right = _wrap(b, p + (op in ("-", "//", "%", "*")))  # a - (b + c), a // (b * c), a * (b // c)
     return f"{left} {op} {right}", p
 
 

@@ -6,6 +6,8 @@ constexpr stride, padding and dilation, so a conv2d kernel reads like a conv2d k
 """
 from __future__ import annotations
 
+import math
+
 from distill.lowering import exprs, views
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
@@ -70,25 +72,45 @@ class Conv(Family):
         stride, pad, dil = (per_dim(a, n, nd) for n in ("stride", "padding", "dilation"))
         cg, ocg = c // groups, op.shape[1] // groups
         launch = Launch(fwd)
-        p_shape = (n,) + tuple(out_shape[2:])
-        launch.scalar("P", _prod(p_shape))
-        launch.scalar("OCG", ocg)
-        launch.scalar("RED", cg * _prod(ks))
         consts = {}
         for j, d in enumerate(dims):
             consts.update({f"STRIDE_{d}": stride[j], f"PAD_{d}": pad[j], f"DIL_{d}": dil[j]})
+        # a transposed conv's output o takes tap k only where (o + pad - k * dil) % stride == 0: each
+        # program runs one phase (o + pad) % stride per dim, its outputs o0 + m * stride and its taps
+        # k0 + i * STEP only (sub-pixel decomposition), instead of testing every tap at every output
+        taps = tuple(-(-ks[j] // (stride[j] // math.gcd(stride[j], dil[j]))) for j in range(nd)) if transposed else ks
+        outs = tuple(out_shape[2:])
+        p_shape = (n,) + (tuple((o + s - 1) // s for o, s in zip(outs, stride)) if transposed else outs)
+        launch.scalar("P", _prod(p_shape))
+        launch.scalar("OCG", ocg)
+        launch.scalar("RED", cg * _prod(taps))
         p = coord_names(p_shape, "rp", "p")
-        r = coord_names((cg,) + ks, "rr", "r")
+        r = coord_names((cg,) + taps, "rr", "r")
         in_lines, in_mask = [], ["p_mask[:, None]", "r_mask[None, :]"]
+        ph_lines, tap_lines, tap_ok = [], [], ["r_mask"]
+        if transposed:
+            consts["GROUPS"] = groups
+            ph_lines += ["ph = g // GROUPS  # axis 2 runs over (phase, group) pairs", "g = g % GROUPS"]
         ins: list[str | None] = []
         for j, d in enumerate(dims):
             o, kd, low = _col(p[1 + j], "[:, None]"), _col(r[1 + j], "[None, :]"), d.lower()
             size = launch.scalar(f"IN_{d}", x_shape[2 + j])
             if transposed:
-                # out = in * stride - pad + tap * dilation: an input index only where it divides evenly
-                tap = f" - {kd} * DIL_{d}" if kd else ""
-                in_lines += [f"t_{low} = {o or '0'} + PAD_{d}{tap}", f"in_{low} = t_{low} // STRIDE_{d}"]
-                in_mask += [f"(t_{low} >= 0)", f"(t_{low} % STRIDE_{d} == 0)", f"(in_{low} < {size})"]
+                gcd = math.gcd(stride[j], dil[j])
+                step = stride[j] // gcd
+                consts.update({f"KS_{d}": ks[j], f"STEP_{d}": step, f"DSTEP_{d}": dil[j] // gcd,
+                               f"INV_{d}": pow(dil[j] // gcd, -1, step) if step > 1 else 0})
+                inner = "".join(f" // STRIDE_{e}" for e in dims[j + 1:])
+                ph_lines += [f"phi_{low} = ph{inner} % STRIDE_{d}",
+                             f"o0_{low} = (phi_{low} + STRIDE_{d} - PAD_{d} % STRIDE_{d}) % STRIDE_{d}",
+                             f"k0_{low} = (phi_{low} // {gcd}) * INV_{d} % STEP_{d}",
+                             f"base_{low} = (o0_{low} + PAD_{d} - k0_{low} * DIL_{d}) // STRIDE_{d}",
+                             f"o_{low} = o0_{low} + {p[1 + j] or '0 * rp'} * STRIDE_{d}",
+                             f"p_mask = p_mask & (o_{low} < {launch.scalar(f'OUT_{d}', outs[j])})"]
+                tap_lines.append(f"k_{low} = k0_{low}" + (f" + {r[1 + j]} * STEP_{d}" if r[1 + j] else ""))
+                tap_ok.append(f"(k_{low} < KS_{d})" + (f" & (phi_{low} % {gcd} == 0)" if gcd > 1 else ""))
+                in_lines.append(f"in_{low} = base_{low}" + (f" + {o}" if o else "") + (f" - {kd} * DSTEP_{d}" if kd else ""))
+                in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
                 ins.append(f"in_{low}")
                 continue
             terms = [t for t in (f"{o} * STRIDE_{d}" if o else None, f"{kd} * DIL_{d}" if kd else None) if t]
@@ -99,6 +121,9 @@ class Conv(Family):
             if pad[j]:
                 in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
             ins.append(f"in_{low}")
+        if transposed:
+            in_lines = tap_lines + ["tap_ok = " + " & ".join(tap_ok)] + in_lines
+            in_mask[1] = "tap_ok[None, :]"
         in_lines.append("in_mask = " + " & ".join(in_mask))
         if groups > 1:
             launch.scalar("CG", cg)
@@ -112,14 +137,17 @@ class Conv(Family):
         load_x, _ = operand_lines(launch, k.operands["x"].expr, x_coords, "in_mask", other="0.0", var="xv",
                                   full="(BLOCK_P, BLOCK_R)", exact=True)
         oc = "(g * OCG + roc)" if groups > 1 else "roc"
-        taps = [_col(r[1 + j], "[:, None]") for j in range(nd)]
         if transposed:
-            w_coords = [w_c, "roc[None, :]"] + taps
+            w_taps = [f"k_{d.lower()}" + ("[:, None]" if r[1 + j] else "") for j, d in enumerate(dims)]
+            w_coords = [w_c, "roc[None, :]"] + w_taps
         else:
-            w_coords = [f"{oc}[None, :]", _col(r[0], "[:, None]")] + taps
-        load_w, _ = operand_lines(launch, k.operands["w"].expr, w_coords, "r_mask[:, None] & oc_mask[None, :]",
+            w_coords = [f"{oc}[None, :]", _col(r[0], "[:, None]")] + [_col(r[1 + j], "[:, None]") for j in range(nd)]
+        w_mask = "tap_ok[:, None] & oc_mask[None, :]" if transposed else "r_mask[:, None] & oc_mask[None, :]"
+        load_w, _ = operand_lines(launch, k.operands["w"].expr, w_coords, w_mask,
                                   other="0.0", var="wv", exact=True, full="(BLOCK_R, BLOCK_OC)")
-        out_coords = [_col(p[0], "[:, None]"), f"{oc}[None, :]"] + [_col(p[1 + j], "[:, None]") for j in range(nd)]
+        o_coords = [f"o_{d.lower()}[:, None]" for d in dims] if transposed else \
+            [_col(p[1 + j], "[:, None]") for j in range(nd)]
+        out_coords = [_col(p[0], "[:, None]"), f"{oc}[None, :]"] + o_coords
         bias: list[str] = []
         if "bias" in k.operands:
             body, res = operand_lines(launch, k.operands["bias"].expr, out_coords, "mask", other="0.0",
@@ -129,16 +157,16 @@ class Conv(Family):
         target = k.target.leaf()
         out = launch.pointer(target, hint="out")
         off = store_offset(launch, target, out_coords, None, "(BLOCK_P, BLOCK_OC)")
-        used = "\n".join(in_lines + load_x + load_w + bias + epi + [off])
-        p_lines = coord_lines(p_shape, "rp", "p", launch, used)
-        r_lines = coord_lines((cg,) + ks, "rr", "r", launch, used)
+        used = "\n".join(ph_lines + in_lines + load_x + load_w + bias + epi + [off])
+        p_lines = coord_lines(p_shape, "rp", "p", launch, used) + ph_lines
+        r_lines = coord_lines((cg,) + taps, "rr", "r", launch, used)
         bp = (pow2(_prod(p_shape), 16, 64), pow2(_prod(p_shape), 16, 256))
         boc = pow2(ocg, 16, 64)
-        br = (pow2(cg * _prod(ks), 16, 64), pow2(cg * _prod(ks), 16, 256))
+        br = (pow2(cg * _prod(taps), 16, 64), pow2(cg * _prod(taps), 16, 256))
         src = render("conv.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_OC", "BLOCK_R"]),
                      comment=self.describe(k), p_lines=p_lines, r_lines=r_lines, in_lines=in_lines,
                      load_x=load_x[0], load_w=load_w[0], bias=bias, epilogue=epi, out=out, out_off=off, value=value)
-        grid = f"(triton.cdiv({_prod(p_shape)}, BLOCK_P), triton.cdiv({ocg}, BLOCK_OC), {groups})"
+        grid = f"(triton.cdiv({_prod(p_shape)}, BLOCK_P), triton.cdiv({ocg}, BLOCK_OC), {groups * _prod(stride) if transposed else groups})"
         return src, launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_OC": boc, "BLOCK_R": br})
 
 
