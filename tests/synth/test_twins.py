@@ -16,6 +16,7 @@ def _attrs(d):
     """A node's attributes but the sizes among them (`out_channels` of a conv is drawn as a dim)."""
     spec = default_catalog().get(d.get("op"))
     sizes = {k for k, dom in spec.attrs.items() if dom == ("dims",)} if spec else set()
+    sizes.add("pshape")  # a parameter operand's shape: sizes, recorded beside the attributes for the renderer
     return json.dumps({k: v for k, v in (d.get("attrs") or {}).items() if k not in sizes}, sort_keys=True)
 
 
@@ -53,8 +54,10 @@ def test_twin_is_the_same_graph_at_the_other_profile(problems):
         assert max(map(max, filter(None, t.input_shapes))) <= max(cpu_caps.dims["default"])
         assert t.source == p.twin("cpu", 7).source            # deterministic in (problem, profile, seed)
         assert t.twin("gpu", 1).ops == p.ops                   # and back up again
-        other = p.twin("gpu", 8)                               # a resized twin: same profile, other sizes
-        assert other.profile == "gpu" and _graph(other) == _graph(p) and _sizes(other) != _sizes(p)
+        # a resized twin: same profile, other sizes (a seed may redraw the same sizes where the profile's
+        # element targets leave few choices, as for a lone 1-D reduction: a few seeds find another)
+        other = next((o for o in (p.twin("gpu", s) for s in (8, 9, 10, 11)) if _sizes(o) != _sizes(p)), None)
+        assert other is not None and other.profile == "gpu" and _graph(other) == _graph(p)
         assert other.recipe != p.recipe and json.loads(other.recipe)["tape"] == json.loads(p.recipe)["tape"]
 
 
