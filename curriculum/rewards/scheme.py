@@ -6,7 +6,9 @@
 | `drtriton` | DRTriton's gate: 0 unless `pass`; then `1 + clip(log(speedup), lo, hi)`, lo > -1, so a slow pass still beats any failure |
 
 On the CPU nothing is timed (the interpreter runs the kernels), so `drtriton` pays 1 for a pass.
-The GRPO trainer (`pipelines.grpo.rewards`) builds its schemes, HRD included, on `speed_reward`.
+The GRPO trainer (`pipelines.grpo.rewards`) takes these through the TRL plug-in
+(`curriculum.rewards.trl.VerifierReward`, which scores with `scorer.score`); its `hrd` scheme splits
+the `drtriton` reward into correctness (a pass) and speed (`pipelines/grpo/trainer.py`).
 """
 from __future__ import annotations
 
