@@ -29,19 +29,27 @@ def timing_core(gpu: int) -> int | None:
     The timed window holds the host's launch and wake-up latency; a process on a core far from the
     GPU, or one the scheduler moves mid-run, pays more of it. Measured on the H100 box
     (bench/timing_noise.py): the same kernel's median differed by up to 35% between fresh processes
-    while repeating within 2% inside one. None when sysfs says nothing."""
+    while repeating within 2% inside one. None when sysfs says nothing.
+
+    `gpu` is a CUDA index, so under CUDA_VISIBLE_DEVICES (one dask worker per GPU) it is mapped to the
+    host's GPU first; GPUs sharing a NUMA node get different cores (the n-th GPU the n-th last), so
+    pools of several workers do not pin their timings to one core."""
     allowed = sorted(os.sched_getaffinity(0))
     local: list[int] = []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    phys = gpu
+    if gpu < len(visible) and visible[gpu].strip().isdigit():
+        phys = int(visible[gpu])
     try:
         devs = sorted(d for d in os.listdir("/sys/bus/pci/drivers/nvidia") if d.count(":") == 2)
-        with open(f"/sys/bus/pci/drivers/nvidia/{devs[gpu]}/local_cpulist") as fh:
+        with open(f"/sys/bus/pci/drivers/nvidia/{devs[phys]}/local_cpulist") as fh:
             for part in fh.read().strip().split(","):
                 lo, _, hi = part.partition("-")
                 local += range(int(lo), int(hi or lo) + 1)
     except (OSError, IndexError, ValueError):
         local = []
     pick = [c for c in local if c in allowed] or allowed
-    return pick[-1] if pick else None  # the last: core 0 takes most interrupts
+    return pick[-1 - phys % len(pick)] if pick else None  # from the last: core 0 takes most interrupts
 
 
 class TimingGate:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.build.cluster import connect
+from pipelines.build.cluster import NO_MULTICAST, connect
 from pipelines.build.config import load_config, parse_config
 from pipelines.build.run import build
 from tests.pipelines.buildkit import config_doc, rows, write_config
@@ -113,6 +113,9 @@ def test_local_cluster_dashboard_serves(tmp_path):
     try:
         with urllib.request.urlopen(client.dashboard_link, timeout=30) as page:
             text = page.read().decode().lower()
+        # NVLink multicast off in every worker it starts (pipelines.build.cluster.NO_MULTICAST)
+        envs = client.run(lambda: {k: os.environ.get(k) for k in NO_MULTICAST})
+        assert envs and all(e == NO_MULTICAST for e in envs.values()), envs
     finally:
         client.close()
         cluster.close()
