@@ -20,12 +20,9 @@ from pathlib import Path
 
 from pipelines.build.config import BuildConfig, ConfigError
 from pipelines.build.folder import STAMP
+from pipelines.multicast import NO_MULTICAST  # in every LocalCluster worker's environment
 
 WORKER_WAIT_S = 60.0
-# NVLink multicast off in NCCL, PyTorch's symmetric memory and NVSHMEM, in every process the build
-# starts: on shared multi-GPU hosts a program using it can put the host's GPUs out of service for a
-# day or more. Set here for a LocalCluster's workers; `dask worker` processes take them from their shell.
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one entry per GPU of the host, read without touching CUDA
 
 

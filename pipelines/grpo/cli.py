@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"tritonforge train-grpo: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
 
+    from pipelines.multicast import keep_off
+
+    keep_off()   # before torch.distributed starts (under accelerate launch, in every rank)
     from pipelines.grpo.trainer import train
 
     try:
