@@ -24,8 +24,20 @@ warm start (the verifier's worker processes hold their own GPU memory, not count
 Markdown table last; writes `bench_grpo.json`, and train-grpo's `run/metrics.jsonl`, under --out.
 
     python3 bench/bench_grpo.py --device cuda --out /tmp/bench-grpo --steps 10 --budget-s 300   # GPU box
-    python bench/bench_grpo.py --device cpu --out /tmp/bg-cpu --problems 2 --heldout 1 --steps 2 \\
-        --group-size 2 --warm-start-sft-steps 10 --max-new-tokens 32 --workers 1                 # CPU smoke (~1 min)
+    python bench/bench_grpo.py --device cpu --out /tmp/bg-cpu --problems 2 --heldout 1 --steps 2 --group-size 2 \\
+        --warm-start-sft-steps 5 --max-new-tokens 16 --eval-every 2 --workers 1 --hidden 128 --layers 2   # CPU smoke
+
+The CPU smoke takes ~75 s on a 2-core box (verifier pool start ~13 s, warm start ~17 s, two steps
+~18 s with one held-out evaluation); its completions are too short to hold code, so rewards are 0.
+On the GPU box (python 3.12, torch 2.11, no network) the rest travels as wheels of requirements.lock's
+versions: `.whl` (the verifier's: dill, jinja2, markupsafe, networkx, python-constraint2, tqdm) and
+`.whl-grpo` (trl, transformers, accelerate, datasets, peft, tokenizers, safetensors, huggingface_hub
+and their pure-Python needs; 42 MiB together); pyarrow, pandas and numpy come from the image
+(`IMAGE_FLOORS`, checked first). Carry `.whl` and `.whl-grpo`, then:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl .whl-grpo/*.whl \\
+      && export PYTHONPATH=/tmp/site:$PWD TRITONFORGE_DATA=$PWD/data PYTHONUNBUFFERED=1 \\
+      && timeout 570 python3 bench/bench_grpo.py --device cuda --out /tmp/bg --steps 10 --budget-s 240
 """
 from __future__ import annotations
 
@@ -197,6 +209,34 @@ def _step_callback(timers: _Timers, budget_s: float | None) -> Any:
     return StepClock()
 
 
+# Too large to carry to the GPU box (pyarrow's wheel alone is 55 MB); its image has them. The floors
+# are what trl 1.16 and datasets 5.2 require: older ones fail at import, later, with less clear errors.
+IMAGE_FLOORS = {"pyarrow": "24.0.0", "pandas": "2.1.1", "numpy": "1.26.0"}
+
+
+def _preflight() -> str | None:
+    """None when the packages this run imports are present at usable versions, else what is wrong."""
+    import importlib.metadata as md
+
+    from packaging.version import Version
+
+    problems = []
+    for name, floor in IMAGE_FLOORS.items():
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            problems.append(f"{name} is not installed (need >= {floor})")
+            continue
+        if Version(have) < Version(floor):
+            problems.append(f"{name} {have} is older than {floor}")
+    for name in ("trl", "transformers", "accelerate", "datasets", "peft", "tokenizers", "safetensors"):
+        try:
+            md.version(name)
+        except md.PackageNotFoundError:
+            problems.append(f"{name} is not installed (carry the wheels of requirements.lock)")
+    return "; ".join(problems) or None
+
+
 def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
@@ -234,6 +274,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
+    bad = _preflight()
+    if bad:
+        print(f"bench_grpo: {bad}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")     # local folders only: a hub look-up would wait on a network
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import torch
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
