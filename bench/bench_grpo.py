@@ -23,16 +23,16 @@ logging). Peak memory is `torch.cuda.max_memory_allocated` of the trainer proces
 warm start (the verifier's worker processes hold their own GPU memory, not counted). Prints a
 Markdown table last; writes `bench_grpo.json`, and train-grpo's `run/metrics.jsonl`, under --out.
 
-    python3 bench/bench_grpo.py --device cuda --out /tmp/bench-grpo --steps 10 --budget-s 300   # GPU box
+    python3 bench/bench_grpo.py --device cuda --out /tmp/bench-grpo --steps 10 --budget-s 240   # GPU box (setup below)
     python bench/bench_grpo.py --device cpu --out /tmp/bg-cpu --problems 2 --heldout 1 --steps 2 --group-size 2 \\
         --warm-start-sft-steps 5 --max-new-tokens 16 --eval-every 2 --workers 1 --hidden 128 --layers 2   # CPU smoke
 
-The CPU smoke takes ~75 s on a 2-core box (verifier pool start ~13 s, warm start ~17 s, two steps
+The CPU smoke takes 75-100 s on a loaded 2-core box (verifier pool start ~13 s, warm start ~17 s, two steps
 ~18 s with one held-out evaluation); its completions are too short to hold code, so rewards are 0.
 On the GPU box (python 3.12, torch 2.11, no network) the rest travels as wheels of requirements.lock's
 versions: `.whl` (the verifier's: dill, jinja2, markupsafe, networkx, python-constraint2, tqdm) and
 `.whl-grpo` (trl, transformers, accelerate, datasets, peft, tokenizers, safetensors, huggingface_hub
-and their pure-Python needs; 42 MiB together); pyarrow, pandas and numpy come from the image
+and what they need; 42 MiB together); pyarrow, pandas and numpy come from the image
 (`IMAGE_FLOORS`, checked first). Carry `.whl` and `.whl-grpo`, then:
 
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl .whl-grpo/*.whl \\
