@@ -280,6 +280,9 @@ def main() -> int:
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")     # local folders only: a hub look-up would wait on a network
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    from pipelines.multicast import keep_off
+
+    keep_off()   # as train-grpo's CLI does (one process here: no torch.distributed, but the same environment)
     import torch
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
