@@ -25,3 +25,22 @@ def chi2_uniform(counts: Counter, categories: list) -> tuple[float, float]:
     expected = n / len(categories)
     stat = sum((counts[c] - expected) ** 2 / expected for c in categories)
     return stat, chi2_critical(len(categories) - 1)
+
+
+def chi2_expected(counts: Counter, weights: Counter, min_expected: float = 5.0) -> tuple[float, float]:
+    """(statistic, critical value) for counts against the law proportional to `weights` (a projection
+    of a uniform law onto a coarser key: each key weighs as many points as map to it). Categories
+    expected fewer than `min_expected` times are pooled into one, as the chi-square approximation needs."""
+    n, total = sum(counts.values()), sum(weights.values())
+    cells: list[tuple[float, int]] = []
+    pooled_e, pooled_o = 0.0, 0
+    for key, w in weights.items():
+        e = n * w / total
+        if e < min_expected:
+            pooled_e, pooled_o = pooled_e + e, pooled_o + counts[key]
+        else:
+            cells.append((e, counts[key]))
+    if pooled_e > 0:
+        cells.append((pooled_e, pooled_o))
+    stat = sum((o - e) ** 2 / e for e, o in cells)
+    return stat, chi2_critical(max(len(cells) - 1, 1))

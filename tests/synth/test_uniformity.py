@@ -8,7 +8,7 @@ import synth
 from synth import csp
 from synth.catalog import default_catalog
 from synth.sampler import Attempts, SampleConfig, draw_ops, problem_stream, resolve_ops
-from tests.synth.stats import chi2_uniform
+from tests.synth.stats import chi2_expected, chi2_uniform
 
 
 def _assert_ops_never_redrawn(problems, seed, level, space):
@@ -87,28 +87,39 @@ def test_shape_assignment_exactly_uniform_on_small_case(path, monkeypatch):
 
 
 def test_attribute_and_shape_joint_uniform_conv1d():
-    # conv1d: sizes N, C, L and out_channels plus five attributes, with divisibility and output-size rules
+    # conv1d: sizes N, C, L and out_channels plus seven attributes, with divisibility and output-size
+    # rules: 69,008 feasible points, too many to count each (8 draws a point would take minutes). A
+    # uniform law over them projects onto any coarser key with each key weighing its number of points,
+    # so three projections that cut the space different ways are tested on one run of 3,000 draws.
     cat = default_catalog()["conv1d"]
-    dims, cap = (1, 2, 4), 8   # 1,002 feasible points
+    dims, cap = (1, 2, 4), 8
     a = cat.attrs
-    feasible = []
-    for n, c, length, o, k, s, p, d, g in itertools.product(dims, dims, dims, dims, a["kernel_size"], a["stride"],
-                                                        a["padding"], a["dilation"], a["groups"]):
+    projections = {"sizes": lambda t: t[:4], "padding/dilation/groups": lambda t: t[6:9],
+                   "kernel/depthwise/bias": lambda t: (t[4], t[9], t[10])}
+    weights = {k: Counter() for k in projections}
+    feasible = set()
+    for n, c, length, o, k, s, p, d, g, dw, b in itertools.product(
+            dims, dims, dims, dims, a["kernel_size"], a["stride"], a["padding"], a["dilation"], a["groups"],
+            a["depthwise"], a["bias"]):
+        groups = c if dw else g
         lo = (length + 2 * p - d * (k - 1) - 1) // s + 1
-        if lo < 1 or c % g or o % g:
+        if lo < 1 or c % groups or o % groups:
             continue
-        if max(n * c * length, n * o * lo, o * (c // g) * k, o) > cap:
+        if max(n * c * length, n * o * lo, o * (c // groups) * k, o) > cap:
             continue
-        feasible.append((n, c, length, o, k, s, p, d, g))
+        point = (n, c, length, o, k, s, p, d, g, dw, b)
+        feasible.add(point)
+        for key, f in projections.items():
+            weights[key][f(point)] += 1
     cfg = SampleConfig(dims=dims, max_elements=cap, flop_window=(0, 1e12), max_op_flops=1e12, check=False)
-    n_samples = 8 * len(feasible)
-    counts = Counter()
-    for pr in synth.sample(n_samples, level=1, seed=4, ops=["conv1d"], config=cfg):
+    drawn = []
+    for pr in synth.sample(3000, level=1, seed=4, ops=["conv1d"], config=cfg):
         node = pr.graph.nodes["y0"]
         at = node["attrs"]
         (n, c, length), = pr.input_shapes
-        counts[(n, c, length, node["shape"][1], at["kernel_size"], at["stride"], at["padding"], at["dilation"],
-                at["groups"])] += 1
-    assert set(counts) <= set(feasible)
-    stat, crit = chi2_uniform(counts, feasible)
-    assert stat < crit, (stat, crit, len(feasible))
+        drawn.append((n, c, length, node["shape"][1], at["kernel_size"], at["stride"], at["padding"], at["dilation"],
+                      at["groups"], at["depthwise"], at["bias"]))
+    assert set(drawn) <= feasible, sorted(set(drawn) - feasible)[:3]
+    for key, f in projections.items():
+        stat, crit = chi2_expected(Counter(f(t) for t in drawn), weights[key])
+        assert stat < crit, (key, stat, crit)
