@@ -162,7 +162,10 @@ def run_one(launcher: str, procs: int, cfg: Path, out: Path, args: argparse.Name
            "train-grpo", str(cfg), "--out", str(run_dir), "--steps", str(args.steps)]
     t0 = time.perf_counter()
     try:
-        done = subprocess.run(cmd, cwd=REPO, env=launch_env(args.device), capture_output=True, text=True,
+        env = launch_env(args.device)
+        if args.device == "cuda":   # P processes see GPUs 0..P-1 only: a 1-process rank's pool would use every GPU
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(procs))
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=args.run_timeout)
         rc, stdout, stderr = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
@@ -172,7 +175,9 @@ def run_one(launcher: str, procs: int, cfg: Path, out: Path, args: argparse.Name
     ranks = sorted((json.loads(f.read_text()) for f in report.glob("rank-*.json")), key=lambda r: r["rank"])
     scores = [m.groups() for m in map(SCORES.match, stderr.splitlines()) if m]
     # each rank verifies on its own device: cuda:[LOCAL_RANK] (or cuda:[0] under a per-rank CUDA_VISIBLE_DEVICES)
-    own = all(where in ("cpu", f"cuda:[{lr}]", "cuda:[0]") for _, lr, _, where in scores) and len(scores) == procs
+    # (one process without LOCAL_RANK: "cuda", its pool on the one GPU it sees)
+    own = all(where in ("cpu", f"cuda:[{lr}]", "cuda:[0]") or (where == "cuda" and procs == 1)
+              for _, lr, _, where in scores) and len(scores) == procs
     r0 = next((r for r in ranks if r["rank"] == 0), None)
     ends = r0["step_ends_s"] if r0 else []
     steady = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] else None
