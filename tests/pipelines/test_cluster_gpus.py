@@ -63,3 +63,11 @@ def test_timing_core_follows_the_workers_own_gpu(monkeypatch):
     assert pinned == timing_core(3) and timing_core(0) in allowed
     if len(allowed) > 1 and not os.path.isdir("/sys/bus/pci/drivers/nvidia"):
         assert pinned != timing_core(0)
+
+
+def test_keep_off_sets_the_switches_but_keeps_a_users_own():
+    from pipelines.multicast import keep_off
+
+    env = {"NCCL_NVLS_ENABLE": "1"}
+    keep_off(env)
+    assert env == {**NO_MULTICAST, "NCCL_NVLS_ENABLE": "1"}
