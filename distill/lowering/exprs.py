@@ -19,7 +19,8 @@ from distill.lowering.ir import Op, lowering_table
 from distill.lowering.views import Step
 from distill.lowering.sizes import is_unit
 
-HELPERS = ("log1p_f32", "expm1_f32", "tanh_f32", "softplus_f32")
+HELPERS = ("log1p_f32", "expm1_f32", "tanh_f32", "softplus_f32", "max_combine_f32", "min_combine_f32",
+           "logaddexp_combine_f32")
 HELPER_DEPS = {"softplus_f32": ("log1p_f32",)}
 
 
@@ -165,7 +166,7 @@ def describe(node: Node, acc: str = "acc") -> str:
 
 
 def helpers_used(text: str) -> list[str]:
-    used = {h for h in HELPERS if re.search(rf"\b{h}\(", text)}
+    used = {h for h in HELPERS if re.search(rf"\b{h}\b", text)}  # called, or passed as a combine fn
     for h in list(used):
         used.update(HELPER_DEPS.get(h, ()))
     return [h for h in HELPERS if h in used]

@@ -7,9 +7,10 @@ FAMILIES: dict[str, Family] = {}
 
 
 def _register() -> None:
-    from distill.lowering.kernels import index, matmul, rows, spatial
+    from distill.lowering.kernels import index, losses, matmul, rows, scans, spatial
 
-    for fam in (*rows.FAMILIES, *matmul.FAMILIES, *spatial.FAMILIES, *index.FAMILIES):
+    for fam in (*rows.FAMILIES, *scans.FAMILIES, *losses.FAMILIES, *matmul.FAMILIES, *spatial.FAMILIES,
+                *index.FAMILIES):
         FAMILIES[fam.name] = fam
 
 

@@ -12,9 +12,15 @@ from distill.lowering import exprs, views
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, operand_lines, pow2, render,
                                            store_offset)
+from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import Sym, is_unit
 from distill.lowering.views import Step
+
+
+# K elements per program, at least, when K is split (32 BLOCK_K steps of 16): enough work per
+# program to hide the partial tile's store and the combining kernel
+MIN_K_CHUNK = 512
 
 
 def _lift(steps: list[Step], shape: tuple[int, ...], on: str) -> tuple[list[Step], tuple[int, ...]]:
@@ -94,16 +100,41 @@ class Matmul(Family):
         a, b = k.operands["a"], k.operands["b"]
         b0, b1, m, kk = a.space
         n = b.space[3]
+        bm, bn, bk = (pow2(m, 16, 64), pow2(m, 16, 128)), (pow2(n, 16, 64), pow2(n, 16, 128)), \
+            (pow2(kk, 16, 32), pow2(kk, 16, 128))
+        bb = (_batch_block(b0 * b1, bm[0] * bn[0], 4096), _batch_block(b0 * b1, bm[1] * bn[1], 65536))
+        consts = {"BLOCK_B": bb, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N) * triton.cdiv({b0 * b1}, BLOCK_B),)"
+        tiles = cdiv(m, bm[0]) * cdiv(n, bn[0]) * cdiv(b0 * b1, bb[0])
+        if worth_splitting(kk, tiles, MIN_K_CHUNK):
+            return self._split_k(k, name, fwd, consts, grid)
         launch = Launch(fwd)
-        for sym, val in (("M", m), ("N", n), ("K", kk)):
-            launch.scalar(sym, val)
-        batch, c0, c1 = _batch_lines(launch, b0, b1)
+        launch.scalar("M", m)
+        launch.scalar("N", n)
+        launch.scalar("K", kk)
+        batch, load_a, load_b = self._loads(k, launch)
+        bias, epi, value, out, off = self._outputs(k, launch, batch)
+        src = render("matmul.py.j2", name=name,
+                     signature=launch.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K"]),
+                     comment=self.describe(k), batch_lines=batch[0], load_a=load_a, load_b=load_b, bias=bias,
+                     epilogue=epi, out=out, out_off=off, value=value, stage="whole")
+        return src, launch.call(name, grid, consts)
+
+    def _loads(self, k: Kernel, launch: Launch) -> tuple[tuple, str, str]:
+        a, b = k.operands["a"], k.operands["b"]
+        b0, b1 = a.space[:2]
+        batch = _batch_lines(launch, b0, b1)
+        _, c0, c1 = batch
         load_a, _ = operand_lines(launch, a.expr, [_b(c0), _b(c1), "rm[None, :, None]", "rk[None, None, :]"],
                                   "(rb[:, None, None] < BATCH) & (rm[None, :, None] < M) & (rk[None, None, :] < K)",
                                   other="0.0", var="a", exact=True, full="(BLOCK_B, BLOCK_M, BLOCK_K)")
         load_b, _ = operand_lines(launch, b.expr, [_b(c0), _b(c1), "rk[None, :, None]", "rn[None, None, :]"],
                                   "(rb[:, None, None] < BATCH) & (rk[None, :, None] < K) & (rn[None, None, :] < N)",
                                   other="0.0", var="b", exact=True, full="(BLOCK_B, BLOCK_K, BLOCK_N)")
+        return batch, load_a[0], load_b[0]
+
+    def _outputs(self, k: Kernel, launch: Launch, batch: tuple) -> tuple[list[str], list[str], str, str, str]:
+        _, c0, c1 = batch
         out_coords = [_b(c0), _b(c1), "rm[None, :, None]", "rn[None, None, :]"]
         full = "(BLOCK_B, BLOCK_M, BLOCK_N)"
         bias: list[str] = []
@@ -114,15 +145,47 @@ class Matmul(Family):
         target = k.target.leaf()
         out = launch.pointer(target, hint="out")
         off = store_offset(launch, target, out_coords, None, full)
-        bm, bn, bk = (pow2(m, 16, 64), pow2(m, 16, 128)), (pow2(n, 16, 64), pow2(n, 16, 128)), \
-            (pow2(kk, 16, 32), pow2(kk, 16, 128))
-        bb = (_batch_block(b0 * b1, bm[0] * bn[0], 4096), _batch_block(b0 * b1, bm[1] * bn[1], 65536))
-        src = render("matmul.py.j2", name=name,
-                     signature=launch.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K"]),
-                     comment=self.describe(k), batch_lines=batch, load_a=load_a[0], load_b=load_b[0], bias=bias,
-                     epilogue=epi, out=out, out_off=off, value=value)
-        grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N) * triton.cdiv({b0 * b1}, BLOCK_B),)"
-        return src, launch.call(name, grid, {"BLOCK_B": bb, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk})
+        return bias, epi, value, out, off
+
+    def _split_k(self, k: Kernel, name: str, fwd: Forward, consts: dict, grid: str) -> tuple[str, list[str]]:
+        """Few output tiles, long K: each (tile, K chunk) program stores its partial tile; a second
+        kernel adds the SPLIT partials of each tile in order, then the bias and the epilogue."""
+        a = k.operands["a"]
+        b0, b1, m, kk = a.space
+        n = k.operands["b"].space[3]
+        ws = fwd.fresh(f"{k.target.value}_part")
+        first = Launch(fwd)
+        first.params.append("part_ptr")
+        first.args.append(ws)
+        for s, v in (("M", m), ("N", n), ("K", kk), ("CHUNK", "CHUNK")):
+            first.scalar(s, v)
+        batch, load_a, load_b = self._loads(k, first)
+        src1 = render("matmul.py.j2", name=part_name(name),
+                      signature=first.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K"]),
+                      comment=f"K-chunk partials of {self.describe(k)}", batch_lines=batch[0], load_a=load_a,
+                      load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial")
+        second = Launch(fwd)
+        second.params.append("part_ptr")
+        second.args.append(ws)
+        for s, v in (("M", m), ("N", n), ("SPLIT", "SPLIT")):
+            second.scalar(s, v)
+        batch2 = _batch_lines(second, b0, b1)
+        bias, epi, value, out, off = self._outputs(k, second, batch2)
+        src2 = render("matmul.py.j2", name=name, signature=second.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N"]),
+                      comment=self.describe(k), batch_lines=batch2[0], load_a="", load_b="", bias=bias,
+                      epilogue=epi, out=out, out_off=off, value=value, stage="combine")
+        lines1 = first.call(part_name(name), grid[:-2] + ", SPLIT)", consts)
+        tiles = grid[1:-2]
+        for c in ("BLOCK_M", "BLOCK_N", "BLOCK_B"):
+            tiles = tiles.replace(c, text(consts[c][0], c))
+        lines = lines1[:-1] + chunk_lines(str(kk), text(consts["BLOCK_K"][0], "BLOCK_K"), tiles,
+                                          min_chunk=MIN_K_CHUNK)
+        lines.append(f"{ws} = torch.empty((SPLIT, {b0 * b1}, {m}, {n}), device={first.args[1]}.device, "
+                     f"dtype=torch.float32)")
+        lines.append(lines1[-1])
+        consts2 = {c: consts[c] for c in ("BLOCK_B", "BLOCK_M", "BLOCK_N")}
+        lines += [ln for ln in second.call(name, grid, consts2) if not ln.startswith("BLOCK_")]
+        return src1 + "\n\n" + src2, lines
 
 
 class Attention(Family):

@@ -11,8 +11,8 @@ from distill.lowering import exprs
 from distill.lowering.ir import Op, Program, lowering_table
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render, store_offset)
+from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, row_blocks, text, worth_splitting
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import is_unit
 from distill.lowering.views import Step
 
 # elements per [BLOCK_ROWS, BLOCK_R] tile and the widest BLOCK_R, on a GPU and under the interpreter
@@ -137,12 +137,60 @@ class Reduce(Family):
         tile = rows.tile({"x": x.expr}, other=spec["other"])
         if not isinstance(x.expr, exprs.Load):  # a fused operand: padded lanes need the fill value too
             tile.append(f"x = tl.where(m2, x, {spec['other']})")
+        consts = rows.consts()
+        if worth_splitting(rows.R, cdiv(rows.n_rows, consts["BLOCK_ROWS"][0])):
+            return self._split(k, name, fwd, launch, rows, tile, spec)
         epi, value, out, off = rows.out(k, per_row=True)
         ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"], result=spec["result"],
                                epilogue=epi, out=out, out_off=off, value=value), ("tile",))
         src = render("reduce.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
-                     comment=self.describe(k), centered=spec.get("centered", False), **ctx)
-        return src, launch.call(name, rows.grid(), rows.consts())
+                     comment=self.describe(k), centered=spec.get("centered", False), stage="whole", **ctx)
+        return src, launch.call(name, rows.grid(), consts)
+
+    def _split(self, k: Kernel, name: str, fwd: Forward, launch: Launch, rows: "Rows", tile: list[str],
+               spec: dict) -> tuple[str, list[str]]:
+        """Few long rows: chunk partials from (row block, chunk) programs, then a combining kernel."""
+        n_parts = len(spec["parts"])
+        dtypes = spec.get("parts_dtype", ["float32"] * n_parts)
+        parts = [fwd.fresh(f"{k.target.value}_part{i}") for i in range(n_parts)]
+        for i, p in enumerate(parts):
+            launch.params.append(f"part{i}_ptr")
+            launch.args.append(p)
+        for s in ("SPLIT", "CHUNK"):
+            launch.scalar(s, s)
+        ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"]), ("tile",))
+        src = render("reduce.py.j2", name=part_name(name), signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
+                     comment=f"chunk partials of {self.describe(k)}", centered=spec.get("centered", False),
+                     stage="partial", parts=spec["parts"], **ctx)
+        consts = rows.consts()
+        grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"
+        first = launch.call(part_name(name), grid, consts)
+        block_rows = text(consts["BLOCK_ROWS"][0], "BLOCK_ROWS")
+        lines = first[:-1] + chunk_lines(str(rows.R), text(consts["BLOCK_R"][0], "BLOCK_R"),
+                                         row_blocks(rows.n_rows, consts["BLOCK_ROWS"][0], block_rows))
+        device = f"{launch.args[0]}.device"
+        lines += [f"{p} = torch.empty(({rows.n_rows}, SPLIT), device={device}, dtype=torch.{dt})"
+                  for p, dt in zip(parts, dtypes)]
+        lines.append(first[-1])
+        # the combining kernel: partials in, the op's result and its epilogue out
+        second = Launch(fwd)
+        for i, p in enumerate(parts):
+            second.params.append(f"part{i}_ptr")
+            second.args.append(p)
+        crows = Rows(second, rows.space, rows.k)
+        for s in ("SPLIT", "CHUNK"):
+            second.scalar(s, s)
+        epi, value, out, off = crows.out(k, per_row=True)
+        cctx = crows.finish(dict(combine_lines=spec.get("combine_lines", []), result=spec["combine"], epilogue=epi,
+                                 out=out, out_off=off, value=value), ())
+        csrc = render("reduce.py.j2", name=name, signature=second.signature(["BLOCK_ROWS", "BLOCK_S"]),
+                      comment=self.describe(k), centered=False, stage="combine", parts_other=spec["parts_other"],
+                      **cctx)
+        grid2 = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS),)"
+        second_lines = second.call(name, grid2, {"BLOCK_ROWS": consts["BLOCK_ROWS"],
+                                                 "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
+        lines += [ln for ln in second_lines if not ln.startswith("BLOCK_ROWS =")]
+        return src + "\n\n" + csrc, lines
 
 
 class Normalize(Family):
@@ -198,110 +246,4 @@ class Normalize(Family):
         return src, launch.call(name, rows.grid(), rows.consts())
 
 
-class Scan(Family):
-    name = "scan"
-    fused_roles = ("x",)
-
-    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
-        shape = prog.values[op.inputs[0]].shape
-        d = _dim(op, len(shape))
-        steps = (Step("movedim", (d, -1), op.inputs[0]),) if d != len(shape) - 1 else ()
-        space = tuple(s for i, s in enumerate(shape) if i != d) + (shape[d],)
-        return [OperandSpec("x", op.inputs[0], steps, space)]
-
-    def out_steps(self, op: Op) -> list[Step]:
-        d = _dim(op, len(op.shape))
-        return [Step("movedim", (d, -1), op.name)] if d != len(op.shape) - 1 else []
-
-    def describe(self, k: Kernel) -> str:
-        return _describe(k, f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, dim={k.op.attrs['dim']})")
-
-    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
-        launch = Launch(fwd)
-        x = k.operands["x"]
-        triangular = k.op.op in ("cummax", "cummin", "logcumsumexp")
-        # the triangular combine holds a [BLOCK_ROWS, BLOCK_R, BLOCK_R] tile: keep BLOCK_R small there
-        rows = Rows(launch, x.space, len(x.space) - 1, block_r_cap=(16, 32) if triangular else MAX_BLOCK_R,
-                    tile=(512, 2048) if triangular else TILE)
-        tile = rows.tile({"x": x.expr})
-        epi, value, out, off = rows.out(k, per_row=False)
-        ctx = rows.finish(dict(tile=tile, epilogue=epi, out=out, out_off=off, value=value), ("tile",))
-        src = render("scan.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
-                     comment=self.describe(k), op=k.op.op, **ctx)
-        return src, launch.call(name, rows.grid(), rows.consts())
-
-
-class Loss(Family):
-    name = "loss"
-    fused_roles = ("x", "y", "a", "b", "p", "n")
-
-    def slot_roles(self, op: Op) -> list[str]:
-        return {"cross_entropy": ["x", "target"], "triplet_margin_loss": ["a", "p", "n"],
-                "cosine_similarity": ["a", "b"]}.get(op.op, ["x", "y"])
-
-    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
-        return [OperandSpec(role, v, (), prog.values[v].shape) for role, v in zip(self.slot_roles(op), op.inputs)]
-
-    def describe(self, k: Kernel) -> str:
-        args = ", ".join(exprs.describe(o.expr) for o in k.operands.values())
-        return _describe(k, f"{k.op.op}({args})")
-
-    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
-        op = k.op
-        launch = Launch(fwd)
-        kind = {"cross_entropy": "cross_entropy", "triplet_margin_loss": "triplet",
-                "cosine_similarity": "cosine"}.get(op.op, "pair")
-        ctx: dict = dict(kind=kind, name=name, comment=self.describe(k), margin=op.attrs.get("margin"))
-        if kind == "pair":
-            return self._pair(k, name, launch, ctx)
-        ops = k.operands
-        first = next(iter(ops.values()))
-        rows = Rows(launch, first.space, 1)
-        tile_ops = {r: o.expr for r, o in ops.items() if r != "target"}
-        ctx.update(tile=rows.tile(tile_ops))
-        if kind == "cross_entropy":
-            t_body, t = operand_lines(launch, ops["target"].expr, [rows.row_coords[0]], "row_mask", flat="rows",
-                                      other="0")
-            x_body, picked = operand_lines(launch, ops["x"].expr, [rows.row_coords[0], t], "row_mask", other="0.0")
-            ctx.update(gather=t_body + x_body, picked=picked)
-        epi, value, out, off = rows.out(k, per_row=True) if kind == "cosine" else self._scalar_out(k, launch)
-        ctx.update(epilogue=epi, out=out, out_off=off, value=value)
-        ctx = rows.finish(ctx, ("tile",))
-        grid = rows.grid() if kind == "cosine" else "(1,)"
-        src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), **ctx)
-        return src, launch.call(name, grid, rows.consts())
-
-    def _scalar_out(self, k: Kernel, launch: Launch) -> tuple[list[str], str, str, str]:
-        target = k.target.leaf()
-        body, result = operand_lines(launch, k.expr, [], None)
-        name = launch.pointer(target, hint="out")
-        return body, result, name, "0"
-
-    def _pair(self, k: Kernel, name: str, launch: Launch, ctx: dict) -> tuple[str, list[str]]:
-        import jinja2
-
-        op = k.op
-        spec = lowering_table()["loss"][op.op]
-        space = k.operands["x"].space
-        n = _prod(space)
-        launch.scalar("n_elements", n)
-        leaves = [lf for o in k.operands.values() for lf in exprs.leaves(o.expr)]
-        dense = all(lf.is_dense for lf in leaves)
-        coords = ["offs" if not is_unit(d) else None for d in space] if dense else coord_names(space, "offs", "i")
-        body = []
-        for role, o in k.operands.items():
-            b, result = operand_lines(launch, o.expr, coords, "mask", flat="offs", other="0.5")
-            body += b + [f"{role} = {result}"]
-        term = jinja2.Template(spec["term"], undefined=jinja2.StrictUndefined).render(**op.attrs)
-        # batchmean divides by the batch size: an argument, like every size
-        denom = launch.scalar("n_batch", space[0]) if spec.get("denom") == "size0" and space else "n_elements"
-        epi, value, out, off = self._scalar_out(k, launch)
-        lines = [] if dense else coord_lines(space, "offs", "i", launch, "\n".join(body))
-        block = (pow2(n, lo=16, hi=1024), pow2(n, lo=16, hi=4096))
-        ctx.update(coord_lines=lines, body=body, term=term, denom=denom, epilogue=epi, out=out, out_off=off,
-                   value=value)
-        src = render("loss.py.j2", signature=launch.signature(["BLOCK"]), **ctx)
-        return src, launch.call(name, "(1,)", {"BLOCK": block})
-
-
-FAMILIES = (Reduce(), Normalize(), Scan(), Loss())
+FAMILIES = (Reduce(), Normalize())

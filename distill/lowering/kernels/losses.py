@@ -1,0 +1,138 @@
+"""Losses: pair losses over whole tensors, cross entropy and triplet over rows, cosine similarity per row.
+
+A loss that ends in one number runs as two kernels. The first computes per-element (pair losses) or
+per-row (cross entropy, triplet) terms with their fused prologue and sums them per program: a pair
+loss cuts the flat elements into chunks (`split.py`: about 4 programs per SM), a row loss gives each
+program BLOCK_ROWS rows. The second sums those partials in a fixed order, divides, applies the
+epilogue and stores the scalar. Fixed order, no atomics: the result is bit-for-bit deterministic.
+Cosine similarity writes one value per row, so it stays one row-parallel kernel.
+"""
+from __future__ import annotations
+
+import jinja2
+
+from distill.lowering import exprs
+from distill.lowering.ir import Op, Program, lowering_table
+from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
+                                           operand_lines, pow2, render)
+from distill.lowering.kernels.rows import Rows, _describe, _prod
+from distill.lowering.kernels.split import chunk_lines, part_name, text
+from distill.lowering.planner import Kernel
+from distill.lowering.sizes import is_unit
+
+# partials the second kernel sums per step: one step for a split pair loss (at most 528 partials)
+TOTAL_BLOCK = 1024
+
+
+class Loss(Family):
+    name = "loss"
+    fused_roles = ("x", "y", "a", "b", "p", "n")
+
+    def slot_roles(self, op: Op) -> list[str]:
+        return {"cross_entropy": ["x", "target"], "triplet_margin_loss": ["a", "p", "n"],
+                "cosine_similarity": ["a", "b"]}.get(op.op, ["x", "y"])
+
+    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
+        return [OperandSpec(role, v, (), prog.values[v].shape) for role, v in zip(self.slot_roles(op), op.inputs)]
+
+    def describe(self, k: Kernel) -> str:
+        args = ", ".join(exprs.describe(o.expr) for o in k.operands.values())
+        return _describe(k, f"{k.op.op}({args})")
+
+    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
+        op = k.op
+        launch = Launch(fwd)
+        kind = {"cross_entropy": "cross_entropy", "triplet_margin_loss": "triplet",
+                "cosine_similarity": "cosine"}.get(op.op, "pair")
+        ctx: dict = dict(kind=kind, name=name, comment=self.describe(k), margin=op.attrs.get("margin"))
+        if kind == "pair":
+            return self._pair(k, name, launch, ctx)
+        ops = k.operands
+        first = next(iter(ops.values()))
+        rows = Rows(launch, first.space, 1)
+        tile_ops = {r: o.expr for r, o in ops.items() if r != "target"}
+        ctx.update(tile=rows.tile(tile_ops))
+        if kind == "cross_entropy":
+            t_body, t = operand_lines(launch, ops["target"].expr, [rows.row_coords[0]], "row_mask", flat="rows",
+                                      other="0")
+            x_body, picked = operand_lines(launch, ops["x"].expr, [rows.row_coords[0], t], "row_mask", other="0.0")
+            ctx.update(gather=t_body + x_body, picked=picked)
+        if kind == "cosine":
+            epi, value, out, off = rows.out(k, per_row=True)
+            ctx.update(epilogue=epi, out=out, out_off=off, value=value)
+            ctx = rows.finish(ctx, ("tile",))
+            src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), **ctx)
+            return src, launch.call(name, rows.grid(), rows.consts())
+        # one partial sum of row losses per program of BLOCK_ROWS rows
+        part = fwd.fresh(f"{k.target.value}_part")
+        launch.params.insert(0, "part_ptr")
+        launch.args.insert(0, part)
+        ctx = rows.finish(ctx, ("tile",))
+        ctx["name"] = part_name(name)
+        src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), **ctx)
+        consts = rows.consts()
+        first_lines = launch.call(part_name(name), rows.grid(), consts)
+        n_parts = f"triton.cdiv({rows.n_rows}, {text(consts['BLOCK_ROWS'][0], 'BLOCK_ROWS')})"
+        alloc = f"{part} = torch.empty(({n_parts},), device={part_device(launch)}, dtype=torch.float32)"
+        total_src, total_lines = self._total(k, name, fwd, part, n_parts, str(rows.n_rows),
+                                             f"the mean over rows of {op.op}")
+        lines = first_lines[:-1] + [alloc, first_lines[-1]] + total_lines
+        return src + "\n\n" + total_src, lines
+
+    def _total(self, k: Kernel, name: str, fwd: Forward, part: str, n_parts: str, denom: str,
+               what: str) -> tuple[str, list[str]]:
+        """The second kernel: the partials summed in a fixed order, divided by `denom`, epilogue, store."""
+        launch = Launch(fwd)
+        launch.params.append("part_ptr")
+        launch.args.append(part)
+        launch.scalar("n_parts", n_parts)
+        denom_name = launch.scalar("denom", denom)
+        target = k.target.leaf()
+        epi, value = operand_lines(launch, k.expr, [], None)
+        out = launch.pointer(target, hint="out")
+        block = pow2(TOTAL_BLOCK)
+        src = render("loss_total.py.j2", name=name, signature=launch.signature(["BLOCK_S"]),
+                     comment=self.describe(k), what=what, denom=denom_name, epilogue=epi, out=out, value=value)
+        return src, launch.call(name, "(1,)", {"BLOCK_S": block})
+
+    def _pair(self, k: Kernel, name: str, launch: Launch, ctx: dict) -> tuple[str, list[str]]:
+        op = k.op
+        fwd = launch.fwd
+        spec = lowering_table()["loss"][op.op]
+        space = k.operands["x"].space
+        n = _prod(space)
+        part = fwd.fresh(f"{k.target.value}_part")
+        launch.params.append("part_ptr")
+        launch.args.append(part)
+        launch.scalar("n_elements", n)
+        launch.scalar("CHUNK", "CHUNK")
+        leaves = [lf for o in k.operands.values() for lf in exprs.leaves(o.expr)]
+        dense = all(lf.is_dense for lf in leaves)
+        coords = ["offs" if not is_unit(d) else None for d in space] if dense else coord_names(space, "offs", "i")
+        body = []
+        for role, o in k.operands.items():
+            b, result = operand_lines(launch, o.expr, coords, "mask", flat="offs", other="0.5")
+            body += b + [f"{role} = {result}"]
+        term = jinja2.Template(spec["term"], undefined=jinja2.StrictUndefined).render(**op.attrs)
+        # batchmean divides by the batch size: an argument, like every size
+        denom = str(space[0]) if spec.get("denom") == "size0" and space else str(n)
+        lines = [] if dense else coord_lines(space, "offs", "i", launch, "\n".join(body))
+        # 4096 elements per step (16 per thread at 8 warps): long vector loads, few loop trips
+        block = pow2(n, lo=16, hi=4096)
+        ctx.update(name=part_name(name), coord_lines=lines, body=body, term=term)
+        src = render("loss.py.j2", signature=launch.signature(["BLOCK"]), **ctx)
+        first = launch.call(part_name(name), "(SPLIT,)", {"BLOCK": block})
+        block_text = text(block, "BLOCK")
+        split = chunk_lines(str(n), block_text)
+        alloc = f"{part} = torch.empty((SPLIT,), device={part_device(launch)}, dtype=torch.float32)"
+        total_src, total_lines = self._total(k, name, fwd, part, "SPLIT", denom, f"{op.op}")
+        return src + "\n\n" + total_src, first[:-1] + split + [alloc, first[-1]] + total_lines
+
+
+def part_device(launch: Launch) -> str:
+    """The device of the partial buffer: that of the kernel's first tensor argument."""
+    first = next(a for a, p in zip(launch.args, launch.params) if p != "part_ptr")
+    return f"{first}.device"
+
+
+FAMILIES = (Loss(),)
