@@ -338,7 +338,16 @@ def main() -> int:
     load_config(str(cfg_path))  # a bad size is refused here, naming the key, before any cluster starts
     print(f"config: {cfg_path}\n{cfg_path.read_text()}", file=sys.stderr)
 
+    import platform
+
+    import torch
+
+    meta = {"device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor(),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                     text=True).stdout.strip() or None,
+            "command": " ".join([Path(sys.executable).name, *sys.argv]), "config": doc}
     results, kept, same = [], {}, {}
+    text = ""
     for g in counts:
         t0 = time.perf_counter()
         r = run_one(g, cfg_path, out, args)
@@ -348,17 +357,10 @@ def main() -> int:
         print(f"g={g}: {r['candidates']} candidates in {r['wall_s']:.1f} s ({r['candidates_per_s']:.3f}/s), "
               f"statuses {r['statuses']}, rows differ: {same[g]} ({time.perf_counter() - t0:.0f} s with the cluster)",
               file=sys.stderr)
-    import platform
-
-    import torch
-
-    meta = {"device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor(),
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                     text=True).stdout.strip() or None,
-            "command": " ".join([Path(sys.executable).name, *sys.argv]), "config": doc}
-    text = table(results, same)
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "results": results, "row_differences": same}, indent=1))
-    (out / "table.md").write_text(text + "\n")
+        text = table(results, same)   # written after every g: a run cut short keeps what it measured
+        (out / "bench.json").write_text(json.dumps({"meta": meta, "results": results, "row_differences": same},
+                                                   indent=1))
+        (out / "table.md").write_text(text + "\n")
     print(text)
     return 1 if any(any(d.values()) for d in same.values()) else 0
 

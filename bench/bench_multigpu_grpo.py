@@ -202,7 +202,7 @@ def table(results: list[dict[str, Any]]) -> str:
     lines = ["| launcher | processes | steps/s | completions/s | efficiency vs 1 process | peak GiB per rank "
              "(CUDA allocated; CPU: RSS) | TRL step_time s | scored on own GPU | reward / pass rate |",
              "|---|---:|---:|---:|---:|---|---:|---|---|"]
-    base = {r["launcher"]: r for r in results if r["procs"] == 1 and r["completions_per_s"]}
+    base = {r["launcher"]: r for r in results if r["procs"] == 1 and r.get("completions_per_s")}
 
     def f(v: Any, spec: str) -> str:
         return "—" if v is None else format(v, spec)
@@ -279,6 +279,19 @@ def main() -> int:
 
     import importlib.util
 
+    meta = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+            "gpus": have if args.device == "cuda" else 0,
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                     text=True).stdout.strip() or None,
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "versions": {m: getattr(__import__(m), "__version__", "?") for m in ("torch", "transformers", "trl", "accelerate")}}
+
+    def save() -> str:   # after every run: a bench cut short keeps what it measured
+        text = table(results)
+        (out / "bench.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        (out / "table.md").write_text(text + "\n")
+        return text
+
     results: list[dict[str, Any]] = []
     for launcher in launchers:
         if launcher.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
@@ -290,16 +303,8 @@ def main() -> int:
             print(f"{launcher} x{p}: exit {r['rc']}, {r['steps']} steps, {r['steps_per_s']} steps/s, peak GiB "
                   f"{r['peak_allocated_gib']}, scores on {[s['where'] for s in r['scores_on']]} "
                   f"({r['wall_s']:.0f} s)" + (f"\n{r['tail']}" if r["rc"] else ""), file=sys.stderr)
-    meta = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
-            "gpus": have if args.device == "cuda" else 0,
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                     text=True).stdout.strip() or None,
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "versions": {m: getattr(__import__(m), "__version__", "?") for m in ("torch", "transformers", "trl", "accelerate")}}
-    text = table(results)
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    (out / "table.md").write_text(text + "\n")
-    print(text)
+            save()
+    print(save())
     bad = [r for r in results if not r.get("skipped") and (r["rc"] != 0 or not r["own_gpu"])]
     return 1 if bad else 0
 
