@@ -39,7 +39,7 @@ with make_teacher("lowering") as teacher:
     (completion,) = teacher.generate([TeacherRequest(problem, [], 0, (0,), 0)])
 answer = extract(completion.text, completion.finish_reason)
 print((completion.reasoning or answer.reasoning or "")[:600])
-print(answer.code[:1500])
+print(answer.code[answer.code.find("class ModelNew"):][:1500])  # the module; its kernels come before it
 verdict = verify(problem, answer.code, device="cpu")
 print("verdict:", verdict.status, "-", verdict.reason)
 

@@ -105,7 +105,10 @@ def raw_u8(t: torch.Tensor) -> torch.Tensor:
     check and the input fingerprints all read."""
     if t.dtype.is_complex:
         t = torch.view_as_real(t)
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:  # one element may keep any stride through contiguous()
+        flat = torch.empty(flat.shape, dtype=flat.dtype, device=flat.device).copy_(flat)
+    return flat.view(torch.uint8)
 
 
 def open_arena(cfg: dict[str, Any]) -> Arena | None:
