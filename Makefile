@@ -51,7 +51,7 @@ test-fast: $(STAMP)
 	$(call run_pytest,-q)
 
 test-slow: $(STAMP)
-	$(call run_pytest,-q -m "slow and not gpu")
+	$(call run_pytest,-q -m "slow and not gpu" --durations=15)
 
 # CI: lint, the default suite, then the slow lane. GPU tests run only through the device tool.
 test: lint test-fast test-slow
