@@ -51,4 +51,12 @@ def run(args: argparse.Namespace) -> int:
 
     if PartialState().is_main_process:   # under `accelerate launch`, one summary
         print(json.dumps(summary))
+    import torch.distributed as dist
+
+    # A rank that exits with its process group still up can abort in the group's C++ threads
+    # ("terminate called without an active exception", seen in CI with two gloo ranks) and the
+    # launcher then reports the whole run failed; every rank leaves the group together instead.
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
     return 0

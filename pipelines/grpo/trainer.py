@@ -41,7 +41,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from trl import GRPOTrainer
 
 from pipelines.grpo import hrd, metrics
 from pipelines.grpo.config import RunConfig, grpo_args
-from pipelines.grpo.curriculum import CurriculumSampler, CurriculumState, PromotionCallback
+from pipelines.grpo.curriculum import STATE_FILE, CurriculumSampler, CurriculumState, PromotionCallback
 from pipelines.grpo.data import Stage, fitting, load_heldout, load_stages, write_synth
 from pipelines.grpo.rewards import passes, reward_funcs
 
@@ -109,9 +108,11 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
 
             dev = self.run.reward.device if self.run.reward.device != "auto" else default_device()
             where = f"cuda:{rank_gpus()}" if dev == "cuda" and rank_gpus() is not None else dev
-            print(f"train-grpo: rank {self.accelerator.process_index} (LOCAL_RANK={os.environ.get('LOCAL_RANK')}, "
-                  f"pid {os.getpid()}) scores its {len(completions)} completions on {where}", file=sys.stderr,
-                  flush=True)
+            # one write() with its newline: ranks share stderr, and print() writes the text and the
+            # newline separately, so two ranks' lines could run together
+            os.write(2, (f"train-grpo: rank {self.accelerator.process_index} (LOCAL_RANK="
+                         f"{os.environ.get('LOCAL_RANK')}, pid {os.getpid()}) scores its {len(completions)} "
+                         f"completions on {where}\n").encode())
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._scored = (rewards, completion_ids_list)   # rewards of every rank; completions of this one
         return rewards
@@ -177,6 +178,19 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
         return int(counts[0]), int(counts[1])
 
 
+def last_complete_checkpoint(out: Path) -> str | None:
+    """The newest `checkpoint-N` under `out` that was saved whole, or None.
+
+    A run killed while saving leaves a folder without its last files; transformers' own
+    `get_last_checkpoint` would pick it and the resume would fail on the missing trainer_state.json.
+    `curriculum.json` is written by the `on_save` callback, after transformers has written everything
+    else, so its presence marks a checkpoint as complete.
+    """
+    found = [(int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*")
+             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file() and (p / STATE_FILE).is_file()]
+    return str(max(found)[1]) if found else None
+
+
 def build(cfg: RunConfig, max_steps: int | None = None) -> TritonForgeGRPOTrainer:
     """The trainer for `cfg`, resumed state included; raises FileNotFoundError/ValueError for bad input."""
     from accelerate import PartialState
@@ -205,10 +219,8 @@ def build(cfg: RunConfig, max_steps: int | None = None) -> TritonForgeGRPOTraine
                                 f"with prompts of at most data.max_prompt_tokens={cfg.data.max_prompt_tokens} tokens")
     heldout = {lv: fitting(rows, tokenizer, cfg.data.max_prompt_tokens)[0] for lv, rows in load_heldout(root).items()}
 
-    from transformers.trainer_utils import get_last_checkpoint
-
     digest = config_digest(cfg)
-    resume = get_last_checkpoint(str(out)) if out.is_dir() else None
+    resume = last_complete_checkpoint(out)
     marker = out / "run.json"
     if resume and marker.exists() and json.loads(marker.read_text()).get("digest") != digest:
         raise ValueError(f"{out} holds a run of a different config; use another --out or remove {out}")
