@@ -65,3 +65,17 @@ def test_max_stage_steps_without_heldout(shards, tmp_path):
     assert state.stage_pos == 1 and "max_stage_steps" in state.evals[1]["reason"]
     state.save(tmp_path)                                           # what a checkpoint holds
     assert CurriculumState.load(tmp_path) == state
+
+
+def test_resume_skips_a_checkpoint_killed_mid_save(tmp_path):
+    from pipelines.grpo.trainer import last_complete_checkpoint
+
+    assert last_complete_checkpoint(tmp_path) is None
+    for step, files in ((2, ("trainer_state.json", "curriculum.json")), (3, ("model.safetensors",)),
+                        (10, ("trainer_state.json",))):      # 3: killed while saving; 10: before on_save ran
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        for f in files:
+            (tmp_path / f"checkpoint-{step}" / f).write_text("{}")
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    (tmp_path / "checkpoint-10" / "curriculum.json").write_text("{}")
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")     # by number, not by name
