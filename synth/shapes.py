@@ -28,7 +28,7 @@ import numpy as np
 from synth.catalog import OpSpec
 from synth.dims import Const, resolve
 from synth.slots import RANGE_ACCEPTS, accepted_ranks
-from synth.wiring import Tensor, Wirer
+from synth.wiring import Tensor, Wirer, reduce_counts
 
 SHAPES = ("all", "anchor_epilogue")
 ANCHOR_FAMILIES = frozenset({"matmul", "conv", "attention"})
@@ -172,9 +172,12 @@ class ChainWirer(Wirer):
             if what == "keepdim":
                 draw = lambda: True  # noqa: E731 - a chain keeps its rank
             elif what == "dim" and self.spec_now.kind in ("reduce", "along"):
-                # along a dim an earlier reduction left at 1 the op is degenerate (its R >= 2 rule fails)
+                # along a dim an earlier reduction left at 1 the op is degenerate (an identity, or
+                # constant); a reduction over several dims leaves a long one for each later reduction
                 long = [i for i, d in enumerate(self.computed[-1].dims) if not _is_one(d)]
-                draw = lambda: int(self.choice(long)) if long else 0  # noqa: E731
+                later = sum(s.kind == "reduce" for s in self.later)
+                counts = [n for n in reduce_counts(self.spec_now, len(long) - later) if self.spec_now.kind == "reduce"]
+                draw = lambda: self.reduced_dims(long, counts or [1])  # noqa: E731
         return super().decide(what, draw)
 
 

@@ -30,7 +30,8 @@ def meet(ranges: list[str]) -> str:
 def output_ranks(spec: OpSpec, rank: int) -> set[int]:
     """Ranks an op's output can have when its first input has `rank`."""
     if spec.kind == "reduce":  # keepdim keeps the rank; select (no keepdim choice) always drops it
-        return {rank - 1} | ({rank} if True in spec.structural.get("keepdim", (False,)) else set())
+        counts = [n for n in spec.structural.get("reduce_dims", (1,)) if n <= rank] or [1]
+        return {rank - n for n in counts} | ({rank} if True in spec.structural.get("keepdim", (False,)) else set())
     if spec.kind == "flatten":
         return set(range(1, rank))
     if spec.kind in ("split", "stack"):

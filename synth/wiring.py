@@ -87,6 +87,7 @@ class Wirer:
     def __init__(self, rng: np.random.Generator | None, dims: Mapping[str, tuple[int, ...]], fresh_bias: float = 0.0,
                  replay: Iterator[list] | None = None):
         self.next_spec: OpSpec | None = None
+        self.later: list[OpSpec] = []  # the ops wired after this one
         self.current: list[Tensor] = []
         self.rng = rng
         self.dims = dims
@@ -223,7 +224,13 @@ class Wirer:
         return spec.in_range[slot]
 
     def _wire_map(self, op: OpNode) -> list[Dim]:
-        return list(self._single_input(op).dims)
+        t = self._single_input(op)
+        if "norm_dims" in op.spec.structural:  # nn.LayerNorm(shape[-k:]): how many trailing dims it normalises
+            k = self.decide("norm_dims", lambda: int(self.choice([n for n in op.spec.structural["norm_dims"]
+                                                                   if n <= t.rank])))
+            op.structural["norm_dims"] = k
+            op.env["norm_dims"] = Const(k)  # a constant the catalog's expressions slice shapes with
+        return list(t.dims)
 
     def _wire_along(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
@@ -233,11 +240,23 @@ class Wirer:
 
     def _wire_reduce(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op)
-        d = self.decide("dim", lambda: int(self.rng.integers(t.rank)))
+        d = self.decide("dim", lambda: self.reduced_dims(list(range(t.rank)), reduce_counts(op.spec, t.rank)))
         keepdim = self.decide("keepdim", lambda: bool(self.choice(op.spec.structural.get("keepdim", (False,)))))
-        op.structural.update(dim=d, keepdim=keepdim)
-        op.env["R"] = t.dims[d]
-        return [Const(1) if i == d else x for i, x in enumerate(t.dims)] if keepdim else t.dims[:d] + t.dims[d + 1:]
+        dims = [d] if isinstance(d, int) else list(d)
+        op.structural.update(dim=d if isinstance(d, int) else tuple(dims), keepdim=keepdim)
+        parts = {f"r{i}": t.dims[i] for i in dims}  # R: the elements reduced into each output value
+        op.env["R"] = t.dims[d] if isinstance(d, int) else _derived(" * ".join(parts), parts, "<reduce>")
+        if keepdim:
+            return [Const(1) if i in dims else x for i, x in enumerate(t.dims)]
+        return [x for i, x in enumerate(t.dims) if i not in dims]
+
+    def reduced_dims(self, pool: list[int], counts: list[int]) -> int | list[int]:
+        """How many dims of `pool` (uniform over `counts`), then which (uniform): one dim as an int, as
+        before reductions took several (a one-dim op draws exactly what it drew then), several sorted."""
+        n = int(self.choice(counts)) if len(counts) > 1 else counts[0]
+        if n == 1:
+            return int(self.choice(pool)) if pool else 0
+        return sorted(int(v) for v in self.rng.choice(pool, size=n, replace=False))
 
     def _wire_transpose(self, op: OpNode) -> list[Dim]:
         t = self._single_input(op, set(op.spec.accept_ranks) - {0, 1})
@@ -435,6 +454,11 @@ class Wirer:
         return [Const(int(tok)) if tok.isdigit() else names[tok] for tok in spec.output.split()]
 
 
+def reduce_counts(spec: OpSpec, rank: int) -> list[int]:
+    """How many dims a reduction of a rank-`rank` tensor may reduce (its catalog `reduce_dims`)."""
+    return [n for n in spec.structural.get("reduce_dims", (1,)) if n <= rank] or [1]
+
+
 def _derived(text: str, names: dict[str, Dim], where: str) -> Derived:
     code = compile(text, where, "eval")
     return Derived(text, code, {k: names[k] for k in code.co_names if k in names})
@@ -453,6 +477,7 @@ def wire(ops: list[OpSpec], rng: np.random.Generator | None, dims: Mapping[str, 
     nodes = []
     for i, spec in enumerate(ops):
         w.next_spec = ops[i + 1] if i + 1 < len(ops) else None
+        w.later = ops[i + 1:]
         nodes.append(w.wire(i, spec))
     if steps is not None and next(steps, None) is not None:
         raise ReplayError("the recorded wiring has choices left over: it was made for other ops")

@@ -2,7 +2,7 @@
 
 The op's parameters are the user's own module's (`self.conv.weight`): ModelNew keeps the reference's
 constructor, so the same seed gives the same weights. A module whose configuration the kernels do not
-implement (another eps, batch statistics in training mode) raises TraceError naming it.
+implement (another eps, a BatchNorm without affine weights in training mode) raises TraceError naming it.
 """
 from __future__ import annotations
 
@@ -76,11 +76,14 @@ def _norm(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
     name = type(mod).__name__
     shape = m.b.shape(x)
     if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-        if mod.training or mod.running_mean is None:
-            raise TraceError(f"{name} in training mode (batch statistics; the reference is never put in eval())")
         if mod.eps != 1e-5:
             raise TraceError(f"{name} with eps={mod.eps}")
-        return m.b.op("batch_norm", [x], shape, m.b.dtype(x), {},
+        if mod.training or mod.running_mean is None:  # batch statistics (the reference is never put in eval())
+            if not mod.affine:
+                raise TraceError(f"{name} in training mode without affine weights")
+            return m.b.op("batch_norm", [x], shape, m.b.dtype(x), {"training": True},
+                          _bind(node, mod, ("weight", "bias")))
+        return m.b.op("batch_norm", [x], shape, m.b.dtype(x), {"training": False},
                       _bind(node, mod, ("running_mean", "running_var", "weight", "bias")))
     if isinstance(mod, nn.LayerNorm):
         op = "layer_norm"

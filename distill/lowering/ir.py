@@ -96,8 +96,14 @@ def lowering_table() -> dict[str, Any]:
     return tomllib.loads((DATA_DIR / "lowering" / "ops.toml").read_text())
 
 
-def template_of(op: str) -> str:
+def template_of(op: str, attrs: dict[str, Any] | None = None) -> str:
+    """The kernel family of `op`; an attribute can select another one (train-mode batch norm
+    normalises with batch statistics where eval mode is a pointwise map): a section entry's `when`."""
     table = lowering_table()
+    for family in ("normalize",):
+        when = table[family].get(op, {}).get("when")
+        if when is not None and (attrs or {}).get(when):
+            return family
     if op in table["pointwise"]:
         return "pointwise"
     if op in table["template"]:
@@ -168,7 +174,7 @@ def read_program(problem: Any) -> Program:
                 slots[int(s)] = src
         inputs_by_slot = [slots[i] for i in range(len(slots))]
         index = int(name[1:])
-        op = Op(name=name, index=index, op=data["op"], family=data["family"], template=template_of(data["op"]),
+        op = Op(name=name, index=index, op=data["op"], family=data["family"], template=template_of(data["op"], data.get("attrs")),
                 attrs=dict(data.get("attrs") or {}), inputs=inputs_by_slot, shape=shape_of(name, data["shape"]),
                 dtype=data["dtype"], is_output=bool(data.get("output")), spec=spec)
         if op.attrs.get("depthwise"):  # a depthwise conv: groups = its input's channels (the kernels read `groups`)

@@ -23,8 +23,9 @@ from synth.realize import rebuild
 # catalog's domains changed what is drawn: binary ops' scalar and parameter operands, then KernelBench's
 # conv, pool and GroupNorm attribute ranges, the select, narrow,
 # cumsum_exclusive, cumsum_reverse, flip, triu, tril, pad and three einsum ops, then per-dim kernel,
-# stride, padding and dilation of 2-D and 3-D convs, Linear without bias and clamp bounds of +-10 (issue 15)
-CPU_BEFORE_PROFILES = "9c7df4bb87933001a9fe937f9c610efa30b85fdd40c29766374379873fe2c5d2"
+# stride, padding and dilation of 2-D and 3-D convs, Linear without bias and clamp bounds of +-10, then
+# train-mode batch norm, reductions over several dims and over one element, LayerNorm over several dims (issue 15)
+CPU_BEFORE_PROFILES = "e3459d196e5db1637891eba53455364a88f1331b8b4ffb24ffe073eb50b22b7b"
 
 GOOD = """
 description = "a test profile"

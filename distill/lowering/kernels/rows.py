@@ -25,6 +25,12 @@ def _dim(op: Op, rank: int) -> int:
     return op.attrs["dim"] % rank
 
 
+def _reduced(op: Op, rank: int) -> list[int]:
+    """The dims a reduction reduces (one, or several: `dim=(2, 3)`), ascending."""
+    d = op.attrs["dim"]
+    return sorted(x % rank for x in (d if isinstance(d, (list, tuple)) else [d]))
+
+
 def _prod(xs: tuple[int, ...] | list[int]) -> int:
     n = 1
     for x in xs:
@@ -114,14 +120,17 @@ class Reduce(Family):
 
     def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
         shape = prog.values[op.inputs[0]].shape
-        d = _dim(op, len(shape))
-        steps = (Step("movedim", (d, -1), op.inputs[0]),) if d != len(shape) - 1 else ()
-        space = tuple(s for i, s in enumerate(shape) if i != d) + (shape[d],)
-        return [OperandSpec("x", op.inputs[0], steps, space)]
+        dims = _reduced(op, len(shape))
+        order = [i for i in range(len(shape)) if i not in dims] + dims  # kept dims are rows, reduced ones last
+        if len(dims) == 1:
+            steps = (Step("movedim", (dims[0], -1), op.inputs[0]),) if dims[0] != len(shape) - 1 else ()
+        else:
+            steps = (Step("permute", (tuple(order),), op.inputs[0]),) if order != sorted(order) else ()
+        return [OperandSpec("x", op.inputs[0], steps, tuple(shape[i] for i in order))]
 
     def out_steps(self, op: Op) -> list[Step]:
-        if op.attrs.get("keepdim"):
-            return [Step("squeeze", (op.attrs["dim"] % len(op.shape),), op.name)]
+        if op.attrs.get("keepdim"):  # the highest dim first: the lower ones keep their index
+            return [Step("squeeze", (d,), op.name) for d in reversed(_reduced(op, len(op.shape)))]
         return []
 
     def describe(self, k: Kernel) -> str:
@@ -133,7 +142,7 @@ class Reduce(Family):
         spec = lowering_table()["reduce"][k.op.op]
         launch = Launch(fwd)
         x = k.operands["x"]
-        rows = Rows(launch, x.space, len(x.space) - 1)
+        rows = Rows(launch, x.space, len(x.space) - len(_reduced(k.op, len(x.space))))
         tile = rows.tile({"x": x.expr}, other=spec["other"])
         if not isinstance(x.expr, exprs.Load):  # a fused operand: padded lanes need the fill value too
             tile.append(f"x = tl.where(m2, x, {spec['other']})")
@@ -200,13 +209,15 @@ class Normalize(Family):
     def _steps(self, op: Op, shape: tuple[int, ...], on: str) -> tuple[list[Step], int]:
         """Views from the input's shape to kernel space, and the number of row dims there."""
         rank = len(shape)
-        if op.op in ("layer_norm", "rms_norm"):
-            return [], rank - 1
+        if op.op in ("layer_norm", "rms_norm"):  # over the last norm_dims dims (contiguous already)
+            return [], rank - op.attrs.get("norm_dims", 1)
         if op.op == "instance_norm":
             return [], 2
         if op.op == "group_norm":
             g = op.attrs["groups"]
             return [Step("unflatten", (1, (g, shape[1] // g)), on)], 2
+        if op.op == "batch_norm":  # train mode: a channel's row is its N x spatial values
+            return [Step("movedim", (1, 0), on)], 1
         d = _dim(op, rank)
         return ([Step("movedim", (d, -1), on)] if d != rank - 1 else []), rank - 1
 
@@ -219,8 +230,12 @@ class Normalize(Family):
         specs = [OperandSpec("x", op.inputs[0], tuple(steps), space)]
         for pname in ("weight", "bias"):
             if pname in op.params:
-                dim = len(shape) - 1 if op.op in ("layer_norm", "rms_norm") else 1
-                p_steps = views.along(dim, op.params[pname].shape[0], shape, op.name)
+                p = op.params[pname].shape
+                if len(p) > 1:  # LayerNorm over several dims: its weight has their shape
+                    p_steps = views.broadcast(p, shape, op.name)
+                else:
+                    dim = len(shape) - 1 if op.op in ("layer_norm", "rms_norm") else 1
+                    p_steps = views.along(dim, p[0], shape, op.name)
                 specs.append(OperandSpec(pname, pname, tuple(p_steps + self._steps(op, shape, op.name)[0]), space))
         return specs
 

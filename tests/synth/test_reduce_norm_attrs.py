@@ -1,0 +1,67 @@
+"""KernelBench's reductions and norms (issue 15): reductions over several dims and over one element,
+LayerNorm over several trailing dims, batch norm in train mode. Drawn, rendered as KernelBench
+writes them, and kept out where the op would be degenerate."""
+from __future__ import annotations
+
+import math
+import re
+
+import synth
+
+
+def _node(p):
+    return next(d for _, d in p.graph.nodes(data=True) if d.get("kind") == "op")
+
+
+def _reduced(p) -> tuple[list[int], list[int]]:
+    shape = p.input_shapes[0]
+    dim = _node(p)["attrs"]["dim"]
+    dims = dim if isinstance(dim, list) else [dim]
+    return shape, dims
+
+
+def test_reductions_draw_several_dims_and_single_elements_where_meaningful():
+    sums = synth.sample(150, level=1, seed=4, ops=["sum"])
+    several = [p for p in sums if isinstance(_node(p)["attrs"]["dim"], list)]
+    assert several and len(several) < len(sums)
+    for p in several:
+        shape, dims = _reduced(p)
+        assert len(dims) >= 2 and dims == sorted(set(dims))
+        assert f"dim=({', '.join(map(str, dims))})" in p.source          # a tuple, as KernelBench writes it
+        keep = _node(p)["attrs"]["keepdim"]
+        want = [1 if i in dims else s for i, s in enumerate(shape)] if keep else [s for i, s in enumerate(shape) if i not in dims]
+        assert p.output_shapes[0] == want
+    assert {len(p.output_shapes[0]) for p in several} >= {0}        # some reduce every dim to a scalar
+    assert any(math.prod(_reduced(p)[0][d] for d in _reduced(p)[1]) == 1 for p in sums)   # an identity sum
+    # unbiased var over one element is 0/0 and argmax over one is constant 0: never drawn
+    for op in ("var", "argmax"):
+        for p in synth.sample(60, level=1, seed=4, ops=[op]):
+            shape, dims = _reduced(p)
+            assert math.prod(shape[d] for d in dims) >= 2
+            assert op == "var" or isinstance(_node(p)["attrs"]["dim"], int)   # torch.argmax takes one dim
+
+
+def test_layer_norm_over_several_trailing_dims():
+    seen = set()
+    for p in synth.sample(40, level=1, seed=6, ops=["layer_norm"]):
+        k = _node(p)["attrs"]["norm_dims"]
+        seen.add(k)
+        shape = p.input_shapes[0]
+        assert 1 <= k <= len(shape) and math.prod(shape[-k:]) >= 2
+        line = re.search(r"nn\.LayerNorm\((.*)\)\n", p.source).group(1)
+        assert line == (str(shape[-1]) if k == 1 else "(" + ", ".join(map(str, shape[-k:])) + ")")
+    assert seen == {1, 2, 3}
+
+
+def test_batch_norm_draws_train_mode_on_batch_statistics():
+    modes = {}
+    for p in synth.sample(30, level=1, seed=8, ops=["batch_norm"]):
+        training = _node(p)["attrs"]["training"]
+        modes[training] = p
+        shape = p.input_shapes[0]
+        if training:  # torch needs two values per channel; forward passes no running stats (no state change)
+            assert shape[0] * math.prod(shape[2:]) >= 2
+            assert "F.batch_norm(x0, None, None, " in p.source and "training=True" in p.source
+        else:
+            assert ".running_mean, " in p.source and "training=False" in p.source
+    assert set(modes) == {True, False}
