@@ -174,9 +174,10 @@ class ChainWirer(Wirer):
             elif what == "dim" and self.spec_now.kind in ("reduce", "along"):
                 # along a dim an earlier reduction left at 1 the op is degenerate (an identity, or
                 # constant); a reduction over several dims leaves a long one for each later reduction
+                # and one after them all (`admits`: fewer reductions than the anchor's rank)
                 long = [i for i, d in enumerate(self.computed[-1].dims) if not _is_one(d)]
                 later = sum(s.kind == "reduce" for s in self.later)
-                counts = [n for n in reduce_counts(self.spec_now, len(long) - later) if self.spec_now.kind == "reduce"]
+                counts = [n for n in reduce_counts(self.spec_now, len(long) - later - 1) if self.spec_now.kind == "reduce"]
                 draw = lambda: self.reduced_dims(long, counts or [1])  # noqa: E731
         return super().decide(what, draw)
 

@@ -65,3 +65,20 @@ def test_batch_norm_draws_train_mode_on_batch_statistics():
         else:
             assert ".running_mean, " in p.source and "training=False" in p.source
     assert set(modes) == {True, False}
+
+
+def test_anchor_epilogue_chains_keep_a_dim_no_reduction_took():
+    """Several-dim reductions in a chain leave a dim for each later reduction and one after them all."""
+    several = 0
+    for p in synth.sample(40, level=4, seed=3, ops=["linear", "conv2d", "sum", "mean", "amax", "relu"],
+                          shape="anchor_epilogue"):
+        rank = len(p.output_shapes[0])
+        taken: set[int] = set()
+        for _, d in sorted(p.graph.nodes(data=True)):
+            if d.get("kind") == "op" and d["op"] in ("sum", "mean", "amax"):
+                dims = d["attrs"]["dim"] if isinstance(d["attrs"]["dim"], list) else [d["attrs"]["dim"]]
+                assert d["attrs"]["keepdim"] and not taken & set(dims), (p.ops, taken, dims)
+                several += len(dims) > 1
+                taken |= set(dims)
+        assert len(taken) < rank, (p.ops, taken)
+    assert several

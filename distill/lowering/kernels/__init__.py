@@ -7,10 +7,10 @@ FAMILIES: dict[str, Family] = {}
 
 
 def _register() -> None:
-    from distill.lowering.kernels import index, losses, matmul, rows, scans, spatial
+    from distill.lowering.kernels import bilinear, index, losses, matmul, rows, scans, spatial
 
     for fam in (*rows.FAMILIES, *scans.FAMILIES, *losses.FAMILIES, *matmul.FAMILIES, *spatial.FAMILIES,
-                *index.FAMILIES):
+                *index.FAMILIES, *bilinear.FAMILIES):
         FAMILIES[fam.name] = fam
 
 
