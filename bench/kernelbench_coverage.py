@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import operator
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ IMPLICIT = {
     "pool_dilation": 1, "ceil_mode": False, "return_indices": False, "count_include_pad": True,
     "size_one": False, "reduce_dims": 1, "affine": True, "eps": "default", "reverse": False,
     "exclusive": False, "all_dims": False, "approximate": "none", "inplace": False, "ndim_ok": True,
+    "bilinear_bias": False,
 }
 AXES = {1: ("",), 2: ("h", "w"), 3: ("d", "h", "w")}
 
@@ -191,6 +193,8 @@ def map_module(m: nn.Module, node: torch.fx.Node) -> Mapped:
         return Mapped(f"adaptive_{kind}_pool{nd}d", attrs)
     if isinstance(m, nn.Linear):
         return Mapped("linear", {"out_features": m.out_features, "bias": m.bias is not None})
+    if isinstance(m, nn.Bilinear):  # the einsum "bi,oij,bj->bo" (the catalog's has no bias)
+        return Mapped("einsum_bilinear", {"bilinear_bias": m.bias is not None})
     if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
         return Mapped("batch_norm", {"training": m.training and m.track_running_stats or m.running_mean is None,
                                      "affine": m.affine})
@@ -340,14 +344,29 @@ def map_node(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Mapped:
     if t in (torch.flip, "flip"):
         return Mapped("flip", {})
     if t in (torch.einsum,):
-        return Mapped(None, what=f"einsum {node.args[0]!r}")
+        eq = str(node.args[0]).replace(" ", "")
+        return Mapped(_einsum_ops().get(eq), what=f"einsum {node.args[0]!r}")
     name = getattr(t, "__name__", str(t))
     return Mapped(None, what=f"{node.op} {name}")
+
+
+def _einsum_ops() -> dict[str, str]:
+    """Equation -> catalog op, read from the catalog's einsum ops (`torch.einsum("bij,bjk->bik", ...)`)."""
+    out = {}
+    for name, spec in default_catalog().items():
+        found = re.search(r'torch\.einsum\("([^"]+)"', spec.expr)
+        if found:
+            out[found.group(1).replace(" ", "")] = name
+    return out
 
 
 def _attr_fits(spec: OpSpec, name: str, value: Any) -> str | None:
     """None when the catalog draws `value` for attribute `name` of `spec`, else the reason."""
     domains = {**spec.attrs, **spec.structural}
+    if name == "all_dims" and value:  # dim=None: the catalog's dim=(0, .., r-1), where it reduces several dims
+        return None if "reduce_dims" in domains else "all_dims=True (one dim only)"
+    if name == "size_one" and value:  # over one element: drawn unless the op's constraints say R >= 2
+        return "size_one=True (R >= 2)" if "R >= 2" in spec.constraints else None
     if getattr(spec, "operands", None):
         domains["operand"] = tuple(spec.operands)
     if isinstance(value, (tuple, list)):
