@@ -175,8 +175,9 @@ class Proc:
         # Whether the child lives, asked of the kernel: multiprocessing asks the zygote, which
         # answers "dead" for every child once it died and nothing while it hangs.
         self._pidfd = _pidfd_open(self.pid)
-        if self._pidfd is not None:
-            weakref.finalize(self, os.close, self._pidfd)
+        # Closed when the Proc is collected or at interpreter exit, which may come before an atexit hook
+        # that still kills this process (the reward scorer's): `_pidfd_usable` says which.
+        self._pidfd_closer = weakref.finalize(self, os.close, self._pidfd) if self._pidfd is not None else None
         self.started = time.monotonic()
         self.info: dict[str, Any] = {}
         self.served = 0  # jobs handed this process (a fresh one has served none)
@@ -291,8 +292,11 @@ class Proc:
         self.process.join(timeout=2)  # the status comes from the zygote, when it answers
         return self.process.exitcode
 
+    def _pidfd_usable(self) -> bool:
+        return self._pidfd_closer is not None and self._pidfd_closer.alive
+
     def _wait_exit(self, seconds: float) -> bool:
-        if self._pidfd is None:
+        if not self._pidfd_usable():
             self.process.join(timeout=seconds)
             return not self.process.is_alive()
         return bool(select.select([self._pidfd], [], [], seconds)[0])
@@ -307,7 +311,7 @@ class Proc:
         except OSError:
             pass
         try:
-            if self._pidfd is not None:  # never a reused pid
+            if self._pidfd_usable():  # never a reused pid
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             else:
                 self.process.kill()
