@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import operator
-import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from distill.lowering.fxmap import einsum_ops  # noqa: E402
 from synth.catalog import OpSpec, default_catalog  # noqa: E402
 
 # What the catalog draws for an attribute it does not name (a node using another value is not exact).
@@ -345,19 +345,9 @@ def map_node(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Mapped:
         return Mapped("flip", {})
     if t in (torch.einsum,):
         eq = str(node.args[0]).replace(" ", "")
-        return Mapped(_einsum_ops().get(eq), what=f"einsum {node.args[0]!r}")
+        return Mapped(einsum_ops().get(eq), what=f"einsum {node.args[0]!r}")
     name = getattr(t, "__name__", str(t))
     return Mapped(None, what=f"{node.op} {name}")
-
-
-def _einsum_ops() -> dict[str, str]:
-    """Equation -> catalog op, read from the catalog's einsum ops (`torch.einsum("bij,bjk->bik", ...)`)."""
-    out = {}
-    for name, spec in default_catalog().items():
-        found = re.search(r'torch\.einsum\("([^"]+)"', spec.expr)
-        if found:
-            out[found.group(1).replace(" ", "")] = name
-    return out
 
 
 def _attr_fits(spec: OpSpec, name: str, value: Any) -> str | None:

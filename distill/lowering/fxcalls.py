@@ -13,7 +13,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from distill.lowering.fxmap import ALONG, LOSSES, Mapper, TraceError, Tup, _arg, _name, _one
+from distill.lowering.fxmap import ALONG, LOSSES, Mapper, TraceError, Tup, _arg, _name, _one, einsum_ops
 
 
 def clamp(m: Mapper, node: torch.fx.Node) -> str:
@@ -188,6 +188,16 @@ def other(m: Mapper, node: torch.fx.Node) -> Any:
     if t in (torch.triu, torch.tril, "triu", "tril"):
         op = _name(t)
         return m.unary(op, m.t(node.args[0], op), {"diagonal": int(_arg(node, 1, "diagonal", 0))})
+    if t in (torch.einsum, "einsum"):
+        eq = str(node.args[0]).replace(" ", "")
+        args = node.args[1:]
+        if len(args) == 1 and isinstance(args[0], (list, tuple)):   # torch.einsum(eq, [a, b])
+            args = tuple(args[0])
+        op = einsum_ops().get(eq)
+        if op is None:
+            raise TraceError(f"einsum {eq!r}: the catalog's einsum ops compute {sorted(einsum_ops())}")
+        xs = [m.t(a, f"einsum {eq!r}") for a in args]
+        return m.b.op(op, xs, m.out_shape(node), m.b.dtype(xs[0]))
     if node.op == "call_method" and t in ("softmax", "log_softmax"):
         return _along(m, t, m.t(node.args[0], t), _arg(node, 1, "dim"))
     raise TraceError(f"no catalog op computes {node.op} {_name(t)}")

@@ -87,8 +87,9 @@ def _norm(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
                       _bind(node, mod, ("running_mean", "running_var", "weight", "bias")))
     if isinstance(mod, nn.LayerNorm):
         op = "layer_norm"
-        if len(mod.normalized_shape) != 1:
-            raise TraceError(f"LayerNorm over {len(mod.normalized_shape)} dims (the kernels normalize the last one)")
+        if not 1 <= len(mod.normalized_shape) <= 3 or mod.weight is None or mod.bias is None:
+            raise TraceError(f"LayerNorm over {len(mod.normalized_shape)} dims (the catalog draws 1-3) "
+                             "or without its affine weight and bias")
     elif isinstance(mod, nn.GroupNorm):
         op = "group_norm"
     elif isinstance(mod, nn.modules.instancenorm._InstanceNorm):
@@ -100,6 +101,8 @@ def _norm(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
     if mod.eps != NORM_EPS[op]:
         raise TraceError(f"{name} with eps={mod.eps} (the kernels use {NORM_EPS[op]})")
     attrs = {"groups": mod.num_groups} if op == "group_norm" else {}
+    if op == "layer_norm":   # the catalog's structural choice: how many trailing dims it normalises
+        attrs = {"norm_dims": len(mod.normalized_shape)}
     return m.b.op(op, [x], shape, m.b.dtype(x), attrs, _bind(node, mod, ("weight", "bias")))
 
 

@@ -62,6 +62,29 @@ def get_init_inputs():
     return []
 '''
 
+# torch.einsum in one of the catalog's patterns, then LayerNorm over the last two dims
+EINSUM_LAYERNORM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, j, k):
+        super().__init__()
+        self.norm = nn.LayerNorm((j, k))
+
+    def forward(self, a, b):
+        return self.norm(torch.einsum("bij,bjk->bik", a, b))
+
+
+def get_inputs():
+    return [torch.randn(2, 4, 3), torch.randn(2, 3, 5)]
+
+
+def get_init_inputs():
+    return [4, 5]
+'''
+
 UNMAPPABLE = BATCHED_SCORES.replace("torch.softmax(", "torch.lgamma(").replace(", dim=-1)", ")")
 
 
@@ -79,15 +102,22 @@ def test_a_module_traces_into_synths_graph_with_its_own_parameters():
                              "y1": {"operand": "self.bias"}}
     assert trace_source(BATCHED_SCORES).ops == ["reshape", "matmul", "reshape", "square", "neg", "add",
                                                 "softmax", "amax", "mul"]
+    traced = trace_source(EINSUM_LAYERNORM)
+    assert traced.ops == ["einsum_bmm", "layer_norm"] and traced.graph.nodes["y1"]["attrs"] == {"norm_dims": 2}
+    with pytest.raises(TraceError, match="bij,bjk->bik"):   # an equation no catalog op computes names the ones that do
+        trace_source("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                     "    def forward(self, a, b):\n        return torch.einsum('ij,kj->ik', a, b)\n\n"
+                     "def get_inputs():\n    return [torch.randn(3, 4), torch.randn(5, 4)]\n\n"
+                     "def get_init_inputs():\n    return []\n")
 
 
 def test_traced_modules_lower_and_verify(vpool):
-    sources = [CONV_BIAS_MEAN, BATCHED_SCORES, (FIXTURES / "gelu_scale.py").read_text()]
+    sources = [CONV_BIAS_MEAN, BATCHED_SCORES, EINSUM_LAYERNORM, (FIXTURES / "gelu_scale.py").read_text()]
     candidates = [lower_source(dataclasses.make_dataclass("P", ["source"])(s)).source for s in sources]
     assert "def __init__(self, in_channels, out_channels, kernel_size, bias_shape):" in candidates[0]
     assert "self.conv.weight" in candidates[0] and "@triton.jit" in candidates[0]
     verdicts = vpool.verify_many(list(zip(sources, candidates)))
-    assert [v.status for v in verdicts] == ["pass"] * 3, [v.reason[:300] for v in verdicts]
+    assert [v.status for v in verdicts] == ["pass"] * 4, [v.reason[:300] for v in verdicts]
 
 
 def test_an_unmappable_call_is_an_error_naming_it():
