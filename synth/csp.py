@@ -128,6 +128,7 @@ def build_checks(s: Structure, config: SampleConfig) -> list[Check]:
     for op in s.ops:
         checks += [Check(c, op.env) for c in op.spec.constraints]
         target = config.target(op.spec)
+        checks += [Check(c, op.env) for c in target.constraints]
         checks.append(_flops_check(op, "<=", config.max_op_flops if target.max_flops is None else target.max_flops))
         checks += [Check(f"({text}) <= max_elements", {**op.env, **limit}) for text in op.spec.params.values()]
     for t in list(s.inputs) + [op.out for op in s.ops]:

@@ -24,7 +24,9 @@ the file and the key):
   `program_flops = [lo, hi]` (the whole program's window).
 - `[ops.KEY]` with KEY an op name, an op family or `default` (most specific wins): per-op targets.
   `min_elements`: the op's largest tensor holds at least this many elements; `min_flops`: the op's
-  catalog FLOPs are at least this; `max_flops`: overrides `max_op_flops` for these ops. Targets are
+  catalog FLOPs are at least this; `max_flops`: overrides `max_op_flops` for these ops;
+  `constraints`: catalog-style expressions the op must also meet at this profile (over the names its
+  catalog expressions see, e.g. `R`, `numel_in`, and `inner` for ops along a dim). Targets are
   per op, not per program, so an op list whose ops are all elementwise stays as sampleable as one
   with a matmul in it.
 - `[solver]`: `batch` (uniform size proposals tested at once) and `budget` (proposals per constraint
@@ -78,6 +80,7 @@ class OpTarget:
     min_elements: int = 0              # the op's largest tensor (inputs and output) holds at least this
     min_flops: float = 0               # the op's catalog FLOPs are at least this
     max_flops: float | None = None     # None: the config's max_op_flops
+    constraints: tuple[str, ...] = ()  # catalog-style expressions this op must also meet at this profile
 
 
 @dataclass(frozen=True)
@@ -234,9 +237,13 @@ def _ops(raw: Any, path: Path) -> dict[str, OpTarget]:
             raise t.error(key, "not an op name, an op family or 'default'")
         e = _Table(t.get(key), f"[ops.{key}]", path)
         max_flops = e.get("max_flops")
+        extra = e.get("constraints", [])
+        if not isinstance(extra, list) or not all(isinstance(c, str) and c.strip() for c in extra):
+            raise e.error("constraints", f"must be a list of expressions (strings), got {extra!r}")
         targets[key] = OpTarget(min_elements=e.integer("min_elements", 0, low=0),
                                 min_flops=e.number("min_flops", 0),
-                                max_flops=None if max_flops is None else e.number("max_flops"))
+                                max_flops=None if max_flops is None else e.number("max_flops"),
+                                constraints=tuple(extra))
         e.done()
     return targets
 

@@ -236,6 +236,7 @@ class Wirer:
         t = self._single_input(op)
         op.structural["dim"] = self.decide("dim", lambda: int(self.rng.integers(t.rank)))
         op.env["R"] = t.dims[op.structural["dim"]]
+        op.env["inner"] = Numel([list(t.dims[op.structural["dim"] + 1:])])  # 1: along the innermost dim
         return list(t.dims)
 
     def _wire_reduce(self, op: OpNode) -> list[Dim]:

@@ -84,6 +84,27 @@ def test_gpu_problems_are_at_workload_scale_within_the_memory_cap():
     assert sorted(math.prod(s) for p in ps[:12] for s in p.input_shapes)[-1] > 10**8
 
 
+def test_gpu_ops_along_an_outer_dim_keep_many_lines():
+    # data/profiles/gpu.toml [ops.scan]/[ops.softmax]: eager CUDA runs an outer-dim scan one thread per
+    # line, so 108 lines of 440872 took 167 ms on an H100; the profile keeps >= 16384 lines there
+    along = ["cummin", "cumsum", "logcumsumexp", "softmax", "log_softmax", "l2_normalize"]
+    seen_outer = 0
+    for p in synth.sample(60, level=2, seed=4, profile="gpu", ops=along + ["relu"]):
+        g = p.graph
+        for v, d in g.nodes(data=True):
+            if d.get("kind") == "op" and d["op"] in along:
+                shape = g.nodes[next(iter(g.predecessors(v)))]["shape"]
+                dim = d["attrs"]["dim"]
+                if math.prod(shape[dim + 1:]) > 1:
+                    seen_outer += 1
+                    assert math.prod(shape) // shape[dim] >= 16384, (p.problem_id, d["op"], shape, dim)
+    assert seen_outer >= 10
+    cpu = synth.sample(60, level=2, seed=4, ops=along + ["relu"])   # the cpu profile has no such rule
+    assert any(d.get("kind") == "op" and d["op"] in along and math.prod(g.nodes[next(iter(g.predecessors(v)))]["shape"])
+               // g.nodes[next(iter(g.predecessors(v)))]["shape"][d["attrs"]["dim"]] < 16384
+               for p in cpu for g in [p.graph] for v, d in g.nodes(data=True))
+
+
 def test_profile_and_config_are_exclusive():
     with pytest.raises(ValueError, match="give profile= or config=, not both"):
         synth.sample(1, level=1, profile="gpu", config=SampleConfig())
@@ -108,6 +129,7 @@ def test_a_good_profile_file_parses(tmp_path):
     (("per_octave = 2", "per_octave = 2, step = 1"), "[dims] rank1 step: unknown key"),
     (("[ops.default]", "[ops.nope]"), "[ops] nope: not an op name, an op family or 'default'"),
     (("min_elements = 16", "min_elements = 1.5"), "[ops.default] min_elements: must be an integer >= 0, got 1.5"),
+    (("min_elements = 16", "min_elements = 16\nconstraints = \"R < 9\""), "[ops.default] constraints: must be a list of expressions"),
     (("[limits]\n", "[limits]\ncheck_on = \"cpu\"\n"), "[limits] check_on: unknown key"),
     (("description", "check_on = \"tiny\"\ndescription"), "check_on: must name another profile"),
     (("[solver]\nbatch = 64\nbudget = 1024\n", ""), "[solver]: missing"),
