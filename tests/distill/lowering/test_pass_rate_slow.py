@@ -9,11 +9,13 @@ some are ill-conditioned on about one draw in a hundred.)
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
 import synth
 from distill.lowering import lower
+from distill.verifier import Verdict
 from distill.lowering.conditioning import fp32_agrees_with_fp64
 
 
@@ -23,6 +25,9 @@ def test_every_well_conditioned_program_passes(vpool, capsys, level):
     start = time.perf_counter()
     problems = synth.sample(200, level=level, seed=2026 + level)
     verdicts = vpool.verify_many([(p, lower(p).source) for p in problems])
+    # a problem the verifier refuses (ProblemError) or a pool failure is reported like a failed verdict
+    verdicts = [v if isinstance(v, Verdict) else SimpleNamespace(status=type(v).__name__, reason=str(v))
+                for v in verdicts]
     fair = [fp32_agrees_with_fp64(p) for p in problems]
     # The verifier draws fresh secret inputs; a program ill-conditioned on a few draws in a hundred
     # passes the 2-draw probe above. A program that failed gets a 200-draw probe before it counts.
