@@ -15,7 +15,7 @@ sandboxed worker, the same checks a teacher's answer gets). Stages:
 
 --shrink (for the CPU, where Triton runs in its interpreter): KernelBench sizes (inputs up to GBs)
 cannot run there, so the module text is rewritten with smaller sizes before anything else. The
-shrinkable sizes are the module's top-level integer constants (`batch_size = 16`,
+shrinkable sizes are the module's top-level integer constants and tuples of them (`batch_size = 16`,
 `in_channels = 64`) and integer literals inside `get_inputs`, each at least 8 (kernel sizes, strides,
 dims, group counts below 8 keep their values). Rounds halve every shrinkable size at once while the
 program (all graph tensors plus parameters) holds more than 2^16 values; a halving after which the
@@ -58,7 +58,7 @@ class Row:
 
 # -- shrinking -------------------------------------------------------------------------------------
 def _sites(tree: ast.Module) -> list[ast.Constant]:
-    """The integer constants --shrink may change: top-level `NAME = int` and ints in get_inputs."""
+    """The integer constants --shrink may change: top-level `NAME = int` or a tuple of ints, and ints in get_inputs."""
     out: list[ast.Constant] = []
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and not any(isinstance(n, (ast.Name, ast.Call, ast.Attribute))
@@ -67,7 +67,11 @@ def _sites(tree: ast.Module) -> list[ast.Constant]:
                 stmt.value = ast.Constant(eval(compile(ast.Expression(stmt.value), "<size>", "eval"), {"__builtins__": {}}))  # noqa: S307 - names-free arithmetic
             except Exception:  # noqa: BLE001 - not arithmetic on numbers: left alone
                 continue
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant):
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, tuple):
+            # `input_shape = (32768,)`: each int of the tuple is a size of its own
+            stmt.value = ast.Tuple([ast.Constant(v) for v in stmt.value.value], ast.Load())
+            out += stmt.value.elts
+        elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant):
             out.append(stmt.value)
         elif isinstance(stmt, ast.FunctionDef) and stmt.name == "get_inputs":
             out += [n for n in ast.walk(stmt) if isinstance(n, ast.Constant)]
