@@ -46,7 +46,7 @@ from synth.catalog import OpSpec, default_catalog  # noqa: E402
 # What the catalog draws for an attribute it does not name (a node using another value is not exact).
 IMPLICIT = {
     "bias": True, "output_padding": 0, "training": False, "norm_dims": 1, "operand": "tensor",
-    "pool_dilation": 1, "ceil_mode": False, "return_indices": False, "count_include_pad": True,
+    "ceil_mode": False, "return_indices": False, "count_include_pad": True,
     "size_one": False, "reduce_dims": 1, "affine": True, "eps": "default", "reverse": False,
     "exclusive": False, "all_dims": False, "approximate": "none", "inplace": False, "ndim_ok": True,
     "bilinear_bias": False,
@@ -171,7 +171,7 @@ def _pool(m: nn.Module) -> Mapped:
     attrs = {"kernel_size": _per_dim(m.kernel_size, nd), "stride": _per_dim(m.stride or m.kernel_size, nd),
              "padding": _per_dim(m.padding, nd), "ceil_mode": bool(m.ceil_mode)}
     if kind == "max":
-        attrs["pool_dilation"] = _per_dim(m.dilation, nd)
+        attrs["dilation"] = _per_dim(m.dilation, nd)
         attrs["return_indices"] = bool(m.return_indices)
     else:
         attrs["count_include_pad"] = bool(m.count_include_pad)

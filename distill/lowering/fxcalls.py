@@ -81,16 +81,15 @@ def _pool(m: Mapper, node: torch.fx.Node, name: str) -> str:
     k = _one(_arg(node, 1, "kernel_size"), "kernel_size")
     s = _one(_arg(node, 2, "stride") or k, "stride")
     p = _one(_arg(node, 3, "padding", 0), "padding")
+    attrs = {"kernel_size": int(k), "stride": int(s), "padding": int(p)}
     if name == "max_pool":
-        if _one(_arg(node, 4, "dilation", 1), "dilation") != 1:
-            raise TraceError(f"{name}{nd}d with dilation {_arg(node, 4, 'dilation')}")
+        attrs["dilation"] = int(_one(_arg(node, 4, "dilation", 1), "dilation"))
         if _arg(node, 5, "ceil_mode", False) or _arg(node, 6, "return_indices", False):
             raise TraceError(f"{name}{nd}d with ceil_mode or return_indices")
     elif _arg(node, 4, "ceil_mode", False) or not _arg(node, 5, "count_include_pad", True) \
             or _arg(node, 6, "divisor_override") is not None:
         raise TraceError(f"{name}{nd}d with ceil_mode, count_include_pad=False or divisor_override")
-    return m.b.op(f"{name}{nd}d", [x], m.out_shape(node), m.b.dtype(x),
-                  {"kernel_size": int(k), "stride": int(s), "padding": int(p)})
+    return m.b.op(f"{name}{nd}d", [x], m.out_shape(node), m.b.dtype(x), attrs)
 
 
 POOLS = {F.max_pool1d: "max_pool", F.max_pool2d: "max_pool", F.max_pool3d: "max_pool", F.avg_pool1d: "avg_pool",

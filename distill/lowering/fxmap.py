@@ -14,7 +14,7 @@ for one call where the catalog has a composition but no single op:
 
 Anything else that has no catalog op raises `TraceError` naming the call (and where it is in
 forward). Checked here, not left to the verifier: attributes whose values the kernels bake in
-(norm eps, pool dilation, per-dim conv sizes) must be the ones the kernels implement.
+(norm eps, a pool's one size for every dim, per-dim conv sizes) must be the ones the kernels implement.
 """
 from __future__ import annotations
 

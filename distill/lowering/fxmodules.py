@@ -62,13 +62,15 @@ def _pool(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
     op = ("max_pool" if "Max" in name else "avg_pool") + f"{nd}d"
     if mod.ceil_mode:
         raise TraceError(f"{name} with ceil_mode=True")
-    if "Max" in name and (_one(mod.dilation, f"{name} dilation") != 1 or mod.return_indices):
-        raise TraceError(f"{name} with dilation={mod.dilation}" if not mod.return_indices else f"{name} with return_indices")
+    if "Max" in name and mod.return_indices:
+        raise TraceError(f"{name} with return_indices")
     if "Avg" in name and (not mod.count_include_pad or getattr(mod, "divisor_override", None) is not None):
         raise TraceError(f"{name} with count_include_pad=False or divisor_override")
     k = _one(mod.kernel_size, f"{name} kernel_size")
     attrs = {"kernel_size": int(k), "stride": int(_one(mod.stride or k, f"{name} stride")),
              "padding": int(_one(mod.padding, f"{name} padding"))}
+    if "Max" in name:   # the catalog's max pools carry it (avg pools have none in PyTorch)
+        attrs["dilation"] = int(_one(mod.dilation, f"{name} dilation"))
     return m.b.op(op, [x], m.out_shape(node), m.b.dtype(x), attrs)
 
 

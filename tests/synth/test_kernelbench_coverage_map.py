@@ -1,6 +1,6 @@
 """bench/kernelbench_coverage.py counts issue 15's additions as exact: train-mode BatchNorm, reductions
 over several dims (dim=None included) and over one element, LayerNorm over several dims, the bilinear
-einsum; and still names what the catalog does not draw. Run on a tiny KernelBench-shaped folder."""
+einsum, dilated max pools; and still names what the catalog does not draw. Run on a tiny KernelBench-shaped folder."""
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +41,10 @@ CASES = {  # file name -> (constructor lines, forward args, return expression, i
     "6_var_of_one.py": ("        pass", "x", "torch.var(x, dim=1)", "torch.randn(4, 1)", "attrs"),
     "7_bilinear_bias.py": ("        self.bl = nn.Bilinear(3, 5, 6)", "a, b", "self.bl(a, b)",
                            "torch.randn(4, 3), torch.randn(4, 5)", "attrs"),
+    "8_dilated_pool.py": ("        self.pool = nn.MaxPool3d(3, stride=2, padding=1, dilation=3)", "x", "self.pool(x)",
+                          "torch.randn(2, 3, 12, 12, 12)", "exact"),
+    "9_dilation_4.py": ("        self.pool = nn.MaxPool1d(8, padding=4, dilation=4)", "x", "self.pool(x)",
+                        "torch.randn(2, 3, 64)", "attrs"),
 }
 
 
@@ -56,3 +60,4 @@ def test_issue15_additions_count_as_exact(tmp_path):
     got = {line.split()[1]: line.split()[2].strip("[]:") for line in r.stdout.splitlines() if line.startswith("L1 ")}
     assert got == {name: case[-1] for name, case in CASES.items()}, r.stdout
     assert "var: size_one=True (R >= 2)" in r.stdout and "bilinear_bias=True" in r.stdout
+    assert "max_pool1d: dilation=4 not in [1, 2, 3]" in r.stdout

@@ -200,12 +200,15 @@ class Pool(Family):
         adaptive = op.op.startswith("adaptive")
         is_max = "max" in op.op
         pad = 0 if adaptive else a["padding"]
+        dil = 1 if adaptive else a.get("dilation", 1)   # max pools only: window taps `dil` apart
         windows = tuple(_adaptive_window(x_shape[2 + j], out_shape[2 + j]) for j in range(nd)) if adaptive \
             else (a["kernel_size"],) * nd
         launch = Launch(fwd)
         launch.scalar("P", _prod(out_shape))
         launch.scalar("WINDOW", _prod(windows))
         consts = {} if adaptive else {f"STRIDE_{d}": a["stride"] for d in dims} | {f"PAD_{d}": pad for d in dims}
+        if dil != 1:
+            consts |= {f"DIL_{d}": dil for d in dims}
         p = coord_names(out_shape, "rp", "p")
         w = coord_names(windows, "rw", "w")
         in_lines: list[str] = []
@@ -231,7 +234,8 @@ class Pool(Family):
                 valid.append(f"(in_{low} < end_{low}[:, None])")
                 divisor.append(f"(end_{low} - start_{low})")
             else:
-                parts = [t for t in (f"{o}[:, None] * STRIDE_{d}" if o else None, kd) if t]
+                tap = f"{kd} * DIL_{d}" if kd and dil != 1 else kd
+                parts = [t for t in (f"{o}[:, None] * STRIDE_{d}" if o else None, tap) if t]
                 if not parts and not pad:
                     ins.append(None)
                     continue

@@ -37,7 +37,8 @@ def _extremes() -> list[tuple[str, str, object]]:
                 if attr in spec.attrs:
                     cases.append((name, attr, max(spec.attrs[attr])))
         if name in POOLS:
-            cases += [(name, attr, max(spec.attrs[attr])) for attr in ("kernel_size", "stride", "padding")]
+            cases += [(name, attr, max(spec.attrs[attr])) for attr in ("kernel_size", "stride", "padding", "dilation")
+                      if attr in spec.attrs]   # max pools only draw a dilation
         if name == "group_norm":
             cases += [(name, "groups", max(spec.attrs["groups"]))]
         if name == "linear":
@@ -95,5 +96,6 @@ def test_the_sweep_covers_every_new_domain():
     assert ("conv_transpose3d", "output_padding", 1) in cases and ("conv2d", "kernel_size_w", 11) in cases
     assert ("conv3d", "kernel_size_w", 7) in cases and ("conv_transpose3d", "padding_w", 3) in cases
     assert ("conv1d", "stride", 5) in cases and ("group_norm", "groups", 256) in cases
+    assert ("max_pool3d", "dilation", 3) in cases and not any(c[0] == "avg_pool1d" and c[1] == "dilation" for c in cases)
     assert {c[2] for c in cases if c[1] == "operand"} == {"scalar", "param"}
     assert set(FAST) <= set(cases)
