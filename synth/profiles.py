@@ -15,6 +15,9 @@ the file and the key):
   compute in it as eager PyTorch does (fp32 accumulation inside reductions and matmuls).
 - `check_on` (optional): run the degeneracy checks (finite, not constant, every input matters) on a
   twin at that profile, plus a full-size shape/dtype check on meta tensors (synth.check says why).
+- `twin_sizes` (optional): sizes a twin at this profile may also take, tried only when the
+  profile's own sizes cannot meet a problem's pinned attributes (GroupNorm(512, C) needs C % 512 == 0,
+  and no `cpu` size is a multiple of 512). Never drawn, so they change no draw at this profile.
 - `[dims]`: per-dimension domains. `default`, and optionally `rank1` ... `rank6`: the sizes a dim of
   a tensor of that rank is drawn from (a rank-1 tensor's dim is a length; a rank-5 conv input's dims
   are short). A domain is a list of ints, or `{ min, max, per_octave }`: the integers nearest
@@ -101,6 +104,7 @@ class SampleConfig:
     dtypes: tuple[str, ...] = ("float32",)  # drawn uniformly per problem when more than one
     batch: int = 64                         # size proposals tested at once
     budget: int = 4096                      # proposals per constraint component
+    twin_sizes: tuple[int, ...] = (512,)    # a twin's extra sizes, where its own cannot fit (never drawn)
 
     def __post_init__(self) -> None:
         dims = self.dims if isinstance(self.dims, Mapping) else {"default": self.dims}
@@ -118,6 +122,9 @@ class SampleConfig:
         if self.max_bytes < 1 or self.batch < 1 or self.budget < 1:
             raise ValueError("max_bytes, batch and budget must be >= 1")
         object.__setattr__(self, "dtypes", canonical_dtypes(self.dtypes))
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.twin_sizes):
+            raise ValueError(f"twin_sizes must be positive ints, got {self.twin_sizes!r}")
+        object.__setattr__(self, "twin_sizes", tuple(self.twin_sizes))
 
     @property
     def dtype(self) -> str:
@@ -155,13 +162,14 @@ class Profile:
     batch: int
     budget: int
     check_on: str | None = None
+    twin_sizes: tuple[int, ...] = ()
 
     def config(self, **overrides: Any) -> SampleConfig:
         """The sampling settings of this profile, with `overrides` (SampleConfig fields) applied."""
         base = SampleConfig(dims=self.dims, max_elements=self.max_tensor_elements, flop_window=self.program_flops,
                             max_op_flops=self.max_op_flops, profile=self.name, max_bytes=self.max_problem_bytes,
                             op_targets=self.ops, check_on=self.check_on, dtypes=self.dtypes, batch=self.batch,
-                            budget=self.budget)
+                            budget=self.budget, twin_sizes=self.twin_sizes)
         unknown = set(overrides) - {f.name for f in fields(SampleConfig)}
         if unknown:
             raise TypeError(f"unknown SampleConfig field(s): {', '.join(sorted(unknown))}")
@@ -278,6 +286,9 @@ def parse_profile(path: Path, name: str | None = None) -> Profile:
     if check_on is not None:
         if not isinstance(check_on, str) or check_on == name or check_on not in profile_names():
             raise top.error("check_on", f"must name another profile ({', '.join(profile_names())}), got {check_on!r}")
+    twin_sizes = top.get("twin_sizes", [])
+    if not isinstance(twin_sizes, list) or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in twin_sizes):
+        raise top.error("twin_sizes", f"must be a list of positive ints, got {twin_sizes!r}")
     d = _section(top, "dims")
     if "default" not in d.raw:
         raise d.error("default", "missing")
@@ -301,7 +312,7 @@ def parse_profile(path: Path, name: str | None = None) -> Profile:
     s.done()
     top.done()
     return Profile(name=name, path=path, description=description, dtypes=tuple(dtypes), dims=dims, ops=ops,
-                   batch=batch, budget=budget, check_on=check_on, **limits)
+                   batch=batch, budget=budget, check_on=check_on, twin_sizes=tuple(twin_sizes), **limits)
 
 
 def profile_names() -> list[str]:

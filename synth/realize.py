@@ -80,6 +80,24 @@ def twin_domains(s: Structure, assign: dict[int, Any], config: SampleConfig,
     return domains, keep
 
 
+def wider(domains: dict[int, tuple], s: Structure, config: SampleConfig) -> dict[int, tuple]:
+    """`domains` with the profile's `twin_sizes` added to every size left free (not pinned to one value):
+    for a twin whose attributes no drawn size fits (GroupNorm(512, C) at `cpu`)."""
+    free = {v.id for v in free_variables(s) if v.role is not None}
+    return {i: tuple(sorted(set(d) | set(config.twin_sizes))) if i in free and len(d) > 1 else d
+            for i, d in domains.items()}
+
+
+def solve_twin(s: Structure, rng: np.random.Generator, config: SampleConfig, flops_of: Callable | None,
+               domains: dict[int, tuple], keep: list[Check]) -> dict[int, Any] | None:
+    """A twin's sizes: the profile's own, else (only then, so twins that fit draw what they drew
+    before) with its `twin_sizes` too."""
+    assign = solve(s, rng, config, flops_of, domains, extra=keep)
+    if assign is None and config.twin_sizes:
+        assign = solve(s, rng, config, flops_of, wider(domains, s, config), extra=keep)
+    return assign
+
+
 def _dtype_name(dt: str, config: SampleConfig) -> str:
     return "int64" if dt == "i64" else config.dtype
 
@@ -95,7 +113,7 @@ def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: in
             domains, keep = twin_domains(s, assign, small)
         except TwinError as exc:
             raise CheckFailed("twin infeasible", str(exc)) from None
-        t_assign = solve(s, rng, small, flops_of, domains, extra=keep)
+        t_assign = solve_twin(s, rng, small, flops_of, domains, keep)
         if t_assign is None:
             raise CheckFailed("twin infeasible", f"no {small.profile} sizes for this graph and its attributes")
         t_prog = materialize(s, t_assign, config.dtype)
@@ -164,7 +182,7 @@ def twin(problem: Problem, profile: str, seed: int, keep_constructor: bool = Fal
     flops = flops_function(s)
     failures: list[str] = []
     for _ in range(TWIN_TRIES):
-        assign = solve(s, rng, config, flops, domains, extra=keep)
+        assign = solve_twin(s, rng, config, flops, domains, keep)
         if assign is None:  # no point within the solver's budget: rarely feasible, or not at all
             failures.append("constraints")
             continue

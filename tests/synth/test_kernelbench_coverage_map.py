@@ -1,6 +1,7 @@
 """bench/kernelbench_coverage.py counts issue 15's additions as exact: train-mode BatchNorm, reductions
 over several dims (dim=None included) and over one element, LayerNorm over several dims, the bilinear
-einsum, dilated max pools; and still names what the catalog does not draw. Run on a tiny KernelBench-shaped folder."""
+einsum, dilated max pools, GroupNorm with 512 groups; and still names what the catalog does not draw.
+Run on a tiny KernelBench-shaped folder."""
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,7 @@ CASES = {  # file name -> (constructor lines, forward args, return expression, i
                           "torch.randn(2, 3, 12, 12, 12)", "exact"),
     "9_dilation_4.py": ("        self.pool = nn.MaxPool1d(8, padding=4, dilation=4)", "x", "self.pool(x)",
                         "torch.randn(2, 3, 64)", "attrs"),
+    "10_group_norm_512.py": ("        self.gn = nn.GroupNorm(512, 1024)", "x", "self.gn(x)", "torch.randn(4, 1024)", "exact"),
 }
 
 

@@ -116,6 +116,7 @@ def test_a_good_profile_file_parses(tmp_path):
     prof = parse_profile(path)
     assert prof.dims["default"] == (1, 2, 4) and prof.dims["rank1"] == (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64)
     assert prof.config(max_elements=10).max_elements == 10 and prof.config().profile == "tiny"
+    assert prof.twin_sizes == () and load_profile("cpu").twin_sizes == (512,)   # optional; cpu's lets GroupNorm(512) twin
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -132,6 +133,7 @@ def test_a_good_profile_file_parses(tmp_path):
     (("min_elements = 16", "min_elements = 16\nconstraints = \"R < 9\""), "[ops.default] constraints: must be a list of expressions"),
     (("[limits]\n", "[limits]\ncheck_on = \"cpu\"\n"), "[limits] check_on: unknown key"),
     (("description", "check_on = \"tiny\"\ndescription"), "check_on: must name another profile"),
+    (("description", "twin_sizes = [512, 0]\ndescription"), "twin_sizes: must be a list of positive ints, got [512, 0]"),
     (("[solver]\nbatch = 64\nbudget = 1024\n", ""), "[solver]: missing"),
     (("description =", "description = = "), "not valid TOML"),
 ])

@@ -1,12 +1,18 @@
 """KernelBench's reductions and norms (issue 15): reductions over several dims and over one element,
-LayerNorm over several trailing dims, batch norm in train mode. Drawn, rendered as KernelBench
-writes them, and kept out where the op would be degenerate."""
+LayerNorm over several trailing dims, batch norm in train mode, GroupNorm with 512 groups. Drawn,
+rendered as KernelBench writes them, and kept out where the op would be degenerate."""
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
+
+import numpy as np
 
 import synth
+from synth.catalog import default_catalog
+from synth.profiles import load_profile
+from synth.sampler import build_problem
 
 
 def _node(p):
@@ -82,3 +88,22 @@ def test_anchor_epilogue_chains_keep_a_dim_no_reduction_took():
                 taken |= set(dims)
         assert len(taken) < rank, (p.ops, taken)
     assert several
+
+
+def group_norm_512(seed: int = 0):
+    """A `gpu` GroupNorm(512, C) problem (KernelBench level 2 #62, #75) and its `cpu` twin."""
+    spec = default_catalog()["group_norm"]
+    spec = replace(spec, attrs={**spec.attrs, "groups": (512,)})
+    big = build_problem([spec], np.random.default_rng(seed), load_profile("gpu").config(), seed)
+    return big, big.twin("cpu", seed)
+
+
+def test_group_norm_draws_512_groups_with_a_cpu_twin_of_512_channels():
+    assert 512 in default_catalog()["group_norm"].attrs["groups"]
+    big, small = group_norm_512()
+    assert big.input_shapes[0][1] % 512 == 0 and f"nn.GroupNorm(512, {big.input_shapes[0][1]})" in big.source
+    # no cpu size is a multiple of 512: the twin takes the cpu profile's twin_sizes, and only there
+    assert small.profile == "cpu" and small.input_shapes[0][1] == 512 and "nn.GroupNorm(512, 512)" in small.source
+    assert math.prod(small.input_shapes[0]) <= load_profile("cpu").max_tensor_elements
+    other = synth.sample(6, level=1, seed=1, profile="gpu", ops=["relu", "sum"])
+    assert all(max(max(s) for s in p.twin("cpu", 1).input_shapes) <= 256 for p in other)

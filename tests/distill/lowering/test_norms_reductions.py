@@ -1,7 +1,7 @@
 """Issue 15's norms and reductions through the reference lowering and the real CPU verifier: batch
 norm in train mode (batch statistics: the normalize family, not eval mode's pointwise map), reductions
-over several dims (to a scalar too) and over one element, LayerNorm over several trailing dims, and a
-user's module with BatchNorm2d in train mode (traced)."""
+over several dims (to a scalar too) and over one element, LayerNorm over several trailing dims, a
+user's module with BatchNorm2d in train mode (traced), and GroupNorm with 512 groups."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,6 +16,7 @@ from synth.catalog import default_catalog
 from synth.profiles import load_profile
 from synth.sampler import build_problem
 from tests.distill.lowering.conftest import verify_all
+from tests.synth.test_reduce_norm_attrs import group_norm_512
 
 
 def _problem(op: str, seed: int = 0, **fields):
@@ -94,3 +95,11 @@ def test_a_users_train_mode_batch_norm_traces_and_verifies(vpool):
     candidate = lower_source(dataclasses.make_dataclass("P", ["source"])(TRAIN_BN)).source
     verdict = vpool.verify_many([(TRAIN_BN, candidate)])[0]
     assert verdict.status == "pass", verdict.reason[:300]
+
+
+def test_group_norm_with_512_groups_lowers_and_verifies(vpool):
+    # the cpu twin of a gpu GroupNorm(512, C) draw: 512 channels, one per group
+    _, small = group_norm_512(seed=1)
+    assert _attrs(small) == {"groups": 512} and small.input_shapes[0][1] == 512
+    _, bad = verify_all(vpool, [small], [lower(small).source])
+    assert not bad, "\n".join(bad)
