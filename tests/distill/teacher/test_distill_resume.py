@@ -140,9 +140,16 @@ def test_kill_9_after_most_answers_then_rerun_gives_the_same_rows(server, proble
 def test_ctrl_c_exits_non_zero_keeps_what_was_done_and_resumes(server, problems_file, reference, tmp_path):
     out = tmp_path / "out"
     cmd = _cmd(problems_file, server.url, out, "--no-verify")
-    proc = _start(cmd)
-    _wait_for(proc, lambda: len(recorded(out)) >= 2, "two recorded answers")
-    os.kill(proc.pid, signal.SIGINT)
+    # 1.5 s an answer here: the ten answers after the first two take 15 s, so a loaded machine that
+    # notices the second answer a few seconds late still interrupts a run in progress (at 0.4 s the
+    # run once finished first and exited 0)
+    server.delay_s = 1.5
+    try:
+        proc = _start(cmd)
+        _wait_for(proc, lambda: len(recorded(out)) >= 2, "two recorded answers")
+        os.kill(proc.pid, signal.SIGINT)
+    finally:
+        server.delay_s = 0.4
     t0 = time.monotonic()
     _, err = proc.communicate(timeout=60)
     assert time.monotonic() - t0 < 10, "Ctrl-C must not wait for answers in flight"
