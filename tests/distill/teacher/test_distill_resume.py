@@ -53,8 +53,17 @@ def _cmd(problems: Path, url: str, out: Path, *extra: str) -> list[str]:
             "--out", str(out), "--samples", str(SAMPLES), "--concurrency", "1", *extra]
 
 
+def _interruptible() -> None:
+    # A child inherits an ignored or blocked SIGINT from its parent, and in the full suite something
+    # earlier in this pytest process leaves it so (the child then ran to the end and exited 0): the
+    # run starts as a shell would start it, with Ctrl-C delivered.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _start(cmd: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_interruptible)
 
 
 def _finish(cmd: list[str]) -> str:
