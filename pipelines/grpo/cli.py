@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output folder (overrides the config's `out`; "
                         "default out/NAME); a folder with a checkpoint is resumed")
     parser.add_argument("--steps", type=int, default=None, help="train to this many steps (overrides grpo.max_steps)")
+    parser.add_argument("--budget-s", type=float, default=None, help="stop, with a checkpoint, at the first step end "
+                        "past this many seconds of training; rerun with the same --out to go on")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.out)
         if args.steps is not None and args.steps < 1:
             raise ConfigError("--steps", "must be >= 1")
+        if args.budget_s is not None and not args.budget_s > 0:   # also refuses nan
+            raise ConfigError("--budget-s", "must be a number of seconds > 0")
         grpo_args(cfg)   # GRPOConfig's own checks, before any model is loaded
         writable_folder(cfg.out, "--out" if args.out else f"{args.config}: out")
     except ConfigError as exc:
@@ -43,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.grpo.trainer import train
 
     try:
-        summary = train(cfg, args.steps)
+        summary = train(cfg, args.steps, args.budget_s)
     except (FileNotFoundError, ValueError) as exc:
         print(f"tritonforge train-grpo: {exc}", file=sys.stderr)
         return 2

@@ -41,10 +41,12 @@ import hashlib
 import json
 import math
 import os
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from pipelines.grpo import hrd, metrics
@@ -178,6 +180,26 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
         return int(counts[0]), int(counts[1])
 
 
+class TimeBudget(TrainerCallback):
+    """Stop once `seconds` have passed since training began (checked after each step), saving a
+    checkpoint there (with `save`), so a rerun with the same --out resumes: a long run split into
+    calls of bounded length (a device call's time limit, a queue's slot)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic, save: bool = True) -> None:
+        self.seconds, self.clock, self.save, self.t0, self.stopped = seconds, clock, save, None, False
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.t0 = self.clock()
+        return control
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.t0 is not None and self.clock() - self.t0 >= self.seconds and state.global_step < state.max_steps:
+            control.should_training_stop = True
+            control.should_save = control.should_save or self.save
+            self.stopped = True
+        return control
+
+
 def last_complete_checkpoint(out: Path) -> str | None:
     """The newest `checkpoint-N` under `out` that was saved whole, or None.
 
@@ -249,9 +271,13 @@ def build(cfg: RunConfig, max_steps: int | None = None) -> TritonForgeGRPOTraine
     return trainer
 
 
-def train(cfg: RunConfig, max_steps: int | None = None) -> dict[str, Any]:
-    """Train (or resume) the run; returns a summary of its last step."""
+def train(cfg: RunConfig, max_steps: int | None = None, budget_s: float | None = None) -> dict[str, Any]:
+    """Train (or resume) the run; returns a summary of its last step. With `budget_s`, stop (with a
+    checkpoint) at the first step end past that many seconds; `stopped_early` says so."""
     trainer = build(cfg, max_steps)
+    budget = TimeBudget(budget_s) if budget_s else None
+    if budget is not None:
+        trainer.add_callback(budget)
     trainer.train(resume_from_checkpoint=trainer.resume_from)
     out = Path(cfg.out)
     if trainer.is_world_process_zero() and cfg.plot:
@@ -260,4 +286,5 @@ def train(cfg: RunConfig, max_steps: int | None = None) -> dict[str, Any]:
     rec = last[0] if last else {}
     return {"out": str(out), "step": trainer.state.global_step,
             "stage": trainer.stages[trainer.promotion.state.stage_pos].index,
-            "reward": rec.get("reward"), "pass_rate": metrics.pass_rate(rec)}
+            "reward": rec.get("reward"), "pass_rate": metrics.pass_rate(rec),
+            "stopped_early": bool(budget and budget.stopped)}
