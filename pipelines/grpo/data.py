@@ -97,7 +97,8 @@ def write_synth(cfg: SynthSettings, root: str | Path) -> Path:
 
 def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
     """A prompt's length in tokens, as the trainer renders it (chat template, generation prompt)."""
-    return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    # return_dict=False: transformers 5 returns a BatchEncoding by default, whose len() is its number of keys
+    return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
 
 
 def fitting(rows: list[dict[str, Any]], tokenizer: Any, max_tokens: int) -> tuple[list[dict[str, Any]], int]:

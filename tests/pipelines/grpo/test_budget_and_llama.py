@@ -78,3 +78,13 @@ def test_build_llama_trains_its_tokenizer_on_the_texts_given(tmp_path):
     assert build_llama(out, ["other"], vocab_size=300, hidden_size=32, num_layers=1, num_heads=1,
                        intermediate_size=32) == out                       # idempotent: the model there is kept
     assert AutoModelForCausalLM.from_pretrained(out).config.hidden_size == 64
+
+
+def test_prompts_longer_than_max_prompt_tokens_are_left_out(tokenizer):
+    from pipelines.grpo.data import fitting, prompt_tokens
+
+    short, long = [{"role": "user", "content": "relu"}], [{"role": "user", "content": "relu of x " * 200}]
+    n_short, n_long = prompt_tokens(tokenizer, short), prompt_tokens(tokenizer, long)
+    assert 3 < n_short < 20 and n_long > 200
+    kept, left_out = fitting([{"prompt": short}, {"prompt": long}], tokenizer, 100)
+    assert kept == [{"prompt": short}] and left_out == 1
