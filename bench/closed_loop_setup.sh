@@ -1,0 +1,10 @@
+# Source this on the GPU box before bench/closed_loop.py (docs/closed_loop.md): it installs the carried
+# wheels (.whl, .whl-grpo, .whl-multi: requirements.lock's versions of what the image lacks) into
+# /tmp/site once per machine, each wheel once (some are in two folders), and sets the environment.
+#   . bench/closed_loop_setup.sh && python3 bench/closed_loop.py --profile gpu data --out out/closed-loop
+if [ ! -f /tmp/site/.ok ]; then
+  ls .whl/*.whl .whl-grpo/*.whl .whl-multi/*.whl | awk -F/ '!seen[$NF]++' |
+    xargs python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site &&
+    touch /tmp/site/.ok || return 1
+fi
+export PYTHONPATH=/tmp/site:$PWD TRITONFORGE_DATA=$PWD/data PYTHONUNBUFFERED=1
