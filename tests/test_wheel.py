@@ -88,7 +88,7 @@ def test_installed_cli_runs_from_an_unrelated_folder(installed, tmp_path):
 
 
 @pytest.mark.slow
-def test_installed_cli_verifies_and_builds_the_shipped_demo(installed, tmp_path):
+def test_installed_cli_verifies_and_builds_the_shipped_demo_config(installed, tmp_path):
     cli, env = installed / "bin" / "tritonforge", _clean_env()
     fixtures = Path(subprocess.run([installed / "bin" / "python", "-c",
                                     "from synth.catalog import DATA_DIR; print(DATA_DIR / 'fixtures' / 'verifier')"],
@@ -97,7 +97,15 @@ def test_installed_cli_verifies_and_builds_the_shipped_demo(installed, tmp_path)
                         "--candidate", fixtures / "candidates" / "honest" / "add.py", "--json"],
                        cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0 and '"status": "pass"' in r.stdout, r.stdout + r.stderr
-    r = subprocess.run([cli, "build", "demo", "--out", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    # the shipped demo config read from the installed package, at a quarter of its sizes: what this
+    # checks is that the build's templates, prompts and profiles are inside the wheel (the full demo
+    # build is tests/pipelines/test_demo.py's)
+    demo = (fixtures.parents[1] / "configs" / "demo.toml").read_text()
+    small = demo.replace("size = 16", "size = 4").replace("size = 8\n", "size = 2\n")
+    assert small.count("size = 4") == 3 and "size = 2" in small, "demo.toml's sizes changed: update this test"
+    (tmp_path / "small.toml").write_text(small.replace("size = 4\n\n[teacher]", "size = 1\n\n[teacher]"))
+    r = subprocess.run([cli, "build", "small.toml", "--out", "demo"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "demo" / "manifest.json").is_file() and list((tmp_path / "demo" / "sft").glob("*.parquet"))
     assert (tmp_path / "demo" / "README.md").is_file()

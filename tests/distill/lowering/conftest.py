@@ -11,7 +11,10 @@ def vpool():
     # two workers: the interpreter is single-threaded, and CI machines have two cores
     # resized="off": these tests measure the lowering itself, and a twin run doubles each verification
     # (the slow lane took 17m54s with it); test_resized.py checks lowered modules on resized twins
-    with VerifierPool(workers=2, device="cpu", timeout=60, resized="off") as p:
+    # trials=3 (the verifier's default is 5): these tests judge the lowering over hundreds of programs,
+    # and each trial is a full interpreted run; 3 fresh input sets plus the two replays still catch a
+    # wrong kernel, and the slow lane's 600 level-1/2/5 programs take ~28% less
+    with VerifierPool(workers=2, device="cpu", timeout=60, resized="off", trials=3) as p:
         yield p
 
 
