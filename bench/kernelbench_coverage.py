@@ -40,7 +40,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distill.lowering.fxmap import einsum_ops  # noqa: E402
+from distill.lowering.fxcalls import einsum_ops  # noqa: E402
 from synth.catalog import OpSpec, default_catalog  # noqa: E402
 
 # What the catalog draws for an attribute it does not name (a node using another value is not exact).

@@ -6,15 +6,29 @@ they would silently ignore is refused here.
 """
 from __future__ import annotations
 
+import functools
 import operator
+import re
 from typing import Any
 
 import torch
 import torch.fx
 import torch.nn.functional as F
 
-from distill.lowering.fxmap import ALONG, LOSSES, Mapper, TraceError, Tup, _arg, _name, _one, einsum_ops
+from synth.catalog import default_catalog
+from distill.lowering.fxmap import ALONG, LOSSES, Mapper, TraceError, Tup, _arg, _name, _one
 
+
+
+@functools.cache
+def einsum_ops() -> dict[str, str]:
+    """Equation -> catalog op, read from the catalog's einsum ops' exprs (`torch.einsum("bij,bjk->bik", ...)`)."""
+    out = {}
+    for name, spec in default_catalog().items():
+        found = re.search(r'torch\.einsum\("([^"]+)"', spec.expr)
+        if found:
+            out[found.group(1).replace(" ", "")] = name
+    return out
 
 def clamp(m: Mapper, node: torch.fx.Node) -> str:
     x = m.t(node.args[0], "clamp")

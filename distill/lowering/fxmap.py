@@ -18,10 +18,8 @@ forward). Checked here, not left to the verifier: attributes whose values the ke
 """
 from __future__ import annotations
 
-import functools
 import json
 import operator
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,17 +58,6 @@ class Param:
 
     code: str
     shape: tuple[int, ...]
-
-
-@functools.cache
-def einsum_ops() -> dict[str, str]:
-    """Equation -> catalog op, read from the catalog's einsum ops' exprs (`torch.einsum("bij,bjk->bik", ...)`)."""
-    out = {}
-    for name, spec in default_catalog().items():
-        found = re.search(r'torch\.einsum\("([^"]+)"', spec.expr)
-        if found:
-            out[found.group(1).replace(" ", "")] = name
-    return out
 
 
 def attr(gm: torch.fx.GraphModule, target: str) -> Any:
