@@ -205,6 +205,8 @@ def run_one(row: dict, device: str, use_compile: bool, peaks: dict | None = None
 def _warm_one(row: dict, device: str, use_compile: bool) -> str:
     """In a child process: compile the lowered module's kernels and the compiled reference once, so the
     timing process finds both in the on-disk caches. Errors are left for the timing loop to report."""
+    # Each inductor starts a compile pool as wide as the machine by default: N of them side by side thrash.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
 
     try:
@@ -237,7 +239,7 @@ def warm(order: list[dict], device: str, use_compile: bool, workers: int, budget
         futs = [ex.submit(_warm_one, row, device, use_compile) for row in order]
         for _ in as_completed(futs, timeout=budget):
             done += 1
-            if done % 20 == 0:
+            if done % 10 == 0:
                 print(f"  warmed {done}/{len(order)} in {time.perf_counter() - t:.0f} s", flush=True)
     except (BrokenProcessPool, TimeoutError) as exc:  # the timing loop still runs; it compiles what is cold
         print(f"  warm-up stopped after {done}: {type(exc).__name__}", flush=True)
