@@ -105,6 +105,24 @@ def test_gpu_ops_along_an_outer_dim_keep_many_lines():
                for p in cpu for g in [p.graph] for v, d in g.nodes(data=True))
 
 
+def test_gpu_cummax_family_keeps_many_lines_along_the_innermost_dim_too():
+    # data/profiles/gpu.toml [ops.cummax]/[ops.cummin]/[ops.logcumsumexp]: no one-line fast path in eager
+    # CUDA (a cummax over a 1-D tensor of 2.3e8 took 632 ms on an H100), so >= 4096 lines on any dim
+    along = ["cummax", "cummin", "logcumsumexp"]
+    lines = []
+    for p in synth.sample(40, level=1, seed=11, profile="gpu", ops=along):
+        g = p.graph
+        for v, d in g.nodes(data=True):
+            if d.get("kind") == "op" and d["op"] in along:
+                shape = g.nodes[next(iter(g.predecessors(v)))]["shape"]
+                lines.append((math.prod(shape) // shape[d["attrs"]["dim"]], shape, d["attrs"]["dim"]))
+    assert len(lines) == 40
+    assert all(n >= 4096 for n, _, _ in lines), [x for x in lines if x[0] < 4096]
+    cpu = synth.sample(40, level=1, seed=11, ops=along)   # the cpu profile has no such rule
+    assert any(math.prod(s) // s[p.graph.nodes[v]["attrs"]["dim"]] < 4096 for p in cpu for s in p.input_shapes[:1]
+               for v, d in p.graph.nodes(data=True) if d.get("kind") == "op")
+
+
 def test_profile_and_config_are_exclusive():
     with pytest.raises(ValueError, match="give profile= or config=, not both"):
         synth.sample(1, level=1, profile="gpu", config=SampleConfig())
