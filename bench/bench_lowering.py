@@ -24,6 +24,9 @@ so `run --warm-workers N` (default 12) first compiles every pending problem's re
 module in N processes side by side; the timing loop, one process, then finds inductor's and Triton's
 on-disk caches warm and times one problem after another (`compile_s` is then the cached compile).
 
+`profile --out DIR --limit N` (or `run --profile-slow N`) says where the time goes: the CUDA time of
+each kernel of the N problems slowest against eager, to DIR/kernels.jsonl and DIR/kernels.md.
+
 Two steps instead (the CPU side then needs no GPU): `prepare --out DIR` here, `run --out DIR` there.
 `--device cpu` checks correctness only (no timing): a smoke test of the script.
 """
@@ -124,8 +127,16 @@ def _agrees(got: Any, want: Any) -> tuple[bool, str]:
 
 
 def _time_ms(fn: Any, inputs: list, warmup: int = 5, reps: int = 30) -> float:
+    """Median of `reps` CUDA-event timings after `warmup` calls; fewer of both (at least 5 timed) for a
+    forward slower than 10 ms, so one pathological eager op does not take a minute of the budget."""
     import torch
 
+    t = time.perf_counter()
+    fn(*inputs)
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t
+    if first > 0.01:
+        warmup, reps = 1, max(5, min(reps, int(0.3 / first)))
     for _ in range(warmup):
         fn(*inputs)
     torch.cuda.synchronize()
@@ -163,18 +174,28 @@ def machine_peaks(device: str) -> dict:
     return {"hbm_gbps": bw, "fp32_tflops": 2 * 8192 ** 3 / (ms * 1e-3) / 1e12}
 
 
+def _build(ref_mod: Any, new_mod: Any, device: str) -> tuple[Any, Any, list]:
+    """Reference, lowered module (same initial weights) and one input set, made on `device` itself: at
+    the `gpu` profile drawing 1e8 normals on the CPU and copying them took seconds a problem."""
+    import torch
+
+    with torch.device(device):
+        torch.manual_seed(0)
+        ref = ref_mod.Model(*ref_mod.get_init_inputs()).eval()
+        torch.manual_seed(0)
+        new = new_mod.ModelNew(*ref_mod.get_init_inputs()).eval()
+        torch.manual_seed(1)
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
+    return ref, new, inputs
+
+
 def run_one(row: dict, device: str, use_compile: bool, peaks: dict | None = None) -> dict:
     import torch
 
     out = {k: row.get(k) for k in ("problem_id", "level", "ops", "kernels", "well_conditioned", "flops")}
     ref_mod = _load(row["source"], "tf_ref_")
     new_mod = _load(row["candidate"], "tf_new_")
-    torch.manual_seed(0)
-    ref = ref_mod.Model(*ref_mod.get_init_inputs()).to(device).eval()
-    torch.manual_seed(0)
-    new = new_mod.ModelNew(*ref_mod.get_init_inputs()).to(device).eval()
-    torch.manual_seed(1)
-    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
+    ref, new, inputs = _build(ref_mod, new_mod, device)
     with torch.no_grad():
         want = ref(*inputs)
         got = new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
@@ -212,9 +233,7 @@ def _warm_one(row: dict, device: str, use_compile: bool) -> str:
     try:
         ref_mod = _load(row["source"], "tf_ref_")
         new_mod = _load(row["candidate"], "tf_new_")
-        ref = ref_mod.Model(*ref_mod.get_init_inputs()).to(device).eval()
-        new = new_mod.ModelNew(*ref_mod.get_init_inputs()).to(device).eval()
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
+        ref, new, inputs = _build(ref_mod, new_mod, device)
         with torch.no_grad():
             new(*inputs)
             if use_compile:
@@ -247,6 +266,49 @@ def warm(order: list[dict], device: str, use_compile: bool, workers: int, budget
         ex.shutdown(wait=False, cancel_futures=True)
     print(f"warm-up: {done} of {len(order)} problems compiled in {time.perf_counter() - t:.0f} s "
           f"by {workers} processes", flush=True)
+
+
+def profile_slow(out_dir: Path, limit: int) -> None:
+    """Where the time goes: for the `limit` correct problems the lowered module runs slowest against
+    eager, the CUDA time of each kernel over 3 forwards (torch.profiler), to DIR/kernels.jsonl, and a
+    summary by kernel name (summed over those problems) printed and written to DIR/kernels.md."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    results = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
+    rows = {r["problem_id"]: r for r in json.loads((out_dir / "problems.json").read_text())}
+    slow = sorted((r for r in results if r.get("correct") and r.get("lowered_ms") and r["lowered_ms"] > r["eager_ms"]),
+                  key=lambda r: r["eager_ms"] / r["lowered_ms"])[:limit]
+    by_name: dict[str, list[float]] = {}
+    with (out_dir / "kernels.jsonl").open("w") as sink:
+        for r in slow:
+            row = rows[r["problem_id"]]
+            _, new, inputs = _build(_load(row["source"], "tf_ref_"), _load(row["candidate"], "tf_new_"), "cuda")
+            with torch.no_grad():
+                for _ in range(2):
+                    new(*inputs)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(3):
+                        new(*inputs)
+                    torch.cuda.synchronize()
+            kernels = sorted(((e.key, e.self_device_time_total / 3e3) for e in prof.key_averages()
+                              if e.self_device_time_total > 0), key=lambda kv: -kv[1])
+            total = sum(ms for _, ms in kernels) or 1.0
+            for k, ms in kernels:
+                by_name.setdefault(k, []).append(ms)
+            sink.write(json.dumps({"problem_id": r["problem_id"], "ops": r["ops"], "eager_ms": r["eager_ms"],
+                                   "lowered_ms": r["lowered_ms"], "kernels_ms": kernels}) + "\n")
+            top = ", ".join(f"{k} {ms:.2f} ms ({ms / total:.0%})" for k, ms in kernels[:3])
+            print(f"  {r['problem_id']} x{r['eager_ms'] / r['lowered_ms']:.2f} vs eager: {top}", flush=True)
+            del new, inputs
+            torch.cuda.empty_cache()
+    lines = ["| kernel | problems | summed ms per forward |", "|---|---:|---:|"]
+    for k, ms in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:25]:
+        lines.append(f"| {k} | {len(ms)} | {sum(ms):.2f} |")
+    text = "\n".join(lines)
+    (out_dir / "kernels.md").write_text(f"{len(slow)} slowest problems against eager\n\n{text}\n")
+    print(text)
 
 
 def _geomean(xs: list[float]) -> float | None:
@@ -320,9 +382,11 @@ def run(out_dir: Path, budget: float, device: str, use_compile: bool, warm_worke
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    parsers = {c: sub.add_parser(c) for c in ("prepare", "run", "all")}
+    parsers = {c: sub.add_parser(c) for c in ("prepare", "run", "all", "profile")}
     for c, p in parsers.items():
         p.add_argument("--out", type=Path, default=Path(".bench_lowering/gpu"), help="folder of problems and results")
+        if c == "profile":
+            p.add_argument("--limit", type=int, default=30, help="problems slowest against eager to profile")
         if c in ("prepare", "all"):
             p.add_argument("--n", type=int, default=40, help="problems per level")
             p.add_argument("--seed", type=int, default=7)
@@ -332,6 +396,8 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument("--budget", type=float, default=540.0, help="seconds after which no new problem starts")
             p.add_argument("--device", default="cuda")
             p.add_argument("--no-compile", action="store_true")
+            p.add_argument("--profile-slow", type=int, default=0,
+                           help="then profile the kernels of this many problems slowest against eager")
             p.add_argument("--warm-workers", type=int, default=12,
                            help="processes that compile the pending problems first (0: compile while timing)")
     a = ap.parse_args(argv)
@@ -345,6 +411,10 @@ def main(argv: list[str] | None = None) -> None:
         if not (a.out / "problems.json").exists():
             ap.error(f"{a.out / 'problems.json'} does not exist: run `prepare --out {a.out}` first")
         run(a.out, a.budget, a.device, not a.no_compile, a.warm_workers)
+        if a.profile_slow and a.device == "cuda":
+            profile_slow(a.out, a.profile_slow)
+    if a.cmd == "profile":
+        profile_slow(a.out, a.limit)
 
 
 if __name__ == "__main__":
