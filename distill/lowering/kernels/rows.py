@@ -4,6 +4,8 @@ Every op here is seen in a kernel space `[row dims..., reduced dims...]` built b
 `movedim(dim, -1)` brings a reduced dim last, `unflatten(1, (G, C // G))` splits channels into
 groups. A program takes BLOCK_ROWS rows and walks the reduced elements BLOCK_R at a time, so tiles
 stay vectorised and the grid stays small (the interpreter pays per program).
+When rows are few and long, reductions and normalisations cut each row into chunks over many
+programs (kernels/split.py): chunk partials or statistics first, then a kernel combining them.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from distill.lowering.views import Step
 # elements per [BLOCK_ROWS, BLOCK_R] tile and the widest BLOCK_R, on a GPU and under the interpreter
 TILE = (4096, 16384)
 MAX_BLOCK_R = (1024, 4096)
+# values per row and chunk in a split normalisation's workspace: (max, sum exp), sum of squares, (mean, M2)
+N_STATS = {"max_sumexp": 2, "sumsq": 1, "mean_var": 2}
 COLS = "#cols"  # where the column coordinates go once all uses are known
 
 
@@ -248,17 +252,61 @@ class Normalize(Family):
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         spec = lowering_table()["normalize"][k.op.op]
         launch = Launch(fwd)
-        x = k.operands["x"]
         _, n_rows = self._steps(k.op, k.op.shape, k.op.name)
-        rows = Rows(launch, x.space, n_rows)
-        tile = rows.tile({"x": x.expr})
+        rows = Rows(launch, k.operands["x"].space, n_rows)
+        if worth_splitting(rows.R, cdiv(rows.n_rows, rows.block_rows[0])):
+            return self._split(k, name, fwd, rows, spec)
+        ctx = self._write(k, rows, spec)
+        src = render("normalize.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
+                     comment=self.describe(k), stage="whole", **ctx)
+        return src, launch.call(name, rows.grid(), rows.consts())
+
+    def _write(self, k: Kernel, rows: Rows, spec: dict) -> dict:
+        """Template context of a kernel with the write pass: loads, parameters, out expression, store."""
+        tile = rows.tile({"x": k.operands["x"].expr})
         params = rows.tile({p: k.operands[p].expr for p in ("weight", "bias") if p in k.operands}, with_coords=False)
         epi, value, out, off = rows.out(k, per_row=False)
-        ctx = rows.finish(dict(tile=tile, params=params, out_expr=spec["out"], epilogue=epi, out=out, out_off=off,
-                               value=value), ("tile",))
-        src = render("normalize.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
-                     comment=self.describe(k), stats=spec["stats"], negate=spec.get("negate", False), **ctx)
-        return src, launch.call(name, rows.grid(), rows.consts())
+        ctx = dict(tile=tile, params=params, out_expr=spec["out"], epilogue=epi, out=out, out_off=off, value=value,
+                   stats=spec["stats"], negate=spec.get("negate", False), n_stats=N_STATS[spec["stats"]])
+        return rows.finish(ctx, ("tile",))
+
+    def _split(self, k: Kernel, name: str, fwd: Forward, rows: Rows, spec: dict) -> tuple[str, list[str]]:
+        """Few long rows: (row block, chunk) programs store chunk statistics to a [SPLIT, n_rows, k]
+        float32 workspace; the write kernel's (row block, chunk) programs combine them, then each
+        writes its chunk. The input is read once per statistics pass plus once to write, as before,
+        but by about 528 programs instead of a handful."""
+        n_stats = N_STATS[spec["stats"]]
+        part = fwd.fresh(f"{k.target.value}_stats")
+        first = rows.launch
+        tile = rows.tile({"x": k.operands["x"].expr})
+        first.params.append("part_ptr")
+        first.args.append(part)
+        for s in ("SPLIT", "CHUNK"):
+            first.scalar(s, s)
+        ctx = rows.finish(dict(tile=tile), ("tile",))
+        src = render("normalize.py.j2", name=part_name(name), signature=first.signature(["BLOCK_ROWS", "BLOCK_R"]),
+                     comment=f"chunk statistics of {self.describe(k)}", stage="partial", stats=spec["stats"],
+                     negate=spec.get("negate", False), n_stats=n_stats, **ctx)
+        consts = rows.consts()
+        grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"
+        launch1 = first.call(part_name(name), grid, consts)
+        block_rows = text(consts["BLOCK_ROWS"][0], "BLOCK_ROWS")
+        lines = launch1[:-1] + chunk_lines(str(rows.R), text(consts["BLOCK_R"][0], "BLOCK_R"),
+                                           row_blocks(rows.n_rows, consts["BLOCK_ROWS"][0], block_rows))
+        lines += [f"{part} = torch.empty((SPLIT, {rows.n_rows}, {n_stats}), device={first.args[0]}.device, "
+                  f"dtype=torch.float32)", launch1[-1]]
+        second = Launch(fwd)
+        second.params.append("part_ptr")
+        second.args.append(part)
+        wrows = Rows(second, rows.space, rows.k)
+        for s in ("SPLIT", "CHUNK"):
+            second.scalar(s, s)
+        wctx = self._write(k, wrows, spec)
+        src2 = render("normalize.py.j2", name=name, signature=second.signature(["BLOCK_ROWS", "BLOCK_R", "BLOCK_S"]),
+                      comment=self.describe(k), stage="write", **wctx)
+        launch2 = second.call(name, grid, {**consts, "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
+        lines += [ln for ln in launch2 if not ln.startswith(("BLOCK_ROWS =", "BLOCK_R ="))]
+        return src + "\n\n" + src2, lines
 
 
 FAMILIES = (Reduce(), Normalize())
