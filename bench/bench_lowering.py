@@ -243,7 +243,7 @@ def _warm_one(row: dict, device: str, use_compile: bool) -> str:
         return f"{type(exc).__name__}: {str(exc)[:100]}"
 
 
-def warm(order: list[dict], device: str, use_compile: bool, workers: int, budget: float) -> None:
+def warm(order: list[dict], device: str, use_compile: bool, workers: int, budget: float | None) -> None:
     """Compile `order`'s problems in `workers` processes (spawned: CUDA does not survive fork)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -333,6 +333,27 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def warm_apart(out_dir: Path, order: list[dict], use_compile: bool, workers: int, budget: float) -> None:
+    """`warm` in a process group of its own, killed whole at `budget`: a compile or a kernel that does not
+    finish must not keep running on the GPU beside the timings."""
+    import signal
+    import subprocess
+
+    if workers <= 0 or not order:
+        return
+    ids = out_dir / "warm_ids.json"
+    ids.write_text(json.dumps([r["problem_id"] for r in order]))
+    cmd = [sys.executable, __file__, "warm", "--out", str(out_dir), "--workers", str(workers)]
+    cmd += ["--no-compile"] if not use_compile else []
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        proc.wait(timeout=budget)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        print(f"warm-up killed at its budget of {budget:.0f} s; the timing loop compiles what is left", flush=True)
+
+
 def run(out_dir: Path, budget: float, device: str, use_compile: bool, warm_workers: int = 0) -> None:
     """Run DIR/problems.json's problems not yet in DIR/results.jsonl; write DIR/table.md."""
     import torch
@@ -356,11 +377,12 @@ def run(out_dir: Path, budget: float, device: str, use_compile: bool, warm_worke
           + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()), flush=True)
     start = time.perf_counter()
     if device == "cuda":
-        warm(order, device, use_compile, warm_workers, budget * 0.6)
+        warm_apart(out_dir, order, use_compile, warm_workers, budget * 0.5)
     with results_path.open("a") as sink:
         for row in order:
             if time.perf_counter() - start > budget:
                 break
+            t_one = time.perf_counter()
             try:
                 res = run_one(row, device, use_compile, peaks)
             except Exception as exc:  # noqa: BLE001
@@ -371,6 +393,10 @@ def run(out_dir: Path, budget: float, device: str, use_compile: bool, warm_worke
             results.append(res)
             sink.write(json.dumps(res) + "\n")
             sink.flush()
+            res["bench_s"] = round(time.perf_counter() - t_one, 1)
+            print(f"  [{len(results)}/{len(rows)} {time.perf_counter() - start:.0f} s] {res['problem_id']} "
+                  f"{res['bench_s']} s: eager {res.get('eager_ms') or 0:.3g} ms, lowered {res.get('lowered_ms') or 0:.3g} ms",
+                  flush=True)
             if not res.get("correct"):
                 print(f"  incorrect {res['problem_id']} {res['ops']}: {res.get('why')}", flush=True)
     left = len(rows) - len(results)
@@ -382,9 +408,12 @@ def run(out_dir: Path, budget: float, device: str, use_compile: bool, warm_worke
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    parsers = {c: sub.add_parser(c) for c in ("prepare", "run", "all", "profile")}
+    parsers = {c: sub.add_parser(c) for c in ("prepare", "run", "all", "profile", "warm")}
     for c, p in parsers.items():
         p.add_argument("--out", type=Path, default=Path(".bench_lowering/gpu"), help="folder of problems and results")
+        if c == "warm":  # run's warm-up phase, in a process group of its own (see warm_apart)
+            p.add_argument("--workers", type=int, default=12)
+            p.add_argument("--no-compile", action="store_true")
         if c == "profile":
             p.add_argument("--limit", type=int, default=30, help="problems slowest against eager to profile")
         if c in ("prepare", "all"):
@@ -413,6 +442,10 @@ def main(argv: list[str] | None = None) -> None:
         run(a.out, a.budget, a.device, not a.no_compile, a.warm_workers)
         if a.profile_slow and a.device == "cuda":
             profile_slow(a.out, a.profile_slow)
+    if a.cmd == "warm":
+        rows = {r["problem_id"]: r for r in json.loads((a.out / "problems.json").read_text())}
+        order = [rows[i] for i in json.loads((a.out / "warm_ids.json").read_text())]
+        warm(order, "cuda", not a.no_compile, a.workers, None)
     if a.cmd == "profile":
         profile_slow(a.out, a.limit)
 
