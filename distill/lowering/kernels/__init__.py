@@ -7,9 +7,9 @@ FAMILIES: dict[str, Family] = {}
 
 
 def _register() -> None:
-    from distill.lowering.kernels import bilinear, index, losses, matmul, rows, scans, spatial
+    from distill.lowering.kernels import bilinear, conv, index, losses, matmul, rows, scans, spatial
 
-    for fam in (*rows.FAMILIES, *scans.FAMILIES, *losses.FAMILIES, *matmul.FAMILIES, *spatial.FAMILIES,
+    for fam in (*rows.FAMILIES, *scans.FAMILIES, *losses.FAMILIES, *matmul.FAMILIES, *conv.FAMILIES, *spatial.FAMILIES,
                 *index.FAMILIES, *bilinear.FAMILIES):
         FAMILIES[fam.name] = fam
 

@@ -1,0 +1,298 @@
+"""Convolutions (1-3 spatial dims, grouped, dilated, transposed) as implicit GEMMs, split along the
+reduction when the outputs are few.
+
+Spatial dims are named as torch documents them (L; H, W; D, H, W) and each gets its own
+constexpr stride, padding and dilation, so a conv2d kernel reads like a conv2d kernel. Parameters
+(`weight`, `bias`) are the reference module's own tensors.
+
+A program computes a [BLOCK_P positions, BLOCK_OC channels] tile and walks the reduction RED = (input
+channels per group) x taps. With few output tiles and a long RED that leaves most SMs idle:
+nn.Conv1d(65536, 11, 11, ...) on a (2, 65536, L) input ran 19 programs, each walking RED = 720,896
+(38.7 ms vs eager 1.19 ms on an H100). Then the reduction is split as matmul's K is
+(kernels/split.py): one program per (tile, RED chunk) stores an fp32 partial tile into a
+[SPLIT, NG, P, OCG] buffer, and a second kernel adds the SPLIT partials in a fixed order
+(deterministic, no atomics), then the bias and the epilogue. Whether to split is decided from the
+problem's sizes; the chunk count is computed in forward, so a resized input is still correct.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from distill.lowering import exprs, views
+from distill.lowering.ir import Op, Program
+from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
+                                           operand_lines, pow2, render, store_offset)
+from distill.lowering.kernels.spatial import NAMES, col
+from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
+from distill.lowering.planner import Kernel
+from distill.lowering.sizes import Sym
+
+# RED elements per program, at least, when the reduction is split (8 BLOCK_R steps of 64): enough
+# work per program to hide the partial tile's store and the combining kernel, as matmul's MIN_K_CHUNK
+MIN_R_CHUNK = 512
+
+
+def per_dim(attrs: dict, name: str, nd: int) -> tuple[int, ...]:
+    """An attribute's value along each spatial dim: `kernel_size_h`, `kernel_size_w` (the catalog draws
+    2-D and 3-D convs so) or one `kernel_size` for every dim."""
+    axes = [f"{name}_{d.lower()}" for d in NAMES[nd]]
+    if all(a in attrs for a in axes):
+        return tuple(attrs[a] for a in axes)
+    return (attrs[name],) * nd
+
+
+@dataclass
+class _Geometry:
+    """A conv's sizes as its kernels see them: output positions P (per phase, for a transposed conv),
+    OCG channels per group, the reduction over (channel, tap) pairs, and grid axis 2's NG."""
+
+    transposed: bool
+    dims: tuple[str, ...]
+    x_shape: tuple[int, ...]
+    groups: int
+    cg: int
+    ocg: int
+    ks: tuple[int, ...]
+    stride: tuple[int, ...]
+    pad: tuple[int, ...]
+    taps: tuple[int, ...]
+    outs: tuple[int, ...]
+    p_shape: tuple[int, ...]
+    consts: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, k: Kernel) -> "_Geometry":
+        op, a = k.op, k.op.attrs
+        transposed = op.op.startswith("conv_transpose")
+        x_shape = k.operands["x"].space
+        nd = len(x_shape) - 2
+        dims = NAMES[nd]
+        groups, ks = a["groups"], per_dim(a, "kernel_size", nd)
+        stride, pad, dil = (per_dim(a, n, nd) for n in ("stride", "padding", "dilation"))
+        consts = {}
+        for j, d in enumerate(dims):
+            consts.update({f"STRIDE_{d}": stride[j], f"PAD_{d}": pad[j], f"DIL_{d}": dil[j]})
+        if transposed:
+            consts["GROUPS"] = groups
+            for j, d in enumerate(dims):
+                step = stride[j] // math.gcd(stride[j], dil[j])
+                dstep = dil[j] // math.gcd(stride[j], dil[j])
+                consts.update({f"KS_{d}": ks[j], f"STEP_{d}": step, f"DSTEP_{d}": dstep,
+                               f"INV_{d}": pow(dstep, -1, step) if step > 1 else 0})
+        # a transposed conv's output o takes tap k only where (o + pad - k * dil) % stride == 0: each
+        # program runs one phase (o + pad) % stride per dim, its outputs o0 + m * stride and its taps
+        # k0 + i * STEP only (sub-pixel decomposition), instead of testing every tap at every output
+        taps = tuple(-(-ks[j] // consts[f"STEP_{d}"]) for j, d in enumerate(dims)) if transposed else ks
+        outs = tuple(op.shape[2:])
+        p_shape = (x_shape[0],) + (tuple((o + s - 1) // s for o, s in zip(outs, stride)) if transposed else outs)
+        return cls(transposed, dims, x_shape, groups, x_shape[1] // groups, op.shape[1] // groups, ks, stride,
+                   pad, taps, outs, p_shape, consts)
+
+    @property
+    def n_p(self) -> int:
+        return math.prod(self.p_shape)
+
+    @property
+    def red(self) -> int:
+        return self.cg * math.prod(self.taps)
+
+    @property
+    def ng(self) -> int:
+        """Grid axis 2: groups, or (phase, group) pairs of a transposed conv."""
+        return self.groups * math.prod(self.stride) if self.transposed else self.groups
+
+    @property
+    def p(self) -> list[str | None]:
+        return coord_names(self.p_shape, "rp", "p")
+
+    @property
+    def r(self) -> list[str | None]:
+        return coord_names((self.cg,) + self.taps, "rr", "r")
+
+
+class Conv(Family):
+    name = "conv"
+
+    def slot_roles(self, op: Op) -> list[str]:
+        return ["x"]
+
+    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
+        x = op.inputs[0]
+        specs = [OperandSpec("x", x, (), prog.values[x].shape),
+                 OperandSpec("w", "weight", (), op.params["weight"].shape)]
+        if "bias" in op.params:
+            steps = views.along(1, op.shape[1], op.shape, op.name)
+            specs.append(OperandSpec("bias", "bias", tuple(steps), op.shape))
+        return specs
+
+    def describe(self, k: Kernel) -> str:
+        a, nd = k.op.attrs, len(k.op.shape) - 2
+        dims = {n: (lambda v: v[0] if len(set(v)) == 1 else v)(per_dim(a, n, nd))
+                for n in ("kernel_size", "stride", "padding", "dilation")}
+        what = (f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, weight, bias, stride={dims['stride']}, "
+                f"padding={dims['padding']}, dilation={dims['dilation']}, groups={a['groups']})")
+        return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
+
+    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
+        geo = _Geometry.of(k)
+        blocks = {"BLOCK_P": (pow2(geo.n_p, 16, 64), pow2(geo.n_p, 16, 256)), "BLOCK_OC": pow2(geo.ocg, 16, 64),
+                  "BLOCK_R": (pow2(geo.red, 16, 64), pow2(geo.red, 16, 256))}
+        tiles = cdiv(geo.n_p, blocks["BLOCK_P"][0]) * cdiv(geo.ocg, blocks["BLOCK_OC"]) * geo.ng
+        if worth_splitting(geo.red, tiles, MIN_R_CHUNK):
+            return self._split(k, geo, name, fwd, blocks)
+        src, launch, _ = self._kernel(k, geo, name, fwd, "whole")
+        return src, launch.call(name, self._grid(geo, str(geo.ng)), {**geo.consts, **blocks})
+
+    @staticmethod
+    def _grid(geo: _Geometry, axis2: str) -> str:
+        return f"(triton.cdiv({geo.n_p}, BLOCK_P), triton.cdiv({geo.ocg}, BLOCK_OC), {axis2})"
+
+    def _split(self, k: Kernel, geo: _Geometry, name: str, fwd: Forward, blocks: dict) -> tuple[str, list[str]]:
+        """Few output tiles, long reduction: each (tile, RED chunk) program stores its partial tile; a
+        second kernel adds the SPLIT partials of each tile in order, then the bias and the epilogue."""
+        ws = fwd.fresh(f"{k.target.value}_part")
+        src1, first, _ = self._kernel(k, geo, part_name(name), fwd, "partial", ws)
+        src2, second, consts2 = self._kernel(k, geo, name, fwd, "combine", ws)
+        consts = {**geo.consts, "NG": geo.ng, **blocks}
+        lines1 = first.call(part_name(name), self._grid(geo, "SPLIT" if geo.ng == 1 else f"{geo.ng} * SPLIT"),
+                            consts)
+        bp, boc = blocks["BLOCK_P"][0], blocks["BLOCK_OC"]
+        if any(isinstance(v, Sym) for v in (geo.n_p, geo.ocg, bp, boc)):
+            tiles = f"triton.cdiv({geo.n_p}, {text(bp, 'BLOCK_P')}) * triton.cdiv({geo.ocg}, {text(boc, 'BLOCK_OC')})" \
+                + (f" * {geo.ng}" if geo.ng != 1 else "")
+        else:
+            tiles = str(cdiv(geo.n_p, bp) * cdiv(geo.ocg, boc) * geo.ng)
+        lines = lines1[:-1] + chunk_lines(str(geo.red), text(blocks["BLOCK_R"][0], "BLOCK_R"), tiles,
+                                          min_chunk=MIN_R_CHUNK)
+        lines.append(f"{ws} = torch.empty((SPLIT, {geo.ng}, {geo.n_p}, {geo.ocg}), device={first.args[1]}.device, "
+                     f"dtype=torch.float32)")
+        lines.append(lines1[-1])
+        call2 = second.call(name, self._grid(geo, str(geo.ng)), {c: consts[c] for c in consts2})
+        lines += [ln for ln in call2 if not ln.startswith("BLOCK_")]  # computed for the first launch
+        return src1 + "\n\n" + src2, lines
+
+    def _kernel(self, k: Kernel, geo: _Geometry, name: str, fwd: Forward, stage: str,
+                ws: str | None = None) -> tuple[str, Launch, list[str]]:
+        """One kernel of the conv: `whole` (reduction and output), `partial` (a RED chunk's partial
+        tiles) or `combine` (the partials' sum and the output); returns its source, its launch and its
+        constexpr names. Each stage declares only the pointers and sizes it reads."""
+        launch = Launch(fwd)
+        if ws is not None:
+            launch.params.append("part_ptr")
+            launch.args.append(ws)
+        launch.scalar("P", geo.n_p)
+        launch.scalar("OCG", geo.ocg)
+        if stage != "combine":
+            launch.scalar("RED", geo.red)
+        if stage != "whole":
+            launch.scalar(*(("CHUNK", "CHUNK") if stage == "partial" else ("SPLIT", "SPLIT")))
+        ph_lines, base_lines = _phase_lines(geo, launch)
+        in_lines, load_x, load_w = self._gather(k, geo, launch) if stage != "combine" else ([], "", "")
+        bias, epi, value, out, off = self._outputs(k, geo, launch) if stage != "partial" else ([], [], "", "", "")
+        if stage == "combine":
+            base_lines = []  # the reduction's first tap and input position per phase
+        used = "\n".join(ph_lines + base_lines + in_lines + [load_x, load_w] + bias + epi + [off])
+        p_lines = coord_lines(geo.p_shape, "rp", "p", launch, used) + ph_lines + base_lines
+        r_lines = coord_lines((geo.cg,) + geo.taps, "rr", "r", launch, used)
+        consts = [c for c in geo.consts if stage != "combine" or re.search(rf"\b{c}\b", used)]
+        consts += ["NG"] * (stage != "whole") + ["BLOCK_P", "BLOCK_OC"] + ["BLOCK_R"] * (stage != "combine")
+        comment = self.describe(k) if stage != "partial" else f"reduction-chunk partials of {self.describe(k)}"
+        src = render("conv.py.j2", name=name, stage=stage, signature=launch.signature(consts), comment=comment,
+                     p_lines=p_lines, r_lines=r_lines, in_lines=in_lines, load_x=load_x, load_w=load_w, bias=bias,
+                     epilogue=epi, out=out, out_off=off, value=value)
+        return src, launch, consts
+
+    def _gather(self, k: Kernel, geo: _Geometry, launch: Launch) -> tuple[list[str], str, str]:
+        """The reduction step's input positions and mask, and the loads of the input patch and weights."""
+        p, r, dims, transposed = geo.p, geo.r, geo.dims, geo.transposed
+        in_lines, in_mask = [], ["p_mask[:, None]", "r_mask[None, :]"]
+        tap_lines, tap_ok = [], ["r_mask"]
+        ins: list[str | None] = []
+        for j, d in enumerate(dims):
+            o, kd, low = col(p[1 + j], "[:, None]"), col(r[1 + j], "[None, :]"), d.lower()
+            size = launch.scalar(f"IN_{d}", geo.x_shape[2 + j])
+            if transposed:
+                gcd = geo.stride[j] // geo.consts[f"STEP_{d}"]
+                tap_lines.append(f"k_{low} = k0_{low}" + (f" + {r[1 + j]} * STEP_{d}" if r[1 + j] else ""))
+                tap_ok.append(f"(k_{low} < KS_{d})" + (f" & (phi_{low} % {gcd} == 0)" if gcd > 1 else ""))
+                in_lines.append(f"in_{low} = base_{low}" + (f" + {o}" if o else "") + (f" - {kd} * DSTEP_{d}" if kd else ""))
+                in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
+                ins.append(f"in_{low}")
+                continue
+            terms = [t for t in (f"{o} * STRIDE_{d}" if o else None, f"{kd} * DIL_{d}" if kd else None) if t]
+            if not terms and not geo.pad[j]:
+                ins.append(None)  # a single position: index 0
+                continue
+            in_lines.append(f"in_{low} = {' + '.join(terms) or '0'}" + (f" - PAD_{d}" if geo.pad[j] else ""))
+            if geo.pad[j]:
+                in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
+            ins.append(f"in_{low}")
+        if transposed:
+            in_lines = tap_lines + ["tap_ok = " + " & ".join(tap_ok)] + in_lines
+            in_mask[1] = "tap_ok[None, :]"
+        in_lines.append("in_mask = " + " & ".join(in_mask))
+        groups, cg = geo.groups, geo.cg
+        if groups > 1:
+            launch.scalar("CG", cg)
+        # the input channel of each reduction lane (g * CG + c within the group)
+        if r[0]:
+            c_in = f"(g * CG + {r[0]})" if groups > 1 else r[0]
+            x_c, w_c = col(c_in, "[None, :]"), col(c_in, "[:, None]")
+        else:
+            x_c = w_c = ("g * CG" if cg > 1 else "g") if groups > 1 else None
+        x_coords = [col(p[0], "[:, None]"), x_c] + ins
+        load_x, _ = operand_lines(launch, k.operands["x"].expr, x_coords, "in_mask", other="0.0", var="xv",
+                                  full="(BLOCK_P, BLOCK_R)", exact=True)
+        if transposed:
+            w_taps = [f"k_{d.lower()}" + ("[:, None]" if r[1 + j] else "") for j, d in enumerate(dims)]
+            w_coords = [w_c, "roc[None, :]"] + w_taps
+        else:
+            oc = "(g * OCG + roc)" if groups > 1 else "roc"
+            w_coords = [f"{oc}[None, :]", col(r[0], "[:, None]")] + [col(r[1 + j], "[:, None]") for j in range(len(dims))]
+        w_mask = "tap_ok[:, None] & oc_mask[None, :]" if transposed else "r_mask[:, None] & oc_mask[None, :]"
+        load_w, _ = operand_lines(launch, k.operands["w"].expr, w_coords, w_mask,
+                                  other="0.0", var="wv", exact=True, full="(BLOCK_R, BLOCK_OC)")
+        return in_lines, load_x[0], load_w[0]
+
+    def _outputs(self, k: Kernel, geo: _Geometry, launch: Launch) -> tuple[list[str], list[str], str, str, str]:
+        """The bias and epilogue lines over the finished tile, and the store's target and offset."""
+        oc = "(g * OCG + roc)" if geo.groups > 1 else "roc"
+        o_coords = [f"o_{d.lower()}[:, None]" for d in geo.dims] if geo.transposed else \
+            [col(geo.p[1 + j], "[:, None]") for j in range(len(geo.dims))]
+        out_coords = [col(geo.p[0], "[:, None]"), f"{oc}[None, :]"] + o_coords
+        bias: list[str] = []
+        if "bias" in k.operands:
+            body, res = operand_lines(launch, k.operands["bias"].expr, out_coords, "mask", other="0.0",
+                                      full="(BLOCK_P, BLOCK_OC)")
+            bias = body + [f"acc += {res}"]
+        epi, value = operand_lines(launch, k.expr, out_coords, "mask", other="0.0", full="(BLOCK_P, BLOCK_OC)")
+        target = k.target.leaf()
+        out = launch.pointer(target, hint="out")
+        off = store_offset(launch, target, out_coords, None, "(BLOCK_P, BLOCK_OC)")
+        return bias, epi, value, out, off
+
+
+def _phase_lines(geo: _Geometry, launch: Launch) -> tuple[list[str], list[str]]:
+    """A transposed conv's output phase and output coordinates (every stage stores or gathers by them),
+    and the phase's first tap and input position (the reduction's). None for a plain conv."""
+    if not geo.transposed:
+        return [], []
+    out = ["ph = g // GROUPS  # axis 2 runs over (phase, group) pairs", "g = g % GROUPS"]
+    first = []
+    p = geo.p
+    for j, d in enumerate(geo.dims):
+        low = d.lower()
+        gcd = geo.stride[j] // geo.consts[f"STEP_{d}"]
+        inner = "".join(f" // STRIDE_{e}" for e in geo.dims[j + 1:])
+        out += [f"phi_{low} = ph{inner} % STRIDE_{d}",
+                f"o0_{low} = (phi_{low} + STRIDE_{d} - PAD_{d} % STRIDE_{d}) % STRIDE_{d}",
+                f"o_{low} = o0_{low} + {p[1 + j] or '0 * rp'} * STRIDE_{d}",
+                f"p_mask = p_mask & (o_{low} < {launch.scalar(f'OUT_{d}', geo.outs[j])})"]
+        first += [f"k0_{low} = (phi_{low} // {gcd}) * INV_{d} % STEP_{d}",
+                  f"base_{low} = (o0_{low} + PAD_{d} - k0_{low} * DIL_{d}) // STRIDE_{d}"]
+    return out, first
+
+
+FAMILIES = (Conv(),)
