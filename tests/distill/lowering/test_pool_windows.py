@@ -1,0 +1,74 @@
+"""Pools with windows longer than one tile (issue 16): an adaptive pool of a long dim has windows of
+thousands of taps. The pool kernel walks them BLOCK_W (<= 1024) taps at a time instead of holding a
+[BLOCK_P, next_pow2(window)] tile (7038 taps made [16, 8192] tiles that spilled on an H100)."""
+from __future__ import annotations
+
+import re
+import types
+
+import pytest
+import torch
+
+from distill.lowering.selfcheck import build
+from distill.lowering.trace import lower_source
+
+SOURCE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+CASES = {
+    # (expression, input shape): windows of 2500, 1500 and 1200 taps, and one of 25 for contrast
+    "adaptive_avg_2d": ("F.adaptive_avg_pool2d(x, 1)", "2, 3, 50, 50"),
+    "adaptive_max_1d": ("F.adaptive_max_pool1d(x, 2)", "2, 3, 3000"),
+    "adaptive_max_2d_transposed": ("F.adaptive_max_pool2d(x.transpose(0, 3), 2)", "40, 3, 60, 5"),
+    "max_2d_small": ("F.max_pool2d(x, 5, stride=2, padding=1)", "2, 3, 20, 20"),
+}
+
+
+@pytest.fixture(scope="module")
+def lowered() -> dict:
+    out = {}
+    for key, (expr, shape) in CASES.items():
+        src = SOURCE.format(expr=expr, shape=shape)
+        traced = types.SimpleNamespace(source=src, problem_id=key)
+        out[key] = (src, lower_source(traced).source)
+    return out
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_pool_windows_of_any_length_match_pytorch(lowered, key):
+    src, new_src = lowered[key]
+    assert "for w_start in range(0, WINDOW, BLOCK_W)" in new_src
+    ref, new, mod = build(src, new_src, "cpu")
+    inputs = mod.get_inputs()
+    with torch.no_grad():
+        want, got = ref(*inputs), new(*inputs)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # a non-finite value inside a window reaches the output, as in PyTorch
+        x = inputs[0].clone()
+        x.view(-1)[x.numel() // 3] = float("nan")
+        torch.testing.assert_close(new(x), ref(x), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_long_windows_are_walked_in_tiles_of_at_most_1024_taps(lowered):
+    for key in ("adaptive_avg_2d", "adaptive_max_1d"):
+        launch = lowered[key][1]
+        m = re.search(r"BLOCK_W = min\(triton\.next_power_of_2\(.+\), 1024\)|BLOCK_W=1024", launch)
+        assert m, launch[launch.index("def forward"):]
