@@ -65,6 +65,7 @@ class Pool(Family):
         p = coord_names(out_shape, "rp", "p")
         w = coord_names(windows, "rw", "w")
         in_lines: list[str] = []
+        bounds: list[str] = []
         valid = ["p_mask[:, None]", "w_mask[None, :]"]
         ins: list[str | None] = []
         divisor = []
@@ -81,9 +82,10 @@ class Pool(Family):
                     continue
             elif adaptive:
                 osz = launch.scalar(f"OUT_{d}", out_shape[2 + j])
-                in_lines += [f"start_{low} = ({o} * {size}) // {osz}",
-                             f"end_{low} = (({o} + 1) * {size} + {osz} - 1) // {osz}",
-                             f"in_{low} = start_{low}[:, None]" + (f" + {kd}" if kd else "")]
+                # the window's bounds depend on the position only: computed once, before the tap loop
+                bounds += [f"start_{low} = ({o} * {size}) // {osz}",
+                           f"end_{low} = (({o} + 1) * {size} + {osz} - 1) // {osz}"]
+                in_lines.append(f"in_{low} = start_{low}[:, None]" + (f" + {kd}" if kd else ""))
                 valid.append(f"(in_{low} < end_{low}[:, None])")
                 divisor.append(f"(end_{low} - start_{low})")
             else:
@@ -111,8 +113,8 @@ class Pool(Family):
         off = store_offset(launch, target, out_coords, "rp", "(BLOCK_P,)")
         div = ("(" + " * ".join(divisor) + ")" if len(divisor) > 1 else divisor[0]) if adaptive \
             else str(math.prod(windows))
-        used = "\n".join(in_lines + load + epi + [off, div])
-        p_lines = coord_lines(out_shape, "rp", "p", launch, used)
+        used = "\n".join(bounds + in_lines + load + epi + [off, div])
+        p_lines = coord_lines(out_shape, "rp", "p", launch, used) + bounds
         w_lines = coord_lines(windows, "rw", "w", launch, used)
         # windows of up to 1024 taps in one tile; longer ones (adaptive pools of long dims: 7038 taps
         # made [16, 8192] tiles that spilled, 13 ms against eager's 3.9 ms on an H100) are looped over

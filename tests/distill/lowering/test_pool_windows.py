@@ -9,8 +9,11 @@ import types
 import pytest
 import torch
 
+import synth
+from distill.lowering import lower
 from distill.lowering.selfcheck import build
 from distill.lowering.trace import lower_source
+from tests.distill.lowering.conftest import verify_all
 
 SOURCE = """
 import torch
@@ -72,3 +75,14 @@ def test_long_windows_are_walked_in_tiles_of_at_most_1024_taps(lowered):
         launch = lowered[key][1]
         m = re.search(r"BLOCK_W = min\(triton\.next_power_of_2\(.+\), 1024\)|BLOCK_W=1024", launch)
         assert m, launch[launch.index("def forward"):]
+
+
+def test_every_pool_kind_verifies_and_compiles_for_a_gpu(vpool):
+    # the verifier also compiles each kernel for sm_90: a bound computed inside the tap loop and read
+    # after it runs under the interpreter but is a NameError for Triton's code generator
+    pools = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+             "adaptive_max_pool2d", "avg_pool2d", "max_pool1d", "max_pool3d"]
+    problems = [synth.sample(1, level=2, seed=5, ops=[op, "relu"])[0] for op in pools]
+    assert all(any(op in p.ops for op in pools) for p in problems)
+    _, bad = verify_all(vpool, problems, [lower(p).source for p in problems])
+    assert not bad, "\n".join(bad)
