@@ -3,10 +3,20 @@
 All products are seen as batched `[B0, B1, M, K] @ [B0, B1, K, N]` through views in forward
 (`unsqueeze` adds batch dims, `weight.t()` feeds nn.Linear's weight); a bias (Linear's, or addmm's
 input) is an operand over the output, added before the epilogue.
+
+Two kernel forms. Matrices that fill a tile get 2-D tiles: one program per output tile of one
+matrix, a scalar batch index, a 2-D `tl.dot`, which Hopper runs as wgmma (sm_90 TTGIR:
+`warp_group_dot`) fed by pipelined loads. Matrices too small for that share a program, BLOCK_B of
+them in 3-D tiles and a batched `tl.dot`, which compiles to the older mma.sync with poor layouts:
+on an H100 a (32, 2048, 1448) @ (32, 1448, 64) bmm took 3.99 ms that way, eager 0.263 ms. The form
+is chosen from the problem's sizes; the tiles are computed in forward from the sizes it reads, so
+either form is correct at any size.
 """
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 from distill.lowering import exprs, views
 from distill.lowering.ir import Op, Program
@@ -14,13 +24,46 @@ from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec,
                                            store_offset)
 from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import Sym, is_unit
+from distill.lowering.sizes import Sym, is_unit, next_pow2, smax, smin
 from distill.lowering.views import Step
-
 
 # K elements per program, at least, when K is split (32 BLOCK_K steps of 16): enough work per
 # program to hide the partial tile's store and the combining kernel
 MIN_K_CHUNK = 512
+# 2-D tiles: up to 128 x 128 outputs, K 32 at a time, three stages of loads in flight. fp32
+# operands take (128 + 128) * 32 * 4 = 32 KiB a stage; compiled for sm_90 the 128 x 128 kernel
+# takes 96 KiB of shared memory, well under the H100's 227 KiB per block.
+TILE_MAX, K_STEP, STAGES, GROUP_M = 128, 32, 3, 8
+# attention: head dims wider than this are chunked (E) or split across programs (EV)
+HEAD_MAX = 128
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How a kernel indexes its tiles: 3-D `[BLOCK_B, rows, cols]` when BLOCK_B matrices share a
+    program (`guard` masks the batch edge), else 2-D `[rows, cols]` with a scalar batch index."""
+
+    batched: bool
+    guard: str = "(rb[:, None, None] < BATCH)"
+
+    def b(self, c: str | None) -> str | None:
+        return None if c is None else (f"{c}[:, None, None]" if self.batched else c)
+
+    def row(self, r: str) -> str:
+        return f"{r}[None, :, None]" if self.batched else f"{r}[:, None]"
+
+    def col(self, c: str) -> str:
+        return f"{c}[None, None, :]" if self.batched else f"{c}[None, :]"
+
+    def coords(self, c0: str | None, c1: str | None, rows: str, cols: str) -> list[str | None]:
+        return [self.b(c0), self.b(c1), self.row(rows), self.col(cols)]
+
+    def mask(self, rows: str, rsize: str, cols: str, csize: str) -> str:
+        m = f"({self.row(rows)} < {rsize}) & ({self.col(cols)} < {csize})"
+        return f"{self.guard} & {m}" if self.batched else m
+
+    def full(self, rows: str, cols: str) -> str:
+        return f"(BLOCK_B, {rows}, {cols})" if self.batched else f"({rows}, {cols})"
 
 
 def _lift(steps: list[Step], shape: tuple[int, ...], on: str) -> tuple[list[Step], tuple[int, ...]]:
@@ -30,22 +73,44 @@ def _lift(steps: list[Step], shape: tuple[int, ...], on: str) -> tuple[list[Step
     return steps, (1,) * (4 - len(shape)) + tuple(shape)
 
 
-def _batch_lines(launch: Launch, b0: int, b1: int) -> tuple[list[str], str | None, str | None]:
-    """Coordinates of the program's batch block `rb` in the two batch dims (None when size 1)."""
-    launch.scalar("BATCH", b0 * b1)
+def _batch_lines(launch: Launch, b0: int, b1: int, batch_param: bool) -> tuple[list[str], str | None, str | None]:
+    """Coordinates of the program's batch index `rb` in the two batch dims (None when size 1)."""
+    if batch_param:
+        launch.scalar("BATCH", b0 * b1)
     if not is_unit(b0) and not is_unit(b1):
         size = launch.scalar("B1", b1)
         return [f"b0 = rb // {size}", f"b1 = rb % {size}"], "b0", "b1"
     return [], ("rb" if not is_unit(b0) else None), ("rb" if not is_unit(b1) else None)
 
 
-def _b(c: str | None) -> str | None:
-    return None if c is None else f"{c}[:, None, None]"
-
-
 def _batch_block(batch: int, tile: int, budget: int) -> int:
-    """Matrices per program: as many as fit `budget` elements of output tile."""
-    return max(1, min(pow2(batch), budget // tile))
+    """Matrices per program: as many as fit `budget` elements of tile (a power of two, as `tile` is)."""
+    return smax(1, smin(pow2(batch), budget // tile))
+
+
+def _named(x: int, name: str) -> int:
+    """A tile forward computes (a Sym) as the variable forward holds it in; a literal stays one."""
+    return Sym(int(x), name) if isinstance(x, Sym) else x
+
+
+def _pick(x: int, limit: int, small: int, large: int) -> int:
+    """`small if x <= limit else large`, written so in forward when x is read at run time."""
+    value = small if int(x) <= limit else large
+    if not isinstance(x, Sym):
+        return value
+    return Sym(value, f"{small} if {x} <= {limit} else {large}", 0)
+
+
+def _literal(*xs: int) -> bool:
+    return not any(isinstance(x, Sym) for x in xs)
+
+
+def _grid(launch_grid: str, consts: dict) -> str:
+    """Forward's count of programs on axis 0, literal tiles written in (for split's chunk lines)."""
+    for c, v in consts.items():
+        if not isinstance(v, Sym):
+            launch_grid = re.sub(rf"\b{c}\b", str(v), launch_grid)
+    return launch_grid
 
 
 class Matmul(Family):
@@ -96,47 +161,60 @@ class Matmul(Family):
             what += f" + {exprs.describe(ops['bias'].expr)}"
         return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
 
+    @staticmethod
+    def tiles(b0: int, b1: int, m: int, n: int, kk: int) -> tuple[_Form, dict, str, int]:
+        """The kernel form, its constants (constexprs, then launch options), forward's grid and the
+        number of programs at this problem's sizes. 3-D when output tiles of up to 64 x 64 leave room
+        for two matrices or more in 4096 elements; else 2-D, up to 128 x 128."""
+        batch = b0 * b1
+        bm, bn = pow2(m, 16, 64), pow2(n, 16, 64)
+        bb = _batch_block(batch, _named(bm, "BLOCK_M") * _named(bn, "BLOCK_N"), 4096)
+        if int(bb) > 1:
+            consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": pow2(kk, 16, 32), "BLOCK_B": bb}
+            grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N) * triton.cdiv({batch}, BLOCK_B),)"
+            return _Form(True), consts, grid, cdiv(m, bm) * cdiv(n, bn) * cdiv(batch, bb)
+        bm, bn = pow2(m, 16, TILE_MAX), pow2(n, 16, TILE_MAX)
+        # 8 warps from 128 x 64 up: tf32x3 holds each A tile twice (its TF32 high and low parts), and
+        # compiled for sm_90 a 128 x 64 tile took 255 registers and spilled at 4 warps, 174 at 8
+        warps = _pick(_named(bm, "BLOCK_M") * _named(bn, "BLOCK_N"), TILE_MAX * TILE_MAX // 4, 4, 8)
+        consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": pow2(kk, 16, K_STEP), "GROUP_M": GROUP_M,
+                  "num_warps": warps, "num_stages": STAGES}
+        per_batch = "" if is_unit(batch) else f" * {batch}"
+        grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){per_batch},)"
+        return _Form(False), consts, grid, cdiv(m, bm) * cdiv(n, bn) * int(batch)
+
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         a, b = k.operands["a"], k.operands["b"]
         b0, b1, m, kk = a.space
         n = b.space[3]
-        bm, bn, bk = (pow2(m, 16, 64), pow2(m, 16, 128)), (pow2(n, 16, 64), pow2(n, 16, 128)), \
-            (pow2(kk, 16, 32), pow2(kk, 16, 128))
-        bb = (_batch_block(b0 * b1, bm[0] * bn[0], 4096), _batch_block(b0 * b1, bm[1] * bn[1], 65536))
-        consts = {"BLOCK_B": bb, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-        grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N) * triton.cdiv({b0 * b1}, BLOCK_B),)"
-        tiles = cdiv(m, bm[0]) * cdiv(n, bn[0]) * cdiv(b0 * b1, bb[0])
-        if worth_splitting(kk, tiles, MIN_K_CHUNK):
-            return self._split_k(k, name, fwd, consts, grid)
+        form, consts, grid, programs = self.tiles(b0, b1, m, n, kk)
+        if worth_splitting(kk, programs, MIN_K_CHUNK):
+            return self._split_k(k, name, fwd, form, consts, grid, programs)
         launch = Launch(fwd)
         launch.scalar("M", m)
         launch.scalar("N", n)
         launch.scalar("K", kk)
-        batch, load_a, load_b = self._loads(k, launch)
-        bias, epi, value, out, off = self._outputs(k, launch, batch)
-        src = render("matmul.py.j2", name=name,
-                     signature=launch.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K"]),
+        batch = _batch_lines(launch, b0, b1, form.batched)
+        load_a, load_b = self._loads(k, launch, form, batch)
+        bias, epi, value, out, off = self._outputs(k, launch, form, batch)
+        src = render("matmul.py.j2", name=name, signature=launch.signature(_constexprs(consts)), batched=form.batched,
                      comment=self.describe(k), batch_lines=batch[0], load_a=load_a, load_b=load_b, bias=bias,
                      epilogue=epi, out=out, out_off=off, value=value, stage="whole")
         return src, launch.call(name, grid, consts)
 
-    def _loads(self, k: Kernel, launch: Launch) -> tuple[tuple, str, str]:
+    def _loads(self, k: Kernel, launch: Launch, form: _Form, batch: tuple) -> tuple[str, str]:
         a, b = k.operands["a"], k.operands["b"]
-        b0, b1 = a.space[:2]
-        batch = _batch_lines(launch, b0, b1)
         _, c0, c1 = batch
-        load_a, _ = operand_lines(launch, a.expr, [_b(c0), _b(c1), "rm[None, :, None]", "rk[None, None, :]"],
-                                  "(rb[:, None, None] < BATCH) & (rm[None, :, None] < M) & (rk[None, None, :] < K)",
-                                  other="0.0", var="a", exact=True, full="(BLOCK_B, BLOCK_M, BLOCK_K)")
-        load_b, _ = operand_lines(launch, b.expr, [_b(c0), _b(c1), "rk[None, :, None]", "rn[None, None, :]"],
-                                  "(rb[:, None, None] < BATCH) & (rk[None, :, None] < K) & (rn[None, None, :] < N)",
-                                  other="0.0", var="b", exact=True, full="(BLOCK_B, BLOCK_K, BLOCK_N)")
-        return batch, load_a[0], load_b[0]
+        load_a, _ = operand_lines(launch, a.expr, form.coords(c0, c1, "rm", "rk"), form.mask("rm", "M", "rk", "K"),
+                                  other="0.0", var="a", exact=True, full=form.full("BLOCK_M", "BLOCK_K"))
+        load_b, _ = operand_lines(launch, b.expr, form.coords(c0, c1, "rk", "rn"), form.mask("rk", "K", "rn", "N"),
+                                  other="0.0", var="b", exact=True, full=form.full("BLOCK_K", "BLOCK_N"))
+        return load_a[0], load_b[0]
 
-    def _outputs(self, k: Kernel, launch: Launch, batch: tuple) -> tuple[list[str], list[str], str, str, str]:
+    def _outputs(self, k: Kernel, launch: Launch, form: _Form, batch: tuple) -> tuple[list[str], list[str], str, str, str]:
         _, c0, c1 = batch
-        out_coords = [_b(c0), _b(c1), "rm[None, :, None]", "rn[None, None, :]"]
-        full = "(BLOCK_B, BLOCK_M, BLOCK_N)"
+        out_coords = form.coords(c0, c1, "rm", "rn")
+        full = form.full("BLOCK_M", "BLOCK_N")
         bias: list[str] = []
         if "bias" in k.operands:
             body, res = operand_lines(launch, k.operands["bias"].expr, out_coords, "mask", other="0.0", full=full)
@@ -147,7 +225,8 @@ class Matmul(Family):
         off = store_offset(launch, target, out_coords, None, full)
         return bias, epi, value, out, off
 
-    def _split_k(self, k: Kernel, name: str, fwd: Forward, consts: dict, grid: str) -> tuple[str, list[str]]:
+    def _split_k(self, k: Kernel, name: str, fwd: Forward, form: _Form, consts: dict, grid: str,
+                 programs: int) -> tuple[str, list[str]]:
         """Few output tiles, long K: each (tile, K chunk) program stores its partial tile; a second
         kernel adds the SPLIT partials of each tile in order, then the bias and the epilogue."""
         a = k.operands["a"]
@@ -159,33 +238,37 @@ class Matmul(Family):
         first.args.append(ws)
         for s, v in (("M", m), ("N", n), ("K", kk), ("CHUNK", "CHUNK")):
             first.scalar(s, v)
-        batch, load_a, load_b = self._loads(k, first)
-        src1 = render("matmul.py.j2", name=part_name(name),
-                      signature=first.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K"]),
-                      comment=f"K-chunk partials of {self.describe(k)}", batch_lines=batch[0], load_a=load_a,
-                      load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial")
+        batch = _batch_lines(first, b0, b1, True)
+        load_a, load_b = self._loads(k, first, form, batch)
+        src1 = render("matmul.py.j2", name=part_name(name), signature=first.signature(_constexprs(consts)),
+                      batched=form.batched, comment=f"K-chunk partials of {self.describe(k)}", batch_lines=batch[0],
+                      load_a=load_a, load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial")
         second = Launch(fwd)
         second.params.append("part_ptr")
         second.args.append(ws)
         for s, v in (("M", m), ("N", n), ("SPLIT", "SPLIT")):
             second.scalar(s, v)
-        batch2 = _batch_lines(second, b0, b1)
-        bias, epi, value, out, off = self._outputs(k, second, batch2)
-        src2 = render("matmul.py.j2", name=name, signature=second.signature(["BLOCK_B", "BLOCK_M", "BLOCK_N"]),
-                      comment=self.describe(k), batch_lines=batch2[0], load_a="", load_b="", bias=bias,
-                      epilogue=epi, out=out, out_off=off, value=value, stage="combine")
+        batch2 = _batch_lines(second, b0, b1, True)
+        bias, epi, value, out, off = self._outputs(k, second, form, batch2)
+        # the combining kernel has no K loop (no K step, no loads to pipeline) and no operand to reuse
+        consts2 = {c: v for c, v in consts.items() if c not in ("BLOCK_K", "GROUP_M", "num_stages")}
+        src2 = render("matmul.py.j2", name=name, signature=second.signature(_constexprs(consts2)),
+                      batched=form.batched, comment=self.describe(k), batch_lines=batch2[0], load_a="", load_b="",
+                      bias=bias, epilogue=epi, out=out, out_off=off, value=value, stage="combine")
         lines1 = first.call(part_name(name), grid[:-2] + ", SPLIT)", consts)
-        tiles = grid[1:-2]
-        for c in ("BLOCK_M", "BLOCK_N", "BLOCK_B"):
-            tiles = tiles.replace(c, text(consts[c][0], c))
-        lines = lines1[:-1] + chunk_lines(str(kk), text(consts["BLOCK_K"][0], "BLOCK_K"), tiles,
-                                          min_chunk=MIN_K_CHUNK)
+        tiles = str(programs) if _literal(m, n, b0, b1, *consts.values()) else _grid(grid[1:-2], consts)
+        lines = lines1[:-1] + chunk_lines(str(kk), text(consts["BLOCK_K"], "BLOCK_K"), tiles, min_chunk=MIN_K_CHUNK)
         lines.append(f"{ws} = torch.empty((SPLIT, {b0 * b1}, {m}, {n}), device={first.args[1]}.device, "
                      f"dtype=torch.float32)")
         lines.append(lines1[-1])
-        consts2 = {c: consts[c] for c in ("BLOCK_B", "BLOCK_M", "BLOCK_N")}
-        lines += [ln for ln in second.call(name, grid, consts2) if not ln.startswith("BLOCK_")]
+        lines.append(second.call(name, grid, consts2)[-1])  # its computed tiles are the first kernel's
         return src1 + "\n\n" + src2, lines
+
+
+def _constexprs(consts: dict) -> list[str]:
+    """The kernel's constexpr parameters: the upper-case constants (num_warps, num_stages are launch options)."""
+    return [c for c in ("BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "BLOCK_L", "BLOCK_S", "BLOCK_E",
+                        "BLOCK_V", "E_CHUNKED") if c in consts]
 
 
 class Attention(Family):
@@ -202,43 +285,66 @@ class Attention(Family):
         what = f"sdpa({args}, is_causal={k.op.attrs.get('is_causal')})"
         return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
 
+    @staticmethod
+    def tiles(bh: int, seq_l: int, seq_s: int, e: int, ev: int) -> tuple[_Form, dict, str]:
+        """Tiles within shared memory and registers, the kernel form and forward's grid.
+
+        BLOCK_E and BLOCK_V cover the head dims up to HEAD_MAX; wider ones are chunked (E) or split
+        across programs (EV). BLOCK_L is 64 (less only for shorter L), the M of one warpgroup's
+        wgmma: 32-row tiles fall back to mma.sync, and spilled at 256-wide heads. A key block's loads
+        take (BLOCK_L * BLOCK_E + BLOCK_E * BLOCK_S + BLOCK_S * BLOCK_V) * 4 bytes a stage: 48 KiB at
+        64 + 64 with 64-key blocks and 3 stages; past 128 in all, 32-key blocks, 2 stages and 8 warps
+        (64 KiB a stage at 128 + 128). Compiled for sm_90 (Triton 3.6, to PTX and ptxas): 128 KiB of
+        shared memory and no spills for both; E = EV = 512 (chunked and split), 80 KiB and a few
+        hundred bytes of spills. The whole-head tiles before took 384 KiB there."""
+        be, bv = pow2(e, 16, HEAD_MAX), pow2(ev, 16, HEAD_MAX)
+        ne, nv = _named(be, "BLOCK_E"), _named(bv, "BLOCK_V")
+        width = ne + nv
+        bl = pow2(seq_l, 16, 64)
+        bs = smin(pow2(seq_s, 16), _pick(width, 128, 64, 32))
+        chunked = int(be) < int(e)
+        consts = {"BLOCK_E": be, "BLOCK_V": bv, "BLOCK_L": bl, "BLOCK_S": bs,
+                  "E_CHUNKED": chunked if _literal(be, e) else Sym(chunked, f"{ne} < {e}", 0),
+                  "num_warps": _pick(width, 128, 4, 8), "num_stages": _pick(width, 128, 3, 2)}
+        nl, ns = _named(bl, "BLOCK_L"), _named(bs, "BLOCK_S")
+        per_matrix = nl * ne + ne * ns + ns * nv
+        bb = _batch_block(bh, next_pow2(per_matrix), 4096)
+        tiles = f"triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V)"
+        if int(bb) > 1:
+            consts["BLOCK_B"] = bb
+            return _Form(True, "b_ok"), consts, f"({tiles} * triton.cdiv({bh}, BLOCK_B),)"
+        return _Form(False), consts, f"({tiles}{'' if is_unit(bh) else f' * {bh}'},)"
+
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         q, kk, v = (k.operands[r] for r in ("q", "k", "v"))
         b, h, seq_l, e = q.space
         seq_s, ev = kk.space[2], v.space[3]
+        form, consts, grid = self.tiles(b * h, seq_l, seq_s, e, ev)
         launch = Launch(fwd)
         for sym, val in (("L", seq_l), ("S", seq_s), ("E", e), ("EV", ev)):
             launch.scalar(sym, val)
         # the 1/sqrt(E) softmax scale follows the head size, so forward computes it
         launch.scalar("scale", f"{e} ** -0.5" if isinstance(e, Sym) else repr(1.0 / math.sqrt(e)))
-        batch, c0, c1 = _batch_lines(launch, b, h)
-        load_q, _ = operand_lines(launch, q.expr, [_b(c0), _b(c1), "rl[None, :, None]", "re[None, None, :]"],
-                                  "b_ok & (rl[None, :, None] < L) & (re[None, None, :] < E)", other="0.0", var="q", exact=True,
-                                  full="(BLOCK_B, BLOCK_L, BLOCK_E)")
-        load_k, _ = operand_lines(launch, kk.expr, [_b(c0), _b(c1), "rs[None, None, :]", "re[None, :, None]"],
-                                  "b_ok & (re[None, :, None] < E) & (rs[None, None, :] < S)", other="0.0", var="kt", exact=True,
-                                  full="(BLOCK_B, BLOCK_E, BLOCK_S)")
-        load_v, _ = operand_lines(launch, v.expr, [_b(c0), _b(c1), "rs[None, :, None]", "rv[None, None, :]"],
-                                  "b_ok & (rs[None, :, None] < S) & (rv[None, None, :] < EV)", other="0.0", var="v", exact=True,
-                                  full="(BLOCK_B, BLOCK_S, BLOCK_V)")
-        out_coords = [_b(c0), _b(c1), "rl[None, :, None]", "rv[None, None, :]"]
-        full = "(BLOCK_B, BLOCK_L, BLOCK_V)"
+        batch, c0, c1 = _batch_lines(launch, b, h, form.batched)
+        load_q, _ = operand_lines(launch, q.expr, form.coords(c0, c1, "rl", "re"), form.mask("rl", "L", "re", "E"),
+                                  other="0.0", var="q", exact=True, full=form.full("BLOCK_L", "BLOCK_E"))
+        # keys transposed: E along the rows of the tile, S along its columns
+        load_k, _ = operand_lines(launch, kk.expr, [form.b(c0), form.b(c1), form.col("rs"), form.row("re")],
+                                  form.mask("re", "E", "rs", "S"), other="0.0", var="kt", exact=True,
+                                  full=form.full("BLOCK_E", "BLOCK_S"))
+        load_v, _ = operand_lines(launch, v.expr, form.coords(c0, c1, "rs", "rv"), form.mask("rs", "S", "rv", "EV"),
+                                  other="0.0", var="v", exact=True, full=form.full("BLOCK_S", "BLOCK_V"))
+        out_coords = form.coords(c0, c1, "rl", "rv")
+        full = form.full("BLOCK_L", "BLOCK_V")
         epi, value = operand_lines(launch, k.expr, out_coords, "mask", other="0.0", full=full)
         target = k.target.leaf()
         out = launch.pointer(target, hint="out")
         off = store_offset(launch, target, out_coords, None, full)
-        bl, bs = (pow2(seq_l, 16, 64), pow2(seq_l, 16, 128)), (pow2(seq_s, 16, 64), pow2(seq_s, 16, 128))
-        be, bv = pow2(e, 16), pow2(ev, 16)
-        bb = (_batch_block(b * h, bl[0] * max(bs[0], be, bv), 4096),
-              _batch_block(b * h, bl[1] * max(bs[1], be, bv), 65536))
-        src = render("attention.py.j2", name=name,
-                     signature=launch.signature(["BLOCK_B", "BLOCK_L", "BLOCK_S", "BLOCK_E", "BLOCK_V"]),
-                     comment=self.describe(k), batch_lines=batch, load_q=load_q[0], load_k=load_k[0],
-                     load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
+        src = render("attention.py.j2", name=name, signature=launch.signature(_constexprs(consts)),
+                     batched=form.batched, comment=self.describe(k), batch_lines=batch, load_q=load_q[0],
+                     load_k=load_k[0], load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
                      epilogue=epi, out=out, out_off=off, value=value)
-        grid = f"(triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({b * h}, BLOCK_B),)"
-        return src, launch.call(name, grid, {"BLOCK_B": bb, "BLOCK_L": bl, "BLOCK_S": bs, "BLOCK_E": be,
-                                             "BLOCK_V": bv})
+        return src, launch.call(name, grid, consts)
 
 
 FAMILIES = (Matmul(), Attention())
