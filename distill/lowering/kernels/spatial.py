@@ -117,14 +117,17 @@ class Pool(Family):
         p_lines = coord_lines(out_shape, "rp", "p", launch, used) + bounds
         w_lines = coord_lines(windows, "rw", "w", launch, used)
         # windows of up to 1024 taps in one tile; longer ones (adaptive pools of long dims: 7038 taps
-        # made [16, 8192] tiles that spilled, 13 ms against eager's 3.9 ms on an H100) are looped over
-        bw = pow2(math.prod(windows), hi=1024)
+        # made [16, 8192] tiles that spilled, 13 ms against eager's 3.9 ms on an H100) are looped over,
+        # without software pipelining (num_stages=1): the first looped form returned wrong maxima and
+        # means on the H100 where the interpreter agreed with torch, so the loop stays the simplest one
+        looped = int(math.prod(windows)) > 1024
+        bw = pow2(math.prod(windows), hi=1024) if looped else pow2(math.prod(windows))
         bp = tuple(max(1, min(pow2(math.prod(out_shape)), max(16, tile // bw))) for tile in (4096, 16384))
         src = render("pool.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_W"]),
                      comment=self.describe(k), p_lines=p_lines, w_lines=w_lines, in_lines=in_lines, load=load,
-                     is_max=is_max, divisor=div, padded=bool(pad), epilogue=epi, out=out, out_off=off, value=value)
+                     is_max=is_max, looped=looped, divisor=div, padded=bool(pad), epilogue=epi, out=out, out_off=off, value=value)
         grid = f"(triton.cdiv({math.prod(out_shape)}, BLOCK_P),)"
-        return src, launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_W": bw})
+        return src, launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_W": bw} | ({"num_stages": 1} if looped else {}))
 
 
 FAMILIES = (Pool(),)
