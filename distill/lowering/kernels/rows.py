@@ -106,6 +106,15 @@ class Rows:
         name = self.launch.pointer(target, hint="out")
         return body, result, name, store_offset(self.launch, target, coords, flat, full)
 
+    def split_launch(self, kernel: str) -> tuple[list[str], str]:
+        """For a first-stage kernel over (row block, chunk) programs: forward's lines up to the choice
+        of SPLIT and CHUNK, and the launch line (the workspace goes between them)."""
+        consts = self.consts()
+        lines = self.launch.call(kernel, f"(triton.cdiv({self.n_rows}, BLOCK_ROWS), SPLIT)", consts)
+        block_rows = text(consts["BLOCK_ROWS"][0], "BLOCK_ROWS")
+        return lines[:-1] + chunk_lines(str(self.R), text(consts["BLOCK_R"][0], "BLOCK_R"),
+                                        row_blocks(self.n_rows, consts["BLOCK_ROWS"][0], block_rows)), lines[-1]
+
     def grid(self) -> str:
         return f"(triton.cdiv({self.n_rows}, BLOCK_ROWS),)"
 
@@ -176,15 +185,11 @@ class Reduce(Family):
                      comment=f"chunk partials of {self.describe(k)}", centered=spec.get("centered", False),
                      stage="partial", parts=spec["parts"], **ctx)
         consts = rows.consts()
-        grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"
-        first = launch.call(part_name(name), grid, consts)
-        block_rows = text(consts["BLOCK_ROWS"][0], "BLOCK_ROWS")
-        lines = first[:-1] + chunk_lines(str(rows.R), text(consts["BLOCK_R"][0], "BLOCK_R"),
-                                         row_blocks(rows.n_rows, consts["BLOCK_ROWS"][0], block_rows))
+        lines, first_launch = rows.split_launch(part_name(name))
         device = f"{launch.args[0]}.device"
         lines += [f"{p} = torch.empty(({rows.n_rows}, SPLIT), device={device}, dtype=torch.{dt})"
                   for p, dt in zip(parts, dtypes)]
-        lines.append(first[-1])
+        lines.append(first_launch)
         # the combining kernel: partials in, the op's result and its epilogue out
         second = Launch(fwd)
         for i, p in enumerate(parts):
@@ -288,13 +293,9 @@ class Normalize(Family):
                      comment=f"chunk statistics of {self.describe(k)}", stage="partial", stats=spec["stats"],
                      negate=spec.get("negate", False), n_stats=n_stats, **ctx)
         consts = rows.consts()
-        grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"
-        launch1 = first.call(part_name(name), grid, consts)
-        block_rows = text(consts["BLOCK_ROWS"][0], "BLOCK_ROWS")
-        lines = launch1[:-1] + chunk_lines(str(rows.R), text(consts["BLOCK_R"][0], "BLOCK_R"),
-                                           row_blocks(rows.n_rows, consts["BLOCK_ROWS"][0], block_rows))
+        lines, first_launch = rows.split_launch(part_name(name))
         lines += [f"{part} = torch.empty((SPLIT, {rows.n_rows}, {n_stats}), device={first.args[0]}.device, "
-                  f"dtype=torch.float32)", launch1[-1]]
+                  f"dtype=torch.float32)", first_launch]
         second = Launch(fwd)
         second.params.append("part_ptr")
         second.args.append(part)
@@ -304,6 +305,7 @@ class Normalize(Family):
         wctx = self._write(k, wrows, spec)
         src2 = render("normalize.py.j2", name=name, signature=second.signature(["BLOCK_ROWS", "BLOCK_R", "BLOCK_S"]),
                       comment=self.describe(k), stage="write", **wctx)
+        grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"  # the write pass: same programs
         launch2 = second.call(name, grid, {**consts, "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
         lines += [ln for ln in launch2 if not ln.startswith(("BLOCK_ROWS =", "BLOCK_R ="))]
         return src + "\n\n" + src2, lines
