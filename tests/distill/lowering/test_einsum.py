@@ -24,3 +24,54 @@ def test_einsum_ops_render_lower_and_verify_alone_and_with_an_epilogue(vpool):
     problems += synth.sample(2, level=3, seed=5, ops=[*EINSUM, "relu", "add", "sum"], shape="anchor_epilogue")
     _, bad = verify_all(vpool, problems, [lower(p).source for p in problems])
     assert not bad, "\n".join(bad)
+
+
+def _bilinear(constraints: tuple[str, ...], seed: int):
+    import dataclasses
+
+    from synth.profiles import OpTarget, load_profile
+
+    config = load_profile("cpu").config()
+    config = dataclasses.replace(config, op_targets={"einsum_bilinear": OpTarget(constraints=constraints)})
+    return synth.sample(1, level=2, seed=seed, ops=["einsum_bilinear", "relu"], config=config,
+                        shape="anchor_epilogue")[0]
+
+
+def test_bilinear_contracts_first_when_both_sides_fill_a_tile_and_forms_pairs_otherwise(vpool):
+    """I and J >= 16: a GEMM over the longer of them per o, the row dot with the other operand as its
+    epilogue, the column tiles' partial sums added in order by a second kernel. A short side keeps
+    the pairs GEMM. Both forms pass the verifier (the CPU lane compiles each kernel for sm_90 too),
+    the contract-first one also with O = 1 and with I and J swapped in length."""
+    import re
+
+    wide = [_bilinear(("I >= 16", "J >= 16", "J > I"), 1), _bilinear(("I >= 16", "J >= 16", "I > J"), 2),
+            _bilinear(("I >= 16", "J >= 16", "O == 1"), 3)]
+    short = _bilinear(("J < 16",), 4)
+    sources = [lower(p).source for p in wide + [short]]
+    for p, src in zip(wide, sources):
+        assert re.findall(r"(\w+_kernel)\[", src) == ["einsum_bilinear_relu_partial_kernel",
+                                                      "einsum_bilinear_relu_kernel"], p.source
+        assert "PARTS = " in src and "tl.atomic" not in src
+    assert "(x1 @ W[o])" not in sources[0] and "x2 @ W[o]^T" in sources[0]  # J longer: contracts j
+    assert "x1 @ W[o]" in sources[1]
+    assert "O = 1" in wide[2].source
+    assert re.findall(r"(\w+_kernel)\[", sources[3]) == ["einsum_bilinear_relu_kernel"]
+    assert "ri = rk // J" in sources[3]
+    _, bad = verify_all(vpool, wide + [short], sources)
+    assert not bad, "\n".join(bad)
+
+
+def test_contract_first_bilinear_runs_at_other_sizes():
+    """The tiles, the column-tile count PARTS and the partial buffer are computed in forward from the
+    sizes it reads: the module lowered at one size matches PyTorch at another."""
+    import re
+
+    from distill.lowering.selfcheck import check
+
+    p = _bilinear(("I >= 16", "J >= 16", "J > I"), 1)
+    src = lower(p).source
+    for dim, size in (("B", 37), ("J", 200)):
+        resized, n = re.subn(rf"^{dim} = \d+$", f"{dim} = {size}", p.source, flags=re.M)
+        assert n == 1
+        res = check(resized, src)
+        assert res.ok, f"{dim} = {size}: {res.message}"
