@@ -15,12 +15,15 @@ Two forms, chosen from the problem's sizes (either is correct at any size):
   [O, I*J]. The first form of all (for each i, x2 @ W[:, i, :]^T with J padded to a tile) spent most
   lanes on padding for a short J: B=110218, I=609, O=38, J=27 took 49 ms against eager's 3.7 ms.
 
-Every product accumulates in fp32 (tf32x3 on tensor cores).
+Every product accumulates in fp32, on tensor cores as three TF32 products: in the contract-first GEMM
+with MIN_ROWS rows or more, W is split into TF32 parts once beforehand (kernels/tf32split.py); else, as
+in the pairs form, Triton's tf32x3 splits both tiles in the loop.
 """
 from __future__ import annotations
 
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
+from distill.lowering.kernels import tf32split
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, operand_lines, pow2, render, store_offset
 from distill.lowering.kernels.split import part_name
 from distill.lowering.planner import Kernel
@@ -59,8 +62,8 @@ class Bilinear(Family):
         over_i = int(i_size) >= int(j)
         left, right = (x1, x2) if over_i else (x2, x1)
         kk, n = (i_size, j) if over_i else (j, i_size)
-        first = Launch(fwd)
         ws = fwd.fresh(f"{k.target.value}_part")
+        first = Launch(fwd)
         first.params.append("part_ptr")
         first.args.append(ws)
         for sym, val in (("B", b), ("O", o), ("K", kk), ("N", n)):
@@ -68,9 +71,22 @@ class Bilinear(Family):
         load_left, _ = operand_lines(first, left.expr, ["rb[:, None]", "rk[None, :]"],
                                      "(rb[:, None] < B) & (rk[None, :] < K)", other="0.0", var="left", exact=True,
                                      full="(BLOCK_B, BLOCK_K)")
-        w_coords = ["o", "rk[:, None]", "rn[None, :]"] if over_i else ["o", "rn[None, :]", "rk[:, None]"]
-        load_w, _ = operand_lines(first, w.expr, w_coords, "(rk[:, None] < K) & (rn[None, :] < N)", other="0.0",
-                                  var="w", exact=True, full="(BLOCK_K, BLOCK_N)")
+        w_mask = "(rk[:, None] < K) & (rn[None, :] < N)"
+        pre_src, pre_lines = "", []
+        split_w = isinstance(w.expr, exprs.Load) and int(b) >= tf32split.MIN_ROWS and \
+            int(o) * int(i_size) * int(j) <= tf32split.INT32_MAX
+        if split_w:
+            # W is re-read by every row tile of the GEMM: split it into TF32 parts once
+            pre_src, pre_lines, hi, lo = tf32split.emit_split(w.expr, tuple(w.space), name[: -len("_kernel")], fwd)
+            first.params += ["w_hi_ptr", "w_lo_ptr"]
+            first.args += [hi, lo]
+            w_off = "o * K * N + " + ("rk[:, None] * N + rn[None, :]" if over_i else "rn[None, :] * K + rk[:, None]")
+            load_w = ["\n        ".join(f"w_{part} = tl.load(w_{part}_ptr + {w_off}, mask={w_mask}, other=0.0)"
+                                         for part in ("hi", "lo"))]
+        else:
+            w_coords = ["o", "rk[:, None]", "rn[None, :]"] if over_i else ["o", "rn[None, :]", "rk[:, None]"]
+            load_w, _ = operand_lines(first, w.expr, w_coords, w_mask, other="0.0", var="w", exact=True,
+                                      full="(BLOCK_K, BLOCK_N)")
         load_right, _ = operand_lines(first, right.expr, ["rb[:, None]", "rn[None, :]"], "tile_mask", other="0.0",
                                       var="right", exact=True, full="(BLOCK_B, BLOCK_N)")
         bb, bn = pow2(b, 16, TILE_MAX), pow2(n, 16, TILE_MAX)
@@ -82,7 +98,8 @@ class Bilinear(Family):
         o_fastest = int(b) * int(i_size) > int(o) * int(i_size) * int(j)
         src1 = render("bilinear.py.j2", stage="partial", name=part_name(name), comment=self.describe(k),
                       signature=first.signature(["BLOCK_B", "BLOCK_N", "BLOCK_K"]), over="i" if over_i else "j",
-                      o_fastest=o_fastest, load_left=load_left[0], load_w=load_w[0], load_right=load_right[0])
+                      o_fastest=o_fastest, load_left=load_left[0], load_w=load_w[0], load_right=load_right[0],
+                      split_w=split_w)
         second = Launch(fwd)
         second.params.append("part_ptr")
         second.args.append(ws)
@@ -96,7 +113,7 @@ class Bilinear(Family):
         src2 = render("bilinear.py.j2", stage="combine", name=name, comment=self.describe(k),
                       signature=second.signature(["BLOCK"]), epilogue=epi, out=out, out_off=off, value=value)
         n_tiles = f"triton.cdiv({b}, BLOCK_B) * triton.cdiv({n}, BLOCK_N) * {o}"
-        lines1 = first.call(part_name(name), f"({n_tiles},)", consts)
+        lines1 = pre_lines + first.call(part_name(name), f"({n_tiles},)", consts)
         bn_text = "BLOCK_N" if isinstance(bn, Sym) else str(bn)
         lines = lines1[:-1] + [
             f"PARTS = triton.cdiv({n}, {bn_text})  # one partial sum of each y per column tile of the GEMM",
@@ -104,7 +121,7 @@ class Bilinear(Family):
             lines1[-1],
         ]
         lines += second.call(name, f"(triton.cdiv({b} * {o}, BLOCK),)", {"BLOCK": 1024})
-        return src1 + "\n\n" + src2, lines
+        return (pre_src + "\n\n" if pre_src else "") + src1 + "\n\n" + src2, lines
 
     def _pairs(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         x1, w, x2 = (k.operands[r] for r in ("x1", "w", "x2"))

@@ -22,6 +22,7 @@ from distill.lowering import exprs, views
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, operand_lines, pow2, render,
                                            store_offset)
+from distill.lowering.kernels import tf32split
 from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import Sym, is_unit, next_pow2, smax, smin
@@ -190,23 +191,44 @@ class Matmul(Family):
         form, consts, grid, programs = self.tiles(b0, b1, m, n, kk)
         if worth_splitting(kk, programs, MIN_K_CHUNK):
             return self._split_k(k, name, fwd, form, consts, grid, programs)
+        varies = tf32split.batch_varies(b.expr)
+        split_b = not form.batched and tf32split.worth_splitting(m, b.space, varies)
+        pre_src, pre_lines = "", []
         launch = Launch(fwd)
+        if split_b:
+            # 128 x 64 tiles at 4 warps: on an H100 the three-product loop ran 5-20% faster so than at
+            # 128 x 128 and 8 warps (bench/matmul_precision_gpu.py)
+            consts = {**consts, "BLOCK_N": pow2(n, 16, TILE_MAX // 2), "num_warps": 4}
+            grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){'' if is_unit(b0 * b1) else f' * {b0 * b1}'},)"
+            pre_src, pre_lines, hi, lo = tf32split.emit_split(b.expr, tf32split.split_shape(b.space, varies),
+                                                              name[: -len("_kernel")], fwd)
+            launch.params += ["b_hi_ptr", "b_lo_ptr"]
+            launch.args += [hi, lo]
         launch.scalar("M", m)
         launch.scalar("N", n)
         launch.scalar("K", kk)
         batch = _batch_lines(launch, b0, b1, form.batched)
-        load_a, load_b = self._loads(k, launch, form, batch)
+        load_a, load_b = self._loads(k, launch, form, batch, split_b and varies)
         bias, epi, value, out, off = self._outputs(k, launch, form, batch)
         src = render("matmul.py.j2", name=name, signature=launch.signature(_constexprs(consts)), batched=form.batched,
                      comment=self.describe(k), batch_lines=batch[0], load_a=load_a, load_b=load_b, bias=bias,
-                     epilogue=epi, out=out, out_off=off, value=value, stage="whole")
-        return src, launch.call(name, grid, consts)
+                     epilogue=epi, out=out, out_off=off, value=value, stage="whole", split_b=split_b)
+        return (pre_src + "\n\n" if pre_src else "") + src, pre_lines + launch.call(name, grid, consts)
 
-    def _loads(self, k: Kernel, launch: Launch, form: _Form, batch: tuple) -> tuple[str, str]:
+    def _loads(self, k: Kernel, launch: Launch, form: _Form, batch: tuple,
+               split: tuple[bool, bool] | None = None) -> tuple[str, str]:
+        """The K step's loads of A and B; with `split` (whether B varies along each batch dim), B's
+        TF32 parts from the dense [B0', B1', K, N] tensors the split kernel wrote."""
         a, b = k.operands["a"], k.operands["b"]
         _, c0, c1 = batch
         load_a, _ = operand_lines(launch, a.expr, form.coords(c0, c1, "rm", "rk"), form.mask("rm", "M", "rk", "K"),
                                   other="0.0", var="a", exact=True, full=form.full("BLOCK_M", "BLOCK_K"))
+        if split:
+            index = "rb" if all(split) else (c0 if split[0] else c1 if split[1] else None)
+            off = (f"{index} * K * N + " if index else "") + "rk[:, None] * N + rn[None, :]"
+            mask = form.mask("rk", "K", "rn", "N")
+            return load_a[0], "\n        ".join(f"b_{part} = tl.load(b_{part}_ptr + {off}, mask={mask}, other=0.0)"
+                                                for part in ("hi", "lo"))
         load_b, _ = operand_lines(launch, b.expr, form.coords(c0, c1, "rk", "rn"), form.mask("rk", "K", "rn", "N"),
                                   other="0.0", var="b", exact=True, full=form.full("BLOCK_K", "BLOCK_N"))
         return load_a[0], load_b[0]
@@ -242,7 +264,8 @@ class Matmul(Family):
         load_a, load_b = self._loads(k, first, form, batch)
         src1 = render("matmul.py.j2", name=part_name(name), signature=first.signature(_constexprs(consts)),
                       batched=form.batched, comment=f"K-chunk partials of {self.describe(k)}", batch_lines=batch[0],
-                      load_a=load_a, load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial")
+                      load_a=load_a, load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial",
+                      split_b=False)
         second = Launch(fwd)
         second.params.append("part_ptr")
         second.args.append(ws)
@@ -254,7 +277,7 @@ class Matmul(Family):
         consts2 = {c: v for c, v in consts.items() if c not in ("BLOCK_K", "GROUP_M", "num_stages")}
         src2 = render("matmul.py.j2", name=name, signature=second.signature(_constexprs(consts2)),
                       batched=form.batched, comment=self.describe(k), batch_lines=batch2[0], load_a="", load_b="",
-                      bias=bias, epilogue=epi, out=out, out_off=off, value=value, stage="combine")
+                      bias=bias, epilogue=epi, out=out, out_off=off, value=value, stage="combine", split_b=False)
         lines1 = first.call(part_name(name), grid[:-2] + ", SPLIT)", consts)
         tiles = str(programs) if _literal(m, n, b0, b1, *consts.values()) else _grid(grid[1:-2], consts)
         lines = lines1[:-1] + chunk_lines(str(kk), text(consts["BLOCK_K"], "BLOCK_K"), tiles, min_chunk=MIN_K_CHUNK)

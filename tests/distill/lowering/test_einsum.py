@@ -26,13 +26,17 @@ def test_einsum_ops_render_lower_and_verify_alone_and_with_an_epilogue(vpool):
     assert not bad, "\n".join(bad)
 
 
-def _bilinear(constraints: tuple[str, ...], seed: int):
+def _bilinear(constraints: tuple[str, ...], seed: int, big: bool = False):
+    """A bilinear form and a relu; `big` allows sizes up to 600 (a batch of MIN_ROWS rows or more)."""
     import dataclasses
 
     from synth.profiles import OpTarget, load_profile
 
     config = load_profile("cpu").config()
     config = dataclasses.replace(config, op_targets={"einsum_bilinear": OpTarget(constraints=constraints)})
+    if big:
+        config = dataclasses.replace(config, dims={"default": (1, 2, 3, 4, 8, 16, 20, 24, 40, 600)},
+                                     max_elements=1 << 18, max_op_flops=1e9)
     return synth.sample(1, level=2, seed=seed, ops=["einsum_bilinear", "relu"], config=config,
                         shape="anchor_epilogue")[0]
 
@@ -75,3 +79,20 @@ def test_contract_first_bilinear_runs_at_other_sizes():
         assert n == 1
         res = check(resized, src)
         assert res.ok, f"{dim} = {size}: {res.message}"
+
+
+def test_contract_first_bilinear_with_many_rows_splits_w_into_tf32_parts_once(vpool):
+    """A batch of MIN_ROWS rows or more re-reads W from every row tile: W is split into TF32 parts by a
+    kernel of its own, and the GEMM runs three TF32 products; contracted over i and over j."""
+    import re
+
+    problems = [_bilinear(("I >= 16", "J >= 16", "B >= 512", "J > I"), 1, big=True),
+                _bilinear(("I >= 16", "J >= 16", "B >= 512", "I > J"), 2, big=True)]
+    sources = [lower(p).source for p in problems]
+    for src in sources:
+        assert re.findall(r"(\w+_kernel)\[", src) == ["einsum_bilinear_relu_split_kernel",
+                                                      "einsum_bilinear_relu_partial_kernel",
+                                                      "einsum_bilinear_relu_kernel"]
+        assert src.count('input_precision="tf32"') == 3 and "w_hi = tl.load(w_hi_ptr" in src
+    _, bad = verify_all(vpool, problems, sources)
+    assert not bad, "\n".join(bad)

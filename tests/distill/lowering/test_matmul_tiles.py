@@ -76,7 +76,9 @@ def test_products_of_large_matrices_take_2d_tiles_and_match_torch(op, launches):
     name = re.findall(r"(\w+_kernel)\[", src)[0]
     body = _kernel(src, name)
     assert "acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" in body
+    # under MIN_ROWS rows of A: B is not split beforehand; Triton's tf32x3 splits both tiles in the loop
     assert 'acc = tl.dot(a, b, acc, input_precision="tf32x3")' in body and "BLOCK_B" not in src
+    assert "_split_kernel" not in src
     # num_warps and num_stages are launch options, not kernel parameters
     assert "num_warps" not in body.split("\n")[0] and "num_stages=3" in src
     res = check(p.source, src)
@@ -87,6 +89,53 @@ def test_products_of_large_matrices_take_2d_tiles_and_match_torch(op, launches):
                                                             min(128, 1 << (n - 1).bit_length()), 32)
     assert kw["num_warps"] == (8 if kw["BLOCK_M"] * kw["BLOCK_N"] >= 128 * 64 else 4) and kw["num_stages"] == 3
     assert kw["GROUP_M"] == 8
+
+
+# A with MIN_ROWS rows or more: B split once into TF32 parts (kernels/tf32split.py), three TF32 products
+SPLIT_B = {
+    "bmm": ("B == 2", "M == 1100", "K == 40", "N == 64"),  # B differs per matrix: parts [2, 1, K, N]
+    "matmul": ("M == 1100", "K == 70", "N == 40"),
+    "linear": ("M == 1100", "K == 64", "out_features == 70", "bias == 1"),  # B = weight.t(), K-contiguous
+    "einsum_tensor_matrix": ("J == 1100", "L == 40", "K == 8"),  # B broadcast over the batch: parts [1, 1, K, N]
+}
+
+
+@pytest.mark.parametrize("op", list(SPLIT_B))
+def test_products_with_many_rows_split_b_once_and_match_torch(op, launches):
+    p = _problem(op, SPLIT_B[op], epilogue=op != "bmm")
+    src = lower(p).source
+    names = re.findall(r"(\w+_kernel)\[", src)
+    assert len(names) == 2 and names[0].endswith("_split_kernel"), names
+    body = _kernel(src, names[1])
+    assert body.count('input_precision="tf32"') == 3 and "tf32x3" not in body
+    assert "b_hi = tl.load(b_hi_ptr" in body and "b_lo = tl.load(b_lo_ptr" in body
+    res = check(p.source, src)
+    assert res.ok, f"{op}: {res.message}"
+    split, main = launches[0][2], launches[1][2]
+    assert (main["BLOCK_N"], main["num_warps"]) == (max(16, min(64, 1 << (p.output_shapes[0][-1] - 1).bit_length())), 4)
+    assert split["BLOCK"] == 1024
+    if op == "bmm":  # and at other sizes: a larger batch, fewer rows (the split form stays correct)
+        res = check(_resized(p.source, B=3, M=7, N=100), src)
+        assert res.ok, res.message
+
+
+def test_split_b_parts_are_exact_tf32_numbers_and_sum_to_b():
+    """The split kernel's hi keeps 10 mantissa bits (a TF32 number: the tensor core's product of two is
+    exact) and hi + lo is B bit for bit."""
+    import torch
+
+    from distill.lowering.selfcheck import load_module
+
+    p = _problem("matmul", SPLIT_B["matmul"])
+    mod = load_module(lower(p).source, "tf_split_check")
+    split = next(getattr(mod, n) for n in dir(mod) if n.endswith("_split_kernel"))
+    torch.manual_seed(0)
+    b = torch.randn(70, 40) * torch.logspace(-20, 20, 40)  # every scale of exponent
+    hi, lo = torch.empty_like(b), torch.empty_like(b)
+    split[(-(-b.numel() // 1024),)](hi, lo, b, n_elements=b.numel(), x1_stride2=40, x1_stride3=1, c_size3=40, BLOCK=1024)
+    assert torch.equal(hi + lo, b)
+    assert int((hi.view(torch.int32) & 0x1FFF).abs().max()) == 0
+    assert bool((lo.abs() <= hi.abs() * 2.0**-10).all())
 
 
 def test_2d_product_matches_torch_resized(launches):
@@ -168,3 +217,13 @@ def test_causal_attention_over_several_query_blocks_matches_torch():
     assert "s_end = tl.minimum(S, (pid_l + 1) * BLOCK_L)" in src
     res = check(p.source, src)
     assert res.ok, res.message
+
+
+def test_split_b_products_pass_the_verifier(vpool):
+    """Through the sandboxed verifier, whose CPU lane also compiles every kernel for sm_90: the split
+    kernel and the three-product loop must compile for a Hopper GPU, not only interpret."""
+    from tests.distill.lowering.conftest import verify_all
+
+    problems = [_problem(op, cons, epilogue=op != "bmm") for op, cons in SPLIT_B.items()]
+    _, bad = verify_all(vpool, problems, [lower(p).source for p in problems])
+    assert not bad, "\n".join(bad)
