@@ -25,7 +25,7 @@ from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec,
 from distill.lowering.kernels import tf32split
 from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import Sym, is_unit, next_pow2, smax, smin
+from distill.lowering.sizes import Sym, is_unit, next_pow2, smax, smin, sprod
 from distill.lowering.views import Step
 
 # K elements per program, at least, when K is split (32 BLOCK_K steps of 16): enough work per
@@ -121,11 +121,26 @@ class Matmul(Family):
     def slot_roles(self, op: Op) -> list[str]:
         return ["bias", "a", "b"] if op.op == "addmm" else ["a", "b"]
 
+    @staticmethod
+    def _folds(op: Op) -> bool:
+        """Whether the product's batch dims fold into M: one B for every matrix of A (a Linear's weight,
+        einsum("bijl,lk->bijk")'s [L, K]), so [..., M, K] @ [K, N] is a single [(... M), K] @ [K, N]
+        GEMM. Lowered per matrix, einsum_tensor_matrix with (215, 10, 10, 609) @ (609, 2896) ran 21,500
+        rows as 2150 matrices of 10 in 3-D tiles: 4.6 ms on an H100, eager 2.5 ms for its whole program."""
+        return op.op == "einsum_tensor_matrix" or (op.op == "linear" and len(op.shape) >= 3)
+
+    @staticmethod
+    def _fold_steps(shape: tuple[int, ...], on: str) -> list[Step]:
+        return [Step("view", (sprod(shape[:-1]), shape[-1]), on)]
+
     def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
         roles = dict(zip(self.slot_roles(op), op.inputs))
         out4 = _lift([], op.shape, op.name)[1] if op.op != "mv" else (1, 1, op.shape[0], 1)
         a_shape = prog.values[roles["a"]].shape
         a_steps, a_space = _lift([], a_shape, roles["a"])
+        if self._folds(op):
+            out4 = (1, 1, sprod(op.shape[:-1]), op.shape[-1])
+            a_steps, a_space = _lift(self._fold_steps(a_shape, roles["a"]), a_shape, roles["a"])
         specs = [OperandSpec("a", roles["a"], tuple(a_steps), a_space)]
         if op.op == "linear":
             w = op.params["weight"]
@@ -144,6 +159,8 @@ class Matmul(Family):
             specs.append(OperandSpec("b", roles["b"], tuple(b_steps), b_space))
         if op.op == "linear" and "bias" in op.params:  # nn.Linear(..., bias=False) has none
             steps = views.along(len(op.shape) - 1, op.shape[-1], op.shape, op.name)
+            if self._folds(op):
+                steps = views.along(1, op.shape[-1], (sprod(op.shape[:-1]), op.shape[-1]), op.name)
             specs.append(OperandSpec("bias", "bias", tuple(_lift(steps, op.params["bias"].shape, op.name)[0]), out4))
         elif op.op == "addmm":
             src = roles["bias"]
@@ -153,6 +170,8 @@ class Matmul(Family):
 
     def out_steps(self, op: Op) -> list[Step]:
         steps = [Step("unsqueeze", (-1,), op.name)] if op.op == "mv" else []
+        if self._folds(op):
+            steps = self._fold_steps(op.shape, op.name)
         return _lift(steps, op.shape, op.name)[0]
 
     def describe(self, k: Kernel) -> str:

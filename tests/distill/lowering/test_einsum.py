@@ -96,3 +96,18 @@ def test_contract_first_bilinear_with_many_rows_splits_w_into_tf32_parts_once(vp
         assert src.count('input_precision="tf32"') == 3 and "w_hi = tl.load(w_hi_ptr" in src
     _, bad = verify_all(vpool, problems, sources)
     assert not bad, "\n".join(bad)
+
+
+def test_tensor_times_matrix_folds_its_batch_into_one_gemm(vpool):
+    """einsum("bijl,lk->bijk") multiplies every [J, L] matrix of x by the same [L, K]: one
+    [(B I J), L] @ [L, K] GEMM in 2-D tiles, through views of x and of the output (a permuted x that
+    cannot be viewed so is stored once first)."""
+    problems = [synth.sample(1, level=2, seed=0, ops=["einsum_tensor_matrix", "relu"], shape="anchor_epilogue")[0],
+                synth.sample(1, level=3, seed=3, ops=["permute", "einsum_tensor_matrix", "relu"])[0]]
+    sources = [lower(p).source for p in problems]
+    for src in sources:
+        assert "acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" in src and "BLOCK_B" not in src
+        assert ".view(B * I * J, L)" in src
+    assert "permute" in problems[1].source and "permute_copy_kernel" in sources[1]
+    _, bad = verify_all(vpool, problems, sources)
+    assert not bad, "\n".join(bad)
