@@ -199,12 +199,12 @@ class Conv(Family):
         if stage != "whole":
             launch.scalar(*(("CHUNK", "CHUNK") if stage == "partial" else ("SPLIT", "SPLIT")))
         ph_lines, base_lines = _phase_lines(geo, launch)
-        in_lines, load_x, load_w = self._gather(k, geo, launch) if stage != "combine" else ([], "", "")
+        pre_lines, in_lines, load_x, load_w = self._gather(k, geo, launch) if stage != "combine" else ([], [], "", "")
         bias, epi, value, out, off = self._outputs(k, geo, launch) if stage != "partial" else ([], [], "", "", "")
         if stage == "combine":
             base_lines = []  # the reduction's first tap and input position per phase
-        used = "\n".join(ph_lines + base_lines + in_lines + [load_x, load_w] + bias + epi + [off])
-        p_lines = coord_lines(geo.p_shape, "rp", "p", launch, used) + ph_lines + base_lines
+        used = "\n".join(ph_lines + base_lines + pre_lines + in_lines + [load_x, load_w] + bias + epi + [off])
+        p_lines = coord_lines(geo.p_shape, "rp", "p", launch, used) + ph_lines + base_lines + pre_lines
         r_lines = coord_lines((geo.cg,) + geo.taps, "rr", "r", launch, used)
         consts = [c for c in geo.consts if stage != "combine" or re.search(rf"\b{c}\b", used)]
         consts += ["NG"] * (stage != "whole") + ["BLOCK_P", "BLOCK_OC"] + ["BLOCK_R"] * (stage != "combine")
@@ -215,33 +215,47 @@ class Conv(Family):
                      epilogue=epi, out=out, out_off=off, value=value)
         return src, launch, consts
 
-    def _gather(self, k: Kernel, geo: _Geometry, launch: Launch) -> tuple[list[str], str, str]:
-        """The reduction step's input positions and mask, and the loads of the input patch and weights."""
+    def _gather(self, k: Kernel, geo: _Geometry, launch: Launch) -> tuple[list[str], list[str], str, str]:
+        """Lines before the reduction loop (the positions' part of each input coordinate and of the
+        x offset), the reduction step's lines (the taps' part, the mask), and the loads of the input
+        patch and the weights.
+
+        Each input coordinate is a position part plus a tap part (in = o * STRIDE - PAD + k * DIL, or a
+        transposed conv's base + o - k * DSTEP), so the x offset is x_p[positions] + x_r[taps]: one add
+        per element of the [BLOCK_R, BLOCK_P] patch, the position part computed once per program. Only
+        the bounds of padded (or transposed) dims are tested per element. Written out per element, the
+        index arithmetic bounded a conv_transpose3d with two output channels on an H100 (65 ms against
+        eager's 5.5 ms)."""
         p, r, dims, transposed = geo.p, geo.r, geo.dims, geo.transposed
         # the x tile's axes: [BLOCK_R, BLOCK_P] when positions are its fast dim, else [BLOCK_P, BLOCK_R]
         xp, xr = ("[None, :]", "[:, None]") if geo.p_fast else ("[:, None]", "[None, :]")
-        in_lines, in_mask = [], [f"p_mask{xp}", f"r_mask{xr}"]
+        pre, in_lines, in_mask = [], [], [f"p_mask{xp}", f"r_mask{xr}"]
         tap_lines, tap_ok = [], ["r_mask"]
-        ins: list[str | None] = []
+        p_in: list[str | None] = []
+        r_in: list[str | None] = []
         for j, d in enumerate(dims):
-            o, kd, low = col(p[1 + j], xp), col(r[1 + j], xr), d.lower()
+            low, pj, rj = d.lower(), p[1 + j], r[1 + j]
             size = launch.scalar(f"IN_{d}", geo.x_shape[2 + j])
             if transposed:
                 gcd = geo.stride[j] // geo.consts[f"STEP_{d}"]
-                tap_lines.append(f"k_{low} = k0_{low}" + (f" + {r[1 + j]} * STEP_{d}" if r[1 + j] else ""))
+                tap_lines.append(f"k_{low} = k0_{low}" + (f" + {rj} * STEP_{d}" if rj else ""))
                 tap_ok.append(f"(k_{low} < KS_{d})" + (f" & (phi_{low} % {gcd} == 0)" if gcd > 1 else ""))
-                in_lines.append(f"in_{low} = base_{low}" + (f" + {o}" if o else "") + (f" - {kd} * DSTEP_{d}" if kd else ""))
+                pp, rr, bounded = f"base_{low}" + (f" + {pj}" if pj else ""), (f"-{rj} * DSTEP_{d}" if rj else None), True
+            else:
+                pp = " - ".join(t for t in (f"{pj} * STRIDE_{d}" if pj else None, f"PAD_{d}" if geo.pad[j] else None) if t)
+                pp = pp if not pp.startswith("PAD") else f"-{pp}"
+                rr, bounded = (f"{rj} * DIL_{d}" if rj else None), bool(geo.pad[j])
+            if pp:
+                pre.append(f"pin_{low} = {pp}")
+            if rr:
+                in_lines.append(f"rin_{low} = {rr}")
+            p_in.append(f"pin_{low}" if pp else None)
+            r_in.append(f"rin_{low}" if rr else None)
+            if bounded:
+                parts = [t for t in (f"pin_{low}" + (xp if pj else "") if pp else None,
+                                     f"rin_{low}{xr}" if rr else None) if t]
+                in_lines.append(f"in_{low} = {' + '.join(parts) or '0'}")
                 in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
-                ins.append(f"in_{low}")
-                continue
-            terms = [t for t in (f"{o} * STRIDE_{d}" if o else None, f"{kd} * DIL_{d}" if kd else None) if t]
-            if not terms and not geo.pad[j]:
-                ins.append(None)  # a single position: index 0
-                continue
-            in_lines.append(f"in_{low} = {' + '.join(terms) or '0'}" + (f" - PAD_{d}" if geo.pad[j] else ""))
-            if geo.pad[j]:
-                in_mask += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
-            ins.append(f"in_{low}")
         if transposed:
             in_lines = tap_lines + ["tap_ok = " + " & ".join(tap_ok)] + in_lines
             in_mask[1] = f"tap_ok{xr}"
@@ -252,12 +266,20 @@ class Conv(Family):
         # the input channel of each reduction lane (g * CG + c within the group)
         if r[0]:
             c_in = f"(g * CG + {r[0]})" if groups > 1 else r[0]
-            x_c, w_c = col(c_in, xr), col(c_in, "[:, None]")
         else:
-            x_c = w_c = ("g * CG" if cg > 1 else "g") if groups > 1 else None
-        x_coords = [col(p[0], xp), x_c] + ins
-        load_x, _ = operand_lines(launch, k.operands["x"].expr, x_coords, "in_mask", other="0.0", var="xv",
-                                  full="(BLOCK_R, BLOCK_P)" if geo.p_fast else "(BLOCK_P, BLOCK_R)", exact=True)
+            c_in = ("g * CG" if cg > 1 else "g") if groups > 1 else None
+        w_c = col(c_in, "[:, None]")
+        x = k.operands["x"].expr
+        name = launch.pointer(x.leaf)
+        x_p = launch.offset(x.leaf, [p[0], None] + p_in)
+        x_r = launch.offset(x.leaf, [None, c_in] + r_in)
+        # a part with no index of its own (one position, or one channel and tap) is a scalar: widen it
+        p_vec = p[0] is not None or any(p[1 + j] for j in range(len(dims)))
+        r_vec = c_in is not None and r[0] is not None or any(r[1 + j] for j in range(len(dims)))
+        pre.append(f"x_p = {x_p}" + ("" if p_vec else " + tl.zeros([BLOCK_P], dtype=tl.int32)"))
+        in_lines.append(f"x_r = {x_r}" + ("" if r_vec else " + tl.zeros([BLOCK_R], dtype=tl.int32)"))
+        up = ".to(tl.float32)" if x.leaf.dtype in ("bf16", "f16") else ""
+        load_x = f"xv = tl.load({name}_ptr + x_p{xp} + x_r{xr}, mask=in_mask, other=0.0){up}"
         if transposed:
             w_taps = [f"k_{d.lower()}" + ("[:, None]" if r[1 + j] else "") for j, d in enumerate(dims)]
             w_coords = [w_c, "roc[None, :]"] + w_taps
@@ -267,7 +289,7 @@ class Conv(Family):
         w_mask = "tap_ok[:, None] & oc_mask[None, :]" if transposed else "r_mask[:, None] & oc_mask[None, :]"
         load_w, _ = operand_lines(launch, k.operands["w"].expr, w_coords, w_mask,
                                   other="0.0", var="wv", exact=True, full="(BLOCK_R, BLOCK_OC)")
-        return in_lines, load_x[0], load_w[0]
+        return pre, in_lines, load_x, load_w[0]
 
     def _outputs(self, k: Kernel, geo: _Geometry, launch: Launch) -> tuple[list[str], list[str], str, str, str]:
         """The bias and epilogue lines over the finished tile, and the store's target and offset."""
