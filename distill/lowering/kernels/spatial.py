@@ -13,7 +13,7 @@ from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render, store_offset)
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import Sym, is_unit
+from distill.lowering.sizes import Sym
 
 NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
@@ -64,19 +64,13 @@ class Pool(Family):
             consts |= {f"DIL_{d}": dil for d in dims}
         p = coord_names(out_shape, "rp", "p")
         w = coord_names(windows, "rw", "w")
-        # positions along the tile's fast dim when neighbouring outputs read input nearly as densely as
-        # a window's run of taps does (a warp's loads then coalesce): stride s against a run of kw taps
-        # `dil` apart, about 8 elements of each sector-aligned run wasted
-        kw, step = int(windows[-1]), 1 if adaptive else a["stride"]
-        p_fast = not adaptive and not is_unit(out_shape[-1]) and kw * dil + 8 > step * kw
-        P_, W_ = ("[None, :]", "[:, None]") if p_fast else ("[:, None]", "[None, :]")
         in_lines: list[str] = []
         bounds: list[str] = []
-        valid = [f"p_mask{P_}", f"w_mask{W_}"]
+        valid = ["p_mask[:, None]", "w_mask[None, :]"]
         ins: list[str | None] = []
         divisor = []
         for j, d in enumerate(dims):
-            o, kd, low = p[2 + j], col(w[j], W_), d.lower()
+            o, kd, low = p[2 + j], col(w[j], "[None, :]"), d.lower()
             size = launch.scalar(f"IN_{d}", x_shape[2 + j])
             if adaptive and o is None:
                 # a single output along this dim: its window is the whole input dim
@@ -91,12 +85,12 @@ class Pool(Family):
                 # the window's bounds depend on the position only: computed once, before the tap loop
                 bounds += [f"start_{low} = ({o} * {size}) // {osz}",
                            f"end_{low} = (({o} + 1) * {size} + {osz} - 1) // {osz}"]
-                in_lines.append(f"in_{low} = start_{low}{P_}" + (f" + {kd}" if kd else ""))
-                valid.append(f"(in_{low} < end_{low}{P_})")
+                in_lines.append(f"in_{low} = start_{low}[:, None]" + (f" + {kd}" if kd else ""))
+                valid.append(f"(in_{low} < end_{low}[:, None])")
                 divisor.append(f"(end_{low} - start_{low})")
             else:
                 tap = f"{kd} * DIL_{d}" if kd and dil != 1 else kd
-                parts = [t for t in (f"{o}{P_} * STRIDE_{d}" if o else None, tap) if t]
+                parts = [t for t in (f"{o}[:, None] * STRIDE_{d}" if o else None, tap) if t]
                 if not parts and not pad:
                     ins.append(None)
                     continue
@@ -105,11 +99,11 @@ class Pool(Family):
                     valid += [f"(in_{low} >= 0)", f"(in_{low} < {size})"]
             ins.append(f"in_{low}")
         in_lines.append("valid = " + " & ".join(valid))
-        x_coords = [col(p[0], P_), col(p[1], P_)] + ins
+        x_coords = [col(p[0], "[:, None]"), col(p[1], "[:, None]")] + ins
         fill = 'float("-inf")' if is_max else "0.0"
         x = k.operands["x"].expr
-        load, res = operand_lines(launch, x, x_coords, "valid", other=fill, var="xv",
-                                  full="(BLOCK_W, BLOCK_P)" if p_fast else "(BLOCK_P, BLOCK_W)", exact=True)
+        load, res = operand_lines(launch, x, x_coords, "valid", other=fill, var="xv", full="(BLOCK_P, BLOCK_W)",
+                                  exact=True)
         if not isinstance(x, exprs.Load):
             load.append(f"xv = tl.where(valid, {res}, {fill})")
         out_coords = list(p)
@@ -131,8 +125,7 @@ class Pool(Family):
         bp = tuple(max(1, min(pow2(math.prod(out_shape)), max(16, tile // bw))) for tile in (4096, 16384))
         src = render("pool.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_W"]),
                      comment=self.describe(k), p_lines=p_lines, w_lines=w_lines, in_lines=in_lines, load=load,
-                     is_max=is_max, looped=looped, divisor=div, padded=bool(pad), epilogue=epi, out=out, out_off=off, value=value,
-                     p_fast=p_fast)
+                     is_max=is_max, looped=looped, divisor=div, padded=bool(pad), epilogue=epi, out=out, out_off=off, value=value)
         grid = f"(triton.cdiv({math.prod(out_shape)}, BLOCK_P),)"
         return src, launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_W": bw} | ({"num_stages": 1} if looped else {}))
 
