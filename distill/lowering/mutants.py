@@ -121,7 +121,7 @@ EXTENT_BLOCK = {"n_elements": "BLOCK", "n_rows": "BLOCK_ROWS", "R": "BLOCK_R", "
 
 # extents along which each family's stores are masked
 STORE_EXTENTS = {"pointwise": ("n_elements",), "reduce": ("n_rows",), "normalize": ("n_rows", "R"),
-                 "scan": ("n_rows", "R"), "matmul": ("M", "N", "BATCH"), "attention": ("L", "EV", "BATCH"),
+                 "scan": ("n_rows", "R"), "matmul": ("M", "N", "BATCH"), "gemv": ("M",), "attention": ("L", "EV", "BATCH"),
                  "conv": ("P", "OCG"), "pool": ("P",), "loss": ("n_rows",)}
 
 
