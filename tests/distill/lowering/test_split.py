@@ -45,3 +45,21 @@ def test_long_rows_split_and_verify(vpool):
 @pytest.mark.slow
 def test_long_scans_with_a_combine_split_and_verify(vpool):
     _check(vpool, SLOW)
+
+
+def test_mv_runs_at_other_sizes():
+    """mv's row reduction (kernels/gemv.py) computes its tiles, SPLIT and CHUNK in forward: lowered with a
+    split K, the same module matches PyTorch with fewer columns (SPLIT = 1) and with more rows."""
+    from distill.lowering.selfcheck import check
+
+    p = _problem(["mv"], (3, 40000))
+    src = lower(p).source
+    assert "mv_partial_kernel[" in src
+    m, k = p.input_shapes[0]
+    for rows, cols in ((m, 500), (70, k // 2)):
+        resized = p.source
+        for name, size in (("M", rows), ("K", cols)):
+            resized = re.sub(rf"^{name} = \d+$", f"{name} = {size}", resized, flags=re.M)
+        assert resized != p.source
+        res = check(resized, src)
+        assert res.ok, f"({rows}, {cols}): {res.message}"
