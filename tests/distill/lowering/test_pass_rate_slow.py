@@ -16,6 +16,7 @@ import pytest
 import synth
 from distill.lowering import lower
 from distill.verifier import Verdict
+from distill.verifier.problemio import ProblemError
 from distill.lowering.conditioning import fp32_agrees_with_fp64
 
 
@@ -25,7 +26,15 @@ def test_every_well_conditioned_program_passes(vpool, capsys, level):
     start = time.perf_counter()
     problems = synth.sample(200, level=level, seed=2026 + level)
     verdicts = vpool.verify_many([(p, lower(p).source) for p in problems])
-    # a problem the verifier refuses (ProblemError) or a pool failure is reported like a failed verdict
+    # A problem the verifier refuses (ProblemError: its reference, not the candidate, is at fault) is
+    # reported apart. One can be refused on some draws only: floor(mse_loss(x, y)) of two randn tensors
+    # is 1 or 2 with about even odds, so all three trials agree one run in four and the verifier calls
+    # the problem degenerate (a constant would pass). More than two refusals would be a bug, not chance.
+    refused = [(p, v) for p, v in zip(problems, verdicts) if isinstance(v, ProblemError)]
+    assert len(refused) <= 2, [f"{p.problem_id} {p.ops}: {v}" for p, v in refused]
+    problems = [p for p, v in zip(problems, verdicts) if not isinstance(v, ProblemError)]
+    verdicts = [v for v in verdicts if not isinstance(v, ProblemError)]
+    # a pool failure is reported like a failed verdict
     verdicts = [v if isinstance(v, Verdict) else SimpleNamespace(status=type(v).__name__, reason=str(v))
                 for v in verdicts]
     fair = [fp32_agrees_with_fp64(p) for p in problems]
@@ -43,4 +52,6 @@ def test_every_well_conditioned_program_passes(vpool, capsys, level):
               f"in {time.perf_counter() - start:.0f} s")
         for p, v in ill:
             print(f"  ill-conditioned {p.problem_id} {p.ops}: {v.status}")
+        for p, v in refused:
+            print(f"  refused by the verifier {p.problem_id} {p.ops}: {v}")
     assert not bad, "\n".join(bad)
