@@ -148,6 +148,12 @@ class Launch:
         self.args.append(self.view_of[name])
         return name
 
+    def buffer(self, param: str, arg: str) -> None:
+        """A pointer parameter `param` fed by a tensor forward allocates itself (`arg`: a partials
+        workspace, a split operand), not by a program value seen through views."""
+        self.params.append(param)
+        self.args.append(arg)
+
     def scalar(self, name: str, value: Any) -> str:
         if name not in self._taken:
             self._taken.add(name)

@@ -64,8 +64,7 @@ class Bilinear(Family):
         kk, n = (i_size, j) if over_i else (j, i_size)
         ws = fwd.fresh(f"{k.target.value}_part")
         first = Launch(fwd)
-        first.params.append("part_ptr")
-        first.args.append(ws)
+        first.buffer("part_ptr", ws)
         for sym, val in (("B", b), ("O", o), ("K", kk), ("N", n)):
             first.scalar(sym, val)
         load_left, _ = operand_lines(first, left.expr, ["rb[:, None]", "rk[None, :]"],
@@ -78,8 +77,8 @@ class Bilinear(Family):
         if split_w:
             # W is re-read by every row tile of the GEMM: split it into TF32 parts once
             pre_src, pre_lines, hi, lo = tf32split.emit_split(w.expr, tuple(w.space), name[: -len("_kernel")], fwd)
-            first.params += ["w_hi_ptr", "w_lo_ptr"]
-            first.args += [hi, lo]
+            first.buffer("w_hi_ptr", hi)
+            first.buffer("w_lo_ptr", lo)
             w_off = "o * K * N + " + ("rk[:, None] * N + rn[None, :]" if over_i else "rn[None, :] * K + rk[:, None]")
             load_w = ["\n        ".join(f"w_{part} = tl.load(w_{part}_ptr + {w_off}, mask={w_mask}, other=0.0)"
                                          for part in ("hi", "lo"))]
@@ -101,8 +100,7 @@ class Bilinear(Family):
                       o_fastest=o_fastest, load_left=load_left[0], load_w=load_w[0], load_right=load_right[0],
                       split_w=split_w)
         second = Launch(fwd)
-        second.params.append("part_ptr")
-        second.args.append(ws)
+        second.buffer("part_ptr", ws)
         for sym, val in (("B", b), ("O", o), ("PARTS", "PARTS")):
             second.scalar(sym, val)
         coords, full = ["rb", "ro"], "(BLOCK,)"

@@ -190,8 +190,7 @@ class Conv(Family):
         constexpr names. Each stage declares only the pointers and sizes it reads."""
         launch = Launch(fwd)
         if ws is not None:
-            launch.params.append("part_ptr")
-            launch.args.append(ws)
+            launch.buffer("part_ptr", ws)
         launch.scalar("P", geo.n_p)
         launch.scalar("OCG", geo.ocg)
         if stage != "combine":
@@ -275,7 +274,7 @@ class Conv(Family):
         x_r = launch.offset(x.leaf, [None, c_in] + r_in)
         # a part with no index of its own (one position, or one channel and tap) is a scalar: widen it
         p_vec = p[0] is not None or any(p[1 + j] for j in range(len(dims)))
-        r_vec = c_in is not None and r[0] is not None or any(r[1 + j] for j in range(len(dims)))
+        r_vec = r[0] is not None or any(r[1 + j] for j in range(len(dims)))
         pre.append(f"x_p = {x_p}" + ("" if p_vec else " + tl.zeros([BLOCK_P], dtype=tl.int32)"))
         in_lines.append(f"x_r = {x_r}" + ("" if r_vec else " + tl.zeros([BLOCK_R], dtype=tl.int32)"))
         up = ".to(tl.float32)" if x.leaf.dtype in ("bf16", "f16") else ""

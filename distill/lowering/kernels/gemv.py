@@ -10,6 +10,7 @@ stores its partial sums, a second kernel adds them in a fixed order, then the ep
 """
 from __future__ import annotations
 
+from distill.lowering import exprs
 from distill.lowering.kernels.base import Forward, Launch, operand_lines, pow2, render, store_offset
 from distill.lowering.kernels.matmul import Matmul
 from distill.lowering.kernels.split import chunk_lines, part_name, row_blocks, text, worth_splitting
@@ -48,16 +49,14 @@ def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
 def _split(k: Kernel, name: str, fwd: Forward, m: int, kk: int, consts: dict) -> tuple[str, list[str]]:
     ws = fwd.fresh(f"{k.target.value}_part")
     first = Launch(fwd)
-    first.params.append("part_ptr")
-    first.args.append(ws)
+    first.buffer("part_ptr", ws)
     body = _body(k, first, m, kk)
     first.scalar("CHUNK", "CHUNK")
     first.scalar("SPLIT", "SPLIT")
     src1 = render("gemv.py.j2", name=part_name(name), stage="partial", comment=f"K-chunk partials of {_describe(k)}",
                   signature=first.signature(["BLOCK_M", "BLOCK_K"]), load_a=body[0], load_x=body[1])
     second = Launch(fwd)
-    second.params.append("part_ptr")
-    second.args.append(ws)
+    second.buffer("part_ptr", ws)
     second.scalar("M", m)
     second.scalar("SPLIT", "SPLIT")
     epi, value, out, off = _outputs(k, second)
@@ -94,8 +93,6 @@ def _outputs(k: Kernel, launch: Launch) -> tuple[list[str], str, str, str]:
 
 
 def _describe(k: Kernel) -> str:
-    from distill.lowering import exprs
-
     what = f"mv({exprs.describe(k.operands['a'].expr)}, {exprs.describe(k.operands['b'].expr)})"
     return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
 

@@ -83,8 +83,7 @@ class Loss(Family):
                what: str) -> tuple[str, list[str]]:
         """The second kernel: the partials summed in a fixed order, divided by `denom`, epilogue, store."""
         launch = Launch(fwd)
-        launch.params.append("part_ptr")
-        launch.args.append(part)
+        launch.buffer("part_ptr", part)
         launch.scalar("n_parts", n_parts)
         denom_name = launch.scalar("denom", denom)
         target = k.target.leaf()
@@ -102,8 +101,7 @@ class Loss(Family):
         space = k.operands["x"].space
         n = _prod(space)
         part = fwd.fresh(f"{k.target.value}_part")
-        launch.params.append("part_ptr")
-        launch.args.append(part)
+        launch.buffer("part_ptr", part)
         launch.scalar("n_elements", n)
         launch.scalar("CHUNK", "CHUNK")
         leaves = [lf for o in k.operands.values() for lf in exprs.leaves(o.expr)]

@@ -221,8 +221,8 @@ class Matmul(Family):
             grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){'' if is_unit(b0 * b1) else f' * {b0 * b1}'},)"
             pre_src, pre_lines, hi, lo = tf32split.emit_split(b.expr, tf32split.split_shape(b.space, varies),
                                                               name[: -len("_kernel")], fwd)
-            launch.params += ["b_hi_ptr", "b_lo_ptr"]
-            launch.args += [hi, lo]
+            launch.buffer("b_hi_ptr", hi)
+            launch.buffer("b_lo_ptr", lo)
         launch.scalar("M", m)
         launch.scalar("N", n)
         launch.scalar("K", kk)
@@ -275,8 +275,7 @@ class Matmul(Family):
         n = k.operands["b"].space[3]
         ws = fwd.fresh(f"{k.target.value}_part")
         first = Launch(fwd)
-        first.params.append("part_ptr")
-        first.args.append(ws)
+        first.buffer("part_ptr", ws)
         for s, v in (("M", m), ("N", n), ("K", kk), ("CHUNK", "CHUNK")):
             first.scalar(s, v)
         batch = _batch_lines(first, b0, b1, True)
@@ -286,8 +285,7 @@ class Matmul(Family):
                       load_a=load_a, load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial",
                       split_b=False)
         second = Launch(fwd)
-        second.params.append("part_ptr")
-        second.args.append(ws)
+        second.buffer("part_ptr", ws)
         for s, v in (("M", m), ("N", n), ("SPLIT", "SPLIT")):
             second.scalar(s, v)
         batch2 = _batch_lines(second, b0, b1, True)

@@ -176,8 +176,7 @@ class Reduce(Family):
         dtypes = spec.get("parts_dtype", ["float32"] * n_parts)
         parts = [fwd.fresh(f"{k.target.value}_part{i}") for i in range(n_parts)]
         for i, p in enumerate(parts):
-            launch.params.append(f"part{i}_ptr")
-            launch.args.append(p)
+            launch.buffer(f"part{i}_ptr", p)
         for s in ("SPLIT", "CHUNK"):
             launch.scalar(s, s)
         ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"]), ("tile",))
@@ -193,8 +192,7 @@ class Reduce(Family):
         # the combining kernel: partials in, the op's result and its epilogue out
         second = Launch(fwd)
         for i, p in enumerate(parts):
-            second.params.append(f"part{i}_ptr")
-            second.args.append(p)
+            second.buffer(f"part{i}_ptr", p)
         crows = Rows(second, rows.space, rows.k)
         for s in ("SPLIT", "CHUNK"):
             second.scalar(s, s)
@@ -284,8 +282,7 @@ class Normalize(Family):
         part = fwd.fresh(f"{k.target.value}_stats")
         first = rows.launch
         tile = rows.tile({"x": k.operands["x"].expr})
-        first.params.append("part_ptr")
-        first.args.append(part)
+        first.buffer("part_ptr", part)
         for s in ("SPLIT", "CHUNK"):
             first.scalar(s, s)
         ctx = rows.finish(dict(tile=tile), ("tile",))
@@ -297,8 +294,7 @@ class Normalize(Family):
         lines += [f"{part} = torch.empty((SPLIT, {rows.n_rows}, {n_stats}), device={first.args[0]}.device, "
                   f"dtype=torch.float32)", first_launch]
         second = Launch(fwd)
-        second.params.append("part_ptr")
-        second.args.append(part)
+        second.buffer("part_ptr", part)
         wrows = Rows(second, rows.space, rows.k)
         for s in ("SPLIT", "CHUNK"):
             second.scalar(s, s)

@@ -60,8 +60,7 @@ class Scan(Family):
         epi, value, out, off = rows.out(k, per_row=False)
         if split:
             for i, p in enumerate(parts):
-                launch.params.append(f"part{i}_ptr")
-                launch.args.append(p)
+                launch.buffer(f"part{i}_ptr", p)
             launch.scalar("SPLIT", "SPLIT")
             launch.scalar("CHUNK", "CHUNK")
         ctx = rows.finish(dict(tile=tile, epilogue=epi, out=out, out_off=off, value=value), ("tile",))
@@ -75,8 +74,7 @@ class Scan(Family):
         frows = Rows(first, x.space, len(x.space) - 1)
         ftile = frows.tile({"x": x.expr})
         for i, p in enumerate(parts):
-            first.params.append(f"part{i}_ptr")
-            first.args.append(p)
+            first.buffer(f"part{i}_ptr", p)
         first.scalar("SPLIT", "SPLIT")
         first.scalar("CHUNK", "CHUNK")
         fctx = frows.finish(dict(tile=ftile), ("tile",))

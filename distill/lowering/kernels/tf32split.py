@@ -54,8 +54,8 @@ def emit_split(b: exprs.Node, shape: tuple[int, ...], name: str, fwd: Forward) -
     allocates (dense `shape`, fp32)."""
     hi, lo = fwd.fresh(f"{name}_b_hi"), fwd.fresh(f"{name}_b_lo")
     launch = Launch(fwd)
-    launch.params += ["hi_ptr", "lo_ptr"]
-    launch.args += [hi, lo]
+    launch.buffer("hi_ptr", hi)
+    launch.buffer("lo_ptr", lo)
     numel = " * ".join(str(s) for s in shape if not is_unit(s)) or "1"
     launch.scalar("n_elements", numel)
     coords = coord_names(shape, "e", "c")
