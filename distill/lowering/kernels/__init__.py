@@ -7,9 +7,9 @@ FAMILIES: dict[str, Family] = {}
 
 
 def _register() -> None:
-    from distill.lowering.kernels import bilinear, conv, gemv, index, losses, matmul, rows, scans, spatial
+    from distill.lowering.kernels import attention, bilinear, conv, gemv, index, losses, matmul, rows, scans, spatial
 
-    for fam in (*rows.FAMILIES, *scans.FAMILIES, *losses.FAMILIES, *matmul.FAMILIES, *conv.FAMILIES, *spatial.FAMILIES,
+    for fam in (*rows.FAMILIES, *scans.FAMILIES, *losses.FAMILIES, *matmul.FAMILIES, *attention.FAMILIES, *conv.FAMILIES, *spatial.FAMILIES,
                 *index.FAMILIES, *bilinear.FAMILIES, *gemv.FAMILIES):
         FAMILIES[fam.name] = fam
 

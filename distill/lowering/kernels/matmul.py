@@ -1,4 +1,5 @@
-"""Matrix products (matmul, bmm, matmul4d, linear, addmm, mv, the einsum patterns) and scaled dot-product attention.
+"""Matrix products (matmul, bmm, matmul4d, linear, addmm, the einsum patterns); their tile forms and
+helpers are shared with kernels/attention.py and kernels/gemv.py.
 
 All products are seen as batched `[B0, B1, M, K] @ [B0, B1, K, N]` through views in forward
 (`unsqueeze` adds batch dims, `weight.t()` feeds nn.Linear's weight); a bias (Linear's, or addmm's
@@ -14,7 +15,6 @@ either form is correct at any size.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -25,7 +25,7 @@ from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec,
 from distill.lowering.kernels import tf32split
 from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import Sym, is_unit, next_pow2, smax, smin, sprod
+from distill.lowering.sizes import Sym, is_unit, smax, smin, sprod
 from distill.lowering.views import Step
 
 # K elements per program, at least, when K is split (32 BLOCK_K steps of 16): enough work per
@@ -35,12 +35,10 @@ MIN_K_CHUNK = 512
 # operands take (128 + 128) * 32 * 4 = 32 KiB a stage; compiled for sm_90 the 128 x 128 kernel
 # takes 96 KiB of shared memory, well under the H100's 227 KiB per block.
 TILE_MAX, K_STEP, STAGES, GROUP_M = 128, 32, 3, 8
-# attention: head dims wider than this are chunked (E) or split across programs (EV)
-HEAD_MAX = 128
 
 
 @dataclass(frozen=True)
-class _Form:
+class TileForm:
     """How a kernel indexes its tiles: 3-D `[BLOCK_B, rows, cols]` when BLOCK_B matrices share a
     program (`guard` masks the batch edge), else 2-D `[rows, cols]` with a scalar batch index."""
 
@@ -74,7 +72,7 @@ def _lift(steps: list[Step], shape: tuple[int, ...], on: str) -> tuple[list[Step
     return steps, (1,) * (4 - len(shape)) + tuple(shape)
 
 
-def _batch_lines(launch: Launch, b0: int, b1: int, batch_param: bool) -> tuple[list[str], str | None, str | None]:
+def batch_lines(launch: Launch, b0: int, b1: int, batch_param: bool) -> tuple[list[str], str | None, str | None]:
     """Coordinates of the program's batch index `rb` in the two batch dims (None when size 1)."""
     if batch_param:
         launch.scalar("BATCH", b0 * b1)
@@ -84,17 +82,17 @@ def _batch_lines(launch: Launch, b0: int, b1: int, batch_param: bool) -> tuple[l
     return [], ("rb" if not is_unit(b0) else None), ("rb" if not is_unit(b1) else None)
 
 
-def _batch_block(batch: int, tile: int, budget: int) -> int:
+def batch_block(batch: int, tile: int, budget: int) -> int:
     """Matrices per program: as many as fit `budget` elements of tile (a power of two, as `tile` is)."""
     return smax(1, smin(pow2(batch), budget // tile))
 
 
-def _named(x: int, name: str) -> int:
+def named(x: int, name: str) -> int:
     """A tile forward computes (a Sym) as the variable forward holds it in; a literal stays one."""
     return Sym(int(x), name) if isinstance(x, Sym) else x
 
 
-def _pick(x: int, limit: int, small: int, large: int) -> int:
+def pick(x: int, limit: int, small: int, large: int) -> int:
     """`small if x <= limit else large`, written so in forward when x is read at run time."""
     value = small if int(x) <= limit else large
     if not isinstance(x, Sym):
@@ -102,7 +100,7 @@ def _pick(x: int, limit: int, small: int, large: int) -> int:
     return Sym(value, f"{small} if {x} <= {limit} else {large}", 0)
 
 
-def _literal(*xs: int) -> bool:
+def literal(*xs: int) -> bool:
     return not any(isinstance(x, Sym) for x in xs)
 
 
@@ -182,26 +180,26 @@ class Matmul(Family):
         return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
 
     @staticmethod
-    def tiles(b0: int, b1: int, m: int, n: int, kk: int) -> tuple[_Form, dict, str, int]:
+    def tiles(b0: int, b1: int, m: int, n: int, kk: int) -> tuple[TileForm, dict, str, int]:
         """The kernel form, its constants (constexprs, then launch options), forward's grid and the
         number of programs at this problem's sizes. 3-D when output tiles of up to 64 x 64 leave room
         for two matrices or more in 4096 elements; else 2-D, up to 128 x 128."""
         batch = b0 * b1
         bm, bn = pow2(m, 16, 64), pow2(n, 16, 64)
-        bb = _batch_block(batch, _named(bm, "BLOCK_M") * _named(bn, "BLOCK_N"), 4096)
+        bb = batch_block(batch, named(bm, "BLOCK_M") * named(bn, "BLOCK_N"), 4096)
         if int(bb) > 1:
             consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": pow2(kk, 16, 32), "BLOCK_B": bb}
             grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N) * triton.cdiv({batch}, BLOCK_B),)"
-            return _Form(True), consts, grid, cdiv(m, bm) * cdiv(n, bn) * cdiv(batch, bb)
+            return TileForm(True), consts, grid, cdiv(m, bm) * cdiv(n, bn) * cdiv(batch, bb)
         bm, bn = pow2(m, 16, TILE_MAX), pow2(n, 16, TILE_MAX)
         # 8 warps from 128 x 64 up: tf32x3 holds each A tile twice (its TF32 high and low parts), and
         # compiled for sm_90 a 128 x 64 tile took 255 registers and spilled at 4 warps, 174 at 8
-        warps = _pick(_named(bm, "BLOCK_M") * _named(bn, "BLOCK_N"), TILE_MAX * TILE_MAX // 4, 4, 8)
+        warps = pick(named(bm, "BLOCK_M") * named(bn, "BLOCK_N"), TILE_MAX * TILE_MAX // 4, 4, 8)
         consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": pow2(kk, 16, K_STEP), "GROUP_M": GROUP_M,
                   "num_warps": warps, "num_stages": STAGES}
         per_batch = "" if is_unit(batch) else f" * {batch}"
         grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){per_batch},)"
-        return _Form(False), consts, grid, cdiv(m, bm) * cdiv(n, bn) * int(batch)
+        return TileForm(False), consts, grid, cdiv(m, bm) * cdiv(n, bn) * int(batch)
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         a, b = k.operands["a"], k.operands["b"]
@@ -215,9 +213,10 @@ class Matmul(Family):
         pre_src, pre_lines = "", []
         launch = Launch(fwd)
         if split_b:
-            # 128 x 64 tiles at 4 warps: on an H100 the three-product loop ran 5-20% faster so than at
-            # 128 x 128 and 8 warps (bench/matmul_precision_gpu.py)
-            consts = {**consts, "BLOCK_N": pow2(n, 16, TILE_MAX // 2), "num_warps": 4}
+            # 128 x 64 tiles: on an H100 the three-product loop ran 5-20% faster so than at 128 x 128
+            # (bench/matmul_precision_gpu.py), and 8% (a bmm 2048x1448x64) to 19% (a bmm 1448x6889x2896)
+            # faster at 8 warps than at 4 (bench/candidate_variants_gpu.py)
+            consts = {**consts, "BLOCK_N": pow2(n, 16, TILE_MAX // 2), "num_warps": 8}
             grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){'' if is_unit(b0 * b1) else f' * {b0 * b1}'},)"
             pre_src, pre_lines, hi, lo = tf32split.emit_split(b.expr, tf32split.split_shape(b.space, varies),
                                                               name[: -len("_kernel")], fwd)
@@ -226,15 +225,15 @@ class Matmul(Family):
         launch.scalar("M", m)
         launch.scalar("N", n)
         launch.scalar("K", kk)
-        batch = _batch_lines(launch, b0, b1, form.batched)
+        batch = batch_lines(launch, b0, b1, form.batched)
         load_a, load_b = self._loads(k, launch, form, batch, split_b and varies)
         bias, epi, value, out, off = self._outputs(k, launch, form, batch)
-        src = render("matmul.py.j2", name=name, signature=launch.signature(_constexprs(consts)), batched=form.batched,
+        src = render("matmul.py.j2", name=name, signature=launch.signature(constexprs(consts)), batched=form.batched,
                      comment=self.describe(k), batch_lines=batch[0], load_a=load_a, load_b=load_b, bias=bias,
                      epilogue=epi, out=out, out_off=off, value=value, stage="whole", split_b=split_b)
         return (pre_src + "\n\n" if pre_src else "") + src, pre_lines + launch.call(name, grid, consts)
 
-    def _loads(self, k: Kernel, launch: Launch, form: _Form, batch: tuple,
+    def _loads(self, k: Kernel, launch: Launch, form: TileForm, batch: tuple,
                split: tuple[bool, bool] | None = None) -> tuple[str, str]:
         """The K step's loads of A and B; with `split` (whether B varies along each batch dim), B's
         TF32 parts from the dense [B0', B1', K, N] tensors the split kernel wrote."""
@@ -252,7 +251,7 @@ class Matmul(Family):
                                   other="0.0", var="b", exact=True, full=form.full("BLOCK_K", "BLOCK_N"))
         return load_a[0], load_b[0]
 
-    def _outputs(self, k: Kernel, launch: Launch, form: _Form, batch: tuple) -> tuple[list[str], list[str], str, str, str]:
+    def _outputs(self, k: Kernel, launch: Launch, form: TileForm, batch: tuple) -> tuple[list[str], list[str], str, str, str]:
         _, c0, c1 = batch
         out_coords = form.coords(c0, c1, "rm", "rn")
         full = form.full("BLOCK_M", "BLOCK_N")
@@ -266,7 +265,7 @@ class Matmul(Family):
         off = store_offset(launch, target, out_coords, None, full)
         return bias, epi, value, out, off
 
-    def _split_k(self, k: Kernel, name: str, fwd: Forward, form: _Form, consts: dict, grid: str,
+    def _split_k(self, k: Kernel, name: str, fwd: Forward, form: TileForm, consts: dict, grid: str,
                  programs: int) -> tuple[str, list[str]]:
         """Few output tiles, long K: each (tile, K chunk) program stores its partial tile; a second
         kernel adds the SPLIT partials of each tile in order, then the bias and the epilogue."""
@@ -278,9 +277,9 @@ class Matmul(Family):
         first.buffer("part_ptr", ws)
         for s, v in (("M", m), ("N", n), ("K", kk), ("CHUNK", "CHUNK")):
             first.scalar(s, v)
-        batch = _batch_lines(first, b0, b1, True)
+        batch = batch_lines(first, b0, b1, True)
         load_a, load_b = self._loads(k, first, form, batch)
-        src1 = render("matmul.py.j2", name=part_name(name), signature=first.signature(_constexprs(consts)),
+        src1 = render("matmul.py.j2", name=part_name(name), signature=first.signature(constexprs(consts)),
                       batched=form.batched, comment=f"K-chunk partials of {self.describe(k)}", batch_lines=batch[0],
                       load_a=load_a, load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial",
                       split_b=False)
@@ -288,15 +287,15 @@ class Matmul(Family):
         second.buffer("part_ptr", ws)
         for s, v in (("M", m), ("N", n), ("SPLIT", "SPLIT")):
             second.scalar(s, v)
-        batch2 = _batch_lines(second, b0, b1, True)
+        batch2 = batch_lines(second, b0, b1, True)
         bias, epi, value, out, off = self._outputs(k, second, form, batch2)
         # the combining kernel has no K loop (no K step, no loads to pipeline) and no operand to reuse
         consts2 = {c: v for c, v in consts.items() if c not in ("BLOCK_K", "GROUP_M", "num_stages")}
-        src2 = render("matmul.py.j2", name=name, signature=second.signature(_constexprs(consts2)),
+        src2 = render("matmul.py.j2", name=name, signature=second.signature(constexprs(consts2)),
                       batched=form.batched, comment=self.describe(k), batch_lines=batch2[0], load_a="", load_b="",
                       bias=bias, epilogue=epi, out=out, out_off=off, value=value, stage="combine", split_b=False)
         lines1 = first.call(part_name(name), grid[:-2] + ", SPLIT)", consts)
-        tiles = str(programs) if _literal(m, n, b0, b1, *consts.values()) else _grid(grid[1:-2], consts)
+        tiles = str(programs) if literal(m, n, b0, b1, *consts.values()) else _grid(grid[1:-2], consts)
         lines = lines1[:-1] + chunk_lines(str(kk), text(consts["BLOCK_K"], "BLOCK_K"), tiles, min_chunk=MIN_K_CHUNK)
         lines.append(f"{ws} = torch.empty((SPLIT, {b0 * b1}, {m}, {n}), device={first.args[1]}.device, "
                      f"dtype=torch.float32)")
@@ -305,86 +304,10 @@ class Matmul(Family):
         return src1 + "\n\n" + src2, lines
 
 
-def _constexprs(consts: dict) -> list[str]:
+def constexprs(consts: dict) -> list[str]:
     """The kernel's constexpr parameters: the upper-case constants (num_warps, num_stages are launch options)."""
     return [c for c in ("BLOCK_B", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "BLOCK_L", "BLOCK_S", "BLOCK_E",
                         "BLOCK_V", "E_CHUNKED") if c in consts]
 
 
-class Attention(Family):
-    name = "attention"
-
-    def slot_roles(self, op: Op) -> list[str]:
-        return ["q", "k", "v"]
-
-    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
-        return [OperandSpec(r, v, (), prog.values[v].shape) for r, v in zip(self.slot_roles(op), op.inputs)]
-
-    def describe(self, k: Kernel) -> str:
-        args = ", ".join(exprs.describe(o.expr) for o in k.operands.values())
-        what = f"sdpa({args}, is_causal={k.op.attrs.get('is_causal')})"
-        return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
-
-    @staticmethod
-    def tiles(bh: int, seq_l: int, seq_s: int, e: int, ev: int) -> tuple[_Form, dict, str]:
-        """Tiles within shared memory and registers, the kernel form and forward's grid.
-
-        BLOCK_E and BLOCK_V cover the head dims up to HEAD_MAX; wider ones are chunked (E) or split
-        across programs (EV). BLOCK_L is 64 (less only for shorter L), the M of one warpgroup's
-        wgmma: 32-row tiles fall back to mma.sync, and spilled at 256-wide heads. A key block's loads
-        take (BLOCK_L * BLOCK_E + BLOCK_E * BLOCK_S + BLOCK_S * BLOCK_V) * 4 bytes a stage: 48 KiB at
-        64 + 64 with 64-key blocks and 3 stages; past 128 in all, 32-key blocks, 2 stages and 8 warps
-        (64 KiB a stage at 128 + 128). Compiled for sm_90 (Triton 3.6, to PTX and ptxas): 128 KiB of
-        shared memory and no spills for both; E = EV = 512 (chunked and split), 80 KiB and a few
-        hundred bytes of spills. The whole-head tiles before took 384 KiB there."""
-        be, bv = pow2(e, 16, HEAD_MAX), pow2(ev, 16, HEAD_MAX)
-        ne, nv = _named(be, "BLOCK_E"), _named(bv, "BLOCK_V")
-        width = ne + nv
-        bl = pow2(seq_l, 16, 64)
-        bs = smin(pow2(seq_s, 16), _pick(width, 128, 64, 32))
-        chunked = int(be) < int(e)
-        consts = {"BLOCK_E": be, "BLOCK_V": bv, "BLOCK_L": bl, "BLOCK_S": bs,
-                  "E_CHUNKED": chunked if _literal(be, e) else Sym(chunked, f"{ne} < {e}", 0),
-                  "num_warps": _pick(width, 128, 4, 8), "num_stages": _pick(width, 128, 3, 2)}
-        nl, ns = _named(bl, "BLOCK_L"), _named(bs, "BLOCK_S")
-        per_matrix = nl * ne + ne * ns + ns * nv
-        bb = _batch_block(bh, next_pow2(per_matrix), 4096)
-        tiles = f"triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V)"
-        if int(bb) > 1:
-            consts["BLOCK_B"] = bb
-            return _Form(True, "b_ok"), consts, f"({tiles} * triton.cdiv({bh}, BLOCK_B),)"
-        return _Form(False), consts, f"({tiles}{'' if is_unit(bh) else f' * {bh}'},)"
-
-    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
-        q, kk, v = (k.operands[r] for r in ("q", "k", "v"))
-        b, h, seq_l, e = q.space
-        seq_s, ev = kk.space[2], v.space[3]
-        form, consts, grid = self.tiles(b * h, seq_l, seq_s, e, ev)
-        launch = Launch(fwd)
-        for sym, val in (("L", seq_l), ("S", seq_s), ("E", e), ("EV", ev)):
-            launch.scalar(sym, val)
-        # the 1/sqrt(E) softmax scale follows the head size, so forward computes it
-        launch.scalar("scale", f"{e} ** -0.5" if isinstance(e, Sym) else repr(1.0 / math.sqrt(e)))
-        batch, c0, c1 = _batch_lines(launch, b, h, form.batched)
-        load_q, _ = operand_lines(launch, q.expr, form.coords(c0, c1, "rl", "re"), form.mask("rl", "L", "re", "E"),
-                                  other="0.0", var="q", exact=True, full=form.full("BLOCK_L", "BLOCK_E"))
-        # keys transposed: E along the rows of the tile, S along its columns
-        load_k, _ = operand_lines(launch, kk.expr, [form.b(c0), form.b(c1), form.col("rs"), form.row("re")],
-                                  form.mask("re", "E", "rs", "S"), other="0.0", var="kt", exact=True,
-                                  full=form.full("BLOCK_E", "BLOCK_S"))
-        load_v, _ = operand_lines(launch, v.expr, form.coords(c0, c1, "rs", "rv"), form.mask("rs", "S", "rv", "EV"),
-                                  other="0.0", var="v", exact=True, full=form.full("BLOCK_S", "BLOCK_V"))
-        out_coords = form.coords(c0, c1, "rl", "rv")
-        full = form.full("BLOCK_L", "BLOCK_V")
-        epi, value = operand_lines(launch, k.expr, out_coords, "mask", other="0.0", full=full)
-        target = k.target.leaf()
-        out = launch.pointer(target, hint="out")
-        off = store_offset(launch, target, out_coords, None, full)
-        src = render("attention.py.j2", name=name, signature=launch.signature(_constexprs(consts)),
-                     batched=form.batched, comment=self.describe(k), batch_lines=batch, load_q=load_q[0],
-                     load_k=load_k[0], load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
-                     epilogue=epi, out=out, out_off=off, value=value)
-        return src, launch.call(name, grid, consts)
-
-
-FAMILIES = (Matmul(), Attention())
+FAMILIES = (Matmul(),)

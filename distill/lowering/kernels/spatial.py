@@ -12,6 +12,7 @@ from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render, store_offset)
+from distill.lowering.kernels.split import SMS, cdiv
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import Sym
 
@@ -30,6 +31,18 @@ def _adaptive_window(size_in: int, size_out: int) -> int:
         # read at run time: a bound on every window, ceil(in / out) + 1 (the mask trims each one)
         return (size_in + size_out - 1) // size_out + 1
     return max(-(-((o + 1) * size_in) // size_out) - (o * size_in) // size_out for o in range(size_out))
+
+
+def looped_positions(windows: int) -> int:
+    """BLOCK_P of a looped (long-window) pool: 16 windows a program, fewer while that leaves under 8
+    programs per SM. An adaptive_avg_pool3d to 2x2x2 over (23, 10, 64, 256, 45) has 1840 windows of
+    94K taps: 115 programs of 16 windows left most of an H100 idle (14.0 ms, eager 6.1), one window a
+    program took 0.48 ms; an adaptive_max_pool3d with 7296 windows of 3.2K taps went 4.1 -> 1.8 ms at
+    4 (bench/candidate_variants_gpu.py)."""
+    bp = 16
+    while bp > 1 and cdiv(windows, bp) < 8 * SMS:
+        bp //= 2
+    return bp
 
 
 class Pool(Family):
@@ -122,7 +135,8 @@ class Pool(Family):
         # means on the H100 where the interpreter agreed with torch, so the loop stays the simplest one
         looped = int(math.prod(windows)) > 1024
         bw = pow2(math.prod(windows), hi=1024) if looped else pow2(math.prod(windows))
-        bp = tuple(max(1, min(pow2(math.prod(out_shape)), max(16, tile // bw))) for tile in (4096, 16384))
+        bp = looped_positions(int(math.prod(out_shape))) if looped else \
+            max(1, min(pow2(math.prod(out_shape)), max(16, 4096 // bw)))
         src = render("pool.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_W"]),
                      comment=self.describe(k), p_lines=p_lines, w_lines=w_lines, in_lines=in_lines, load=load,
                      is_max=is_max, looped=looped, divisor=div, padded=bool(pad), epilogue=epi, out=out, out_off=off, value=value)

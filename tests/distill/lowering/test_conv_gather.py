@@ -6,6 +6,7 @@ a position part, computed once per program, plus a tap part. Each module is chec
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -49,3 +50,17 @@ def test_one_tap_convs_keep_positions_on_the_tile_rows():
     assert "xv = tl.load(x0_ptr + x_p[:, None] + x_r[None, :]" in src
     res = check(p.source, src)
     assert res.ok, res.message
+
+
+def test_tiles_keep_the_gather_short_and_widen_many_output_channels():
+    """The gather bounds these kernels (an H100 sweep, kernels/conv.py tiles_for): 16-row reduction
+    steps, 8 warps, and 128-channel tiles once OCG passes 64 so each gathered element feeds more MMA."""
+    narrow = _conv("conv1d", ("out_channels <= 8", "kernel_size >= 3"))
+    wide = _conv("conv1d", ("out_channels >= 65", "kernel_size >= 3"))
+    for p, boc, br in ((narrow, 16, 16), (wide, 128, 32)):
+        src = lower(p).source
+        launch = src[src.index("def forward"):]
+        assert f"BLOCK_OC={boc}" in launch and "num_warps=8" in launch, launch
+        assert re.search(rf"BLOCK_R = min\(max\(.*, 16\), {br}\)|BLOCK_R={br}\b", launch), launch
+        res = check(p.source, src)
+        assert res.ok, res.message

@@ -1,4 +1,4 @@
-"""Tile forms and launch settings of matrix products and attention (kernels/matmul.py).
+"""Tile forms and launch settings of matrix products and attention (kernels/matmul.py, kernels/attention.py).
 
 A product whose matrices fill a tile runs as 2-D tiles and a 2-D tl.dot, which Hopper runs as wgmma
 (a batched 3-D dot compiles to mma.sync: a (32, 2048, 1448) @ (32, 1448, 64) bmm took 3.99 ms that
@@ -17,7 +17,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 import synth
 from distill.lowering import lower
-from distill.lowering.kernels.matmul import HEAD_MAX, Attention
+from distill.lowering.kernels.attention import HEAD_MAX, WIDE_V_MAX, Attention
 from distill.lowering.selfcheck import check
 from synth.profiles import OpTarget, load_profile
 
@@ -112,7 +112,7 @@ def test_products_with_many_rows_split_b_once_and_match_torch(op, launches):
     res = check(p.source, src)
     assert res.ok, f"{op}: {res.message}"
     split, main = launches[0][2], launches[1][2]
-    assert (main["BLOCK_N"], main["num_warps"]) == (max(16, min(64, 1 << (p.output_shapes[0][-1] - 1).bit_length())), 4)
+    assert (main["BLOCK_N"], main["num_warps"]) == (max(16, min(64, 1 << (p.output_shapes[0][-1] - 1).bit_length())), 8)
     assert split["BLOCK"] == 1024
     if op == "bmm":  # and at other sizes: a larger batch, fewer rows (the split form stays correct)
         res = check(_resized(p.source, B=3, M=7, N=100), src)
@@ -192,10 +192,14 @@ def test_attention_tiles_stay_within_shared_memory_at_any_head_size():
             assert consts["BLOCK_E"] <= HEAD_MAX and consts["BLOCK_V"] <= HEAD_MAX
             assert consts["E_CHUNKED"] == (e > HEAD_MAX), (e, consts)
             assert _smem(consts) <= SMEM_BUDGET, (e, ev, consts)
+            # a single query block: the value dim is held whole up to WIDE_V_MAX, tiles still bounded
+            form, consts, _ = Attention.tiles(8, 16, 4096, e, ev)
+            assert consts["BLOCK_V"] <= (WIDE_V_MAX if ev > HEAD_MAX else HEAD_MAX), (e, ev, consts)
+            assert _smem(consts) <= SMEM_BUDGET, (e, ev, consts)
 
 
 def test_wide_head_attention_chunks_e_splits_the_value_dim_and_matches_torch(launches):
-    p = _problem("sdpa", ("E == 200", "V == 300", "L <= 8", "S <= 8"))
+    p = _problem("sdpa", ("E == 200", "V == 300", "L == 40", "S <= 8"))
     src = lower(p).source
     res = check(p.source, src)
     assert res.ok, res.message
@@ -208,6 +212,25 @@ def test_wide_head_attention_chunks_e_splits_the_value_dim_and_matches_torch(lau
     res = check(_resized(p.source, E=40, V=64), src)
     assert res.ok, res.message
     assert (launches[-1][2]["E_CHUNKED"], launches[-1][2]["BLOCK_V"]) == (False, 64)
+
+
+def test_short_queries_take_the_whole_value_dim_in_one_program(launches):
+    """L <= 16 with a value dim past HEAD_MAX: one program per (batch, head) holds all 300 value
+    columns, so the scores are computed once; resized to more queries and a value dim past 1024 the
+    same module runs several query blocks and two value slices, still correct."""
+    p = _problem("sdpa", ("E == 200", "V == 300", "L <= 8", "S <= 8"))
+    src = lower(p).source
+    assert "Short queries, wide values" in src
+    res = check(p.source, src)
+    assert res.ok, res.message
+    grid, kw = launches[0][1], launches[0][2]
+    assert (kw["BLOCK_L"], kw["BLOCK_S"], kw["BLOCK_V"], kw["E_CHUNKED"]) == (16, 16, 512, True)
+    assert _smem(kw) <= SMEM_BUDGET
+    b, h = p.input_shapes[0][:2]
+    assert grid == (b * h,)
+    res = check(_resized(p.source, L=40, V=1100), src)
+    assert res.ok, res.message
+    assert launches[-1][1] == (3 * 2 * b * h,) and launches[-1][2]["BLOCK_V"] == WIDE_V_MAX
 
 
 def test_causal_attention_over_several_query_blocks_matches_torch():

@@ -90,3 +90,18 @@ def test_every_pool_kind_verifies_and_compiles_for_a_gpu(vpool):
     assert all(any(op in p.ops for op in pools) for p in problems)
     _, bad = verify_all(vpool, problems, [lower(p).source for p in problems])
     assert not bad, "\n".join(bad)
+
+
+def test_looped_windows_take_fewer_per_program_when_windows_are_few():
+    """16 windows a program, fewer while that leaves under 8 programs per SM (1056 on an H100): an
+    adaptive pool of a few long windows must not leave most of the machine idle."""
+    from distill.lowering.kernels.spatial import looped_positions
+
+    assert [looped_positions(n) for n in (6, 1840, 7296, 20000, 10 ** 6)] == [1, 1, 4, 16, 16]
+    src = SOURCE.format(expr="F.adaptive_avg_pool3d(x, 2)", shape="2, 3, 60, 20, 10")
+    new_src = lower_source(types.SimpleNamespace(source=src, problem_id="few")).source
+    assert "BLOCK_P=1," in new_src  # 24 windows of 1500 taps
+    ref, new, mod = build(src, new_src, "cpu")
+    x = mod.get_inputs()[0]
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), ref(x), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,112 @@
+"""Scaled dot-product attention, flash style: one kernel streams keys and values past a block of
+queries with an online softmax, so the [L, S] scores never reach memory. It shares matmul's tile
+forms (2-D, or 3-D when many small heads share a program) and its forward-side tile helpers.
+"""
+from __future__ import annotations
+
+import math
+
+from distill.lowering import exprs
+from distill.lowering.ir import Op, Program
+from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, operand_lines, pow2, render, store_offset
+from distill.lowering.kernels.matmul import TileForm, batch_block, batch_lines, constexprs, literal, named, pick
+from distill.lowering.planner import Kernel
+from distill.lowering.sizes import Sym, is_unit, next_pow2, smin
+
+# head dims wider than this are chunked (E) or split across programs (EV)
+HEAD_MAX = 128
+# Short queries (one 16-row block) over a value dim wider than HEAD_MAX: one program takes the whole
+# value dim, up to this wide, instead of splitting it across programs that each recompute the scores.
+# On an H100, sdpa with L = S = 4 or 11 and E = EV = 860-1024 ran 2.3-2.4x faster so (5.56 -> 2.44 ms
+# and 4.20 -> 1.73 ms for the whole problems, bench/candidate_variants_gpu.py); a [16, 1024] fp32
+# accumulator is 64 registers a thread at 8 warps, and a 16-key block of values 64 KiB a stage.
+WIDE_V_MAX = 1024
+
+
+def wide_values(seq_l: int, ev: int) -> bool:
+    return int(seq_l) <= 16 and int(ev) > HEAD_MAX
+
+
+class Attention(Family):
+    name = "attention"
+
+    def slot_roles(self, op: Op) -> list[str]:
+        return ["q", "k", "v"]
+
+    def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
+        return [OperandSpec(r, v, (), prog.values[v].shape) for r, v in zip(self.slot_roles(op), op.inputs)]
+
+    def describe(self, k: Kernel) -> str:
+        args = ", ".join(exprs.describe(o.expr) for o in k.operands.values())
+        what = f"sdpa({args}, is_causal={k.op.attrs.get('is_causal')})"
+        return f"{k.target.value} = {exprs.describe(k.expr, acc=what)}"
+
+    @staticmethod
+    def tiles(bh: int, seq_l: int, seq_s: int, e: int, ev: int) -> tuple[TileForm, dict, str]:
+        """Tiles within shared memory and registers, the kernel form and forward's grid.
+
+        BLOCK_E and BLOCK_V cover the head dims up to HEAD_MAX; wider ones are chunked (E) or split
+        across programs (EV). BLOCK_L is 64 (less only for shorter L), the M of one warpgroup's
+        wgmma: 32-row tiles fall back to mma.sync, and spilled at 256-wide heads. A key block's loads
+        take (BLOCK_L * BLOCK_E + BLOCK_E * BLOCK_S + BLOCK_S * BLOCK_V) * 4 bytes a stage: 48 KiB at
+        64 + 64 with 64-key blocks and 3 stages; past 128 in all, 32-key blocks, 2 stages and 8 warps
+        (64 KiB a stage at 128 + 128). Compiled for sm_90 (Triton 3.6, to PTX and ptxas): 128 KiB of
+        shared memory and no spills for both; E = EV = 512 (chunked and split), 80 KiB and a few
+        hundred bytes of spills. The whole-head tiles before took 384 KiB there."""
+        be = pow2(e, 16, HEAD_MAX)
+        ne = named(be, "BLOCK_E")
+        chunked = int(be) < int(e)
+        e_chunked = chunked if literal(be, e) else Sym(chunked, f"{ne} < {e}", 0)
+        if wide_values(seq_l, ev):
+            consts = {"BLOCK_E": be, "BLOCK_V": pow2(ev, 16, WIDE_V_MAX), "BLOCK_L": 16, "BLOCK_S": 16,
+                      "E_CHUNKED": e_chunked, "num_warps": 8, "num_stages": 2}
+            return TileForm(False), consts, f"(triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V){'' if is_unit(bh) else f' * {bh}'},)"
+        bv = pow2(ev, 16, HEAD_MAX)
+        nv = named(bv, "BLOCK_V")
+        width = ne + nv
+        bl = pow2(seq_l, 16, 64)
+        bs = smin(pow2(seq_s, 16), pick(width, 128, 64, 32))
+        consts = {"BLOCK_E": be, "BLOCK_V": bv, "BLOCK_L": bl, "BLOCK_S": bs, "E_CHUNKED": e_chunked,
+                  "num_warps": pick(width, 128, 4, 8), "num_stages": pick(width, 128, 3, 2)}
+        nl, ns = named(bl, "BLOCK_L"), named(bs, "BLOCK_S")
+        per_matrix = nl * ne + ne * ns + ns * nv
+        bb = batch_block(bh, next_pow2(per_matrix), 4096)
+        tiles = f"triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V)"
+        if int(bb) > 1:
+            consts["BLOCK_B"] = bb
+            return TileForm(True, "b_ok"), consts, f"({tiles} * triton.cdiv({bh}, BLOCK_B),)"
+        return TileForm(False), consts, f"({tiles}{'' if is_unit(bh) else f' * {bh}'},)"
+
+    def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
+        q, kk, v = (k.operands[r] for r in ("q", "k", "v"))
+        b, h, seq_l, e = q.space
+        seq_s, ev = kk.space[2], v.space[3]
+        form, consts, grid = self.tiles(b * h, seq_l, seq_s, e, ev)
+        launch = Launch(fwd)
+        for sym, val in (("L", seq_l), ("S", seq_s), ("E", e), ("EV", ev)):
+            launch.scalar(sym, val)
+        # the 1/sqrt(E) softmax scale follows the head size, so forward computes it
+        launch.scalar("scale", f"{e} ** -0.5" if isinstance(e, Sym) else repr(1.0 / math.sqrt(e)))
+        batch, c0, c1 = batch_lines(launch, b, h, form.batched)
+        load_q, _ = operand_lines(launch, q.expr, form.coords(c0, c1, "rl", "re"), form.mask("rl", "L", "re", "E"),
+                                  other="0.0", var="q", exact=True, full=form.full("BLOCK_L", "BLOCK_E"))
+        # keys transposed: E along the rows of the tile, S along its columns
+        load_k, _ = operand_lines(launch, kk.expr, [form.b(c0), form.b(c1), form.col("rs"), form.row("re")],
+                                  form.mask("re", "E", "rs", "S"), other="0.0", var="kt", exact=True,
+                                  full=form.full("BLOCK_E", "BLOCK_S"))
+        load_v, _ = operand_lines(launch, v.expr, form.coords(c0, c1, "rs", "rv"), form.mask("rs", "S", "rv", "EV"),
+                                  other="0.0", var="v", exact=True, full=form.full("BLOCK_S", "BLOCK_V"))
+        out_coords = form.coords(c0, c1, "rl", "rv")
+        full = form.full("BLOCK_L", "BLOCK_V")
+        epi, value = operand_lines(launch, k.expr, out_coords, "mask", other="0.0", full=full)
+        target = k.target.leaf()
+        out = launch.pointer(target, hint="out")
+        off = store_offset(launch, target, out_coords, None, full)
+        src = render("attention.py.j2", name=name, signature=launch.signature(constexprs(consts)),
+                     batched=form.batched, wide_values=wide_values(seq_l, ev), comment=self.describe(k), batch_lines=batch, load_q=load_q[0],
+                     load_k=load_k[0], load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
+                     epilogue=epi, out=out, out_off=off, value=value)
+        return src, launch.call(name, grid, consts)
+
+
+FAMILIES = (Attention(),)
