@@ -5,6 +5,10 @@ per-row (cross entropy, triplet) terms with their fused prologue and sums them p
 loss cuts the flat elements into chunks (`split.py`: about 4 programs per SM), a row loss gives each
 program BLOCK_ROWS rows. The second sums those partials in a fixed order, divides, applies the
 epilogue and stores the scalar. Fixed order, no atomics: the result is bit-for-bit deterministic.
+Cross entropy over few long rows (19 rows of 881,744 classes: 5 programs of BLOCK_ROWS rows) cuts
+each row into chunks instead (`split.py`): the first kernel stores each (row, chunk)'s online max and
+sum of exp of the logits, and the second combines each row's chunks in a fixed order into its
+logsumexp, subtracts the target class's logit and averages over rows.
 Cosine similarity writes one value per row, so it stays one row-parallel kernel.
 """
 from __future__ import annotations
@@ -16,7 +20,7 @@ from distill.lowering.ir import Op, Program, lowering_table
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render)
 from distill.lowering.kernels.rows import Rows, _describe, _prod
-from distill.lowering.kernels.split import chunk_lines, part_name, text
+from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import is_unit
 
@@ -37,7 +41,19 @@ class Loss(Family):
 
     def describe(self, k: Kernel) -> str:
         args = ", ".join(exprs.describe(o.expr) for o in k.operands.values())
-        return _describe(k, f"{k.op.op}({args})")
+        what = _describe(k, f"{k.op.op}({args})")
+        if k.op.op == "cross_entropy" and self._split_rows(k):
+            what += ("; few long rows, each cut into chunks of classes: a first kernel stores the online max and "
+                     "sum of exp of each (row, chunk)'s logits, a second combines each row's chunks in a fixed "
+                     "order into its logsumexp, subtracts the target class's logit and averages over rows")
+        return what
+
+    @staticmethod
+    def _split_rows(k: Kernel) -> bool:
+        """Whether cross entropy's rows are too few to fill the machine and long enough to cut into
+        chunks (kernels/split.py), with the tiles the row kernel would take."""
+        rows = Rows(Launch(Forward()), k.operands["x"].space, 1)
+        return worth_splitting(rows.R, cdiv(rows.n_rows, rows.block_rows[0]))
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         op = k.op
@@ -52,6 +68,8 @@ class Loss(Family):
         rows = Rows(launch, first.space, 1)
         tile_ops = {r: o.expr for r, o in ops.items() if r != "target"}
         ctx.update(tile=rows.tile(tile_ops))
+        if kind == "cross_entropy" and self._split_rows(k):
+            return self._split_ce(k, name, launch, rows, ctx)
         if kind == "cross_entropy":
             t_body, t = operand_lines(launch, ops["target"].expr, [rows.row_coords[0]], "row_mask", flat="rows",
                                       other="0")
@@ -69,7 +87,7 @@ class Loss(Family):
         launch.args.insert(0, part)
         ctx = rows.finish(ctx, ("tile",))
         ctx["name"] = part_name(name)
-        src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), **ctx)
+        src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), stage="whole", **ctx)
         consts = rows.consts()
         first_lines = launch.call(part_name(name), rows.grid(), consts)
         n_parts = f"triton.cdiv({rows.n_rows}, {text(consts['BLOCK_ROWS'][0], 'BLOCK_ROWS')})"
@@ -78,6 +96,45 @@ class Loss(Family):
                                              f"the mean over rows of {op.op}")
         lines = first_lines[:-1] + [alloc, first_lines[-1]] + total_lines
         return src + "\n\n" + total_src, lines
+
+    def _split_ce(self, k: Kernel, name: str, launch: Launch, rows: Rows, ctx: dict) -> tuple[str, list[str]]:
+        """Few long rows of cross entropy: (row block, chunk) programs store each chunk's online
+        (max, sum of exp) of the logits to an [n_rows, SPLIT, 2] float32 workspace; one program then
+        combines each row's chunks in a fixed order into its logsumexp, subtracts the logit of the
+        target class (gathered as in the unsplit kernel), sums the row losses in a fixed order and
+        divides by the number of rows (mean reduction), then the epilogue."""
+        fwd = launch.fwd
+        ops = k.operands
+        part = fwd.fresh(f"{k.target.value}_part")
+        launch.buffer("part_ptr", part)
+        for s in ("SPLIT", "CHUNK"):
+            launch.scalar(s, s)
+        ctx = rows.finish(ctx, ("tile",))
+        src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
+                     **{**ctx, "name": part_name(name), "comment": f"chunk partials of {ctx['comment']}",
+                        "stage": "partial"})
+        consts = rows.consts()
+        lines, first_launch = rows.split_launch(part_name(name))
+        lines += [f"{part} = torch.empty(({rows.n_rows}, SPLIT, 2), device={part_device(launch)}, "
+                  f"dtype=torch.float32)", first_launch]
+        # the combining kernel: the partials and the target logits in, the mean row loss and its epilogue out
+        second = Launch(fwd)
+        second.buffer("part_ptr", part)
+        crows = Rows(second, rows.space, 1)
+        second.scalar("SPLIT", "SPLIT")
+        t_body, t = operand_lines(second, ops["target"].expr, [crows.row_coords[0]], "row_mask", flat="rows",
+                                  other="0")
+        x_body, picked = operand_lines(second, ops["x"].expr, [crows.row_coords[0], t], "row_mask", other="0.0")
+        epi, value = operand_lines(second, k.expr, [], None)
+        out = second.pointer(k.target.leaf(), hint="out")
+        cctx = crows.finish(dict(kind="cross_entropy", gather=t_body + x_body, picked=picked, epilogue=epi,
+                                 out=out, value=value), ())
+        csrc = render("loss.py.j2", name=name, signature=second.signature(["BLOCK_ROWS", "BLOCK_S"]),
+                      comment=ctx["comment"], margin=None, stage="combine", **cctx)
+        second_lines = second.call(name, "(1,)", {"BLOCK_ROWS": consts["BLOCK_ROWS"],
+                                                 "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
+        lines += [ln for ln in second_lines if not ln.startswith("BLOCK_ROWS =")]
+        return src + "\n\n" + csrc, lines
 
     def _total(self, k: Kernel, name: str, fwd: Forward, part: str, n_parts: str, denom: str,
                what: str) -> tuple[str, list[str]]:
