@@ -16,7 +16,7 @@ Two forms, chosen from the problem's sizes (either is correct at any size):
   lanes on padding for a short J: B=110218, I=609, O=38, J=27 took 49 ms against eager's 3.7 ms.
 
 Every product accumulates in fp32, on tensor cores as three TF32 products: in the contract-first GEMM
-with MIN_ROWS rows or more, W is split into TF32 parts once beforehand (kernels/tf32split.py); else, as
+with SPLIT_MIN_B rows or more, W is split into TF32 parts once beforehand (kernels/tf32split.py); else, as
 in the pairs form, Triton's tf32x3 splits both tiles in the loop.
 """
 from __future__ import annotations
@@ -28,6 +28,11 @@ from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, 
 from distill.lowering.kernels.split import part_name
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import Sym
+
+# W is split into TF32 parts from this many rows B, later than a matmul's B (128 rows,
+# kernels/tf32split.py): on an H100 a bilinear with B = 128, O = 256, I = 152, J = 2896 ran 0.81x
+# with its 450 MB W split
+SPLIT_MIN_B = 512
 
 # the contracted GEMM's tiles: matmul's 2-D tiles (up to 128 x 128, K 32 at a time, 3 stages)
 TILE_MAX, K_STEP, STAGES = 128, 32, 3
@@ -72,7 +77,7 @@ class Bilinear(Family):
                                      full="(BLOCK_B, BLOCK_K)")
         w_mask = "(rk[:, None] < K) & (rn[None, :] < N)"
         pre_src, pre_lines = "", []
-        split_w = isinstance(w.expr, exprs.Load) and int(b) >= tf32split.MIN_ROWS and \
+        split_w = isinstance(w.expr, exprs.Load) and int(b) >= SPLIT_MIN_B and \
             int(o) * int(i_size) * int(j) <= tf32split.INT32_MAX
         if split_w:
             # W is re-read by every row tile of the GEMM: split it into TF32 parts once

@@ -27,7 +27,7 @@ def test_einsum_ops_render_lower_and_verify_alone_and_with_an_epilogue(vpool):
 
 
 def _bilinear(constraints: tuple[str, ...], seed: int, big: bool = False):
-    """A bilinear form and a relu; `big` allows sizes up to 600 (a batch of MIN_ROWS rows or more)."""
+    """A bilinear form and a relu; `big` allows sizes up to 600 (a batch of SPLIT_MIN_B rows or more)."""
     import dataclasses
 
     from synth.profiles import OpTarget, load_profile
@@ -82,7 +82,7 @@ def test_contract_first_bilinear_runs_at_other_sizes():
 
 
 def test_contract_first_bilinear_with_many_rows_splits_w_into_tf32_parts_once(vpool):
-    """A batch of MIN_ROWS rows or more re-reads W from every row tile: W is split into TF32 parts by a
+    """A batch of SPLIT_MIN_B rows or more re-reads W from every row tile: W is split into TF32 parts by a
     kernel of its own, and the GEMM runs three TF32 products; contracted over i and over j."""
     import re
 
