@@ -330,8 +330,9 @@ class Mapper:
             return self.b.op("reshape", [x], out, self.b.dtype(x))
         if t in ("permute", torch.permute):
             x = self.t(args[0], "permute")
-            perm = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
-            perm = _arg(node, 1, "dims", perm)
+            # x.permute(0, 2, 1) passes the dims one by one, torch.permute(x, (0, 2, 1)) as one tuple
+            perm = list(args[1:]) if len(args) > 2 else _arg(node, 1, "dims", None)
+            perm = [perm] if isinstance(perm, int) else perm
             return self.b.op("permute", [x], self.out_shape(node), self.b.dtype(x),
                              {"perm": [int(p) % len(perm) for p in perm]})
         if t in ("transpose", torch.transpose, "t", torch.t):

@@ -10,8 +10,31 @@ BLOCK = 1024
 BLOCK_CPU = 4096  # the interpreter pays per program: fewer, larger blocks
 
 
+# a transposing copy's tile: [64, 64] elements, loaded along one dim and stored along the other
+TILE = 64
+
+
+def transposed_dim(target: exprs.Leaf, leaves: list[exprs.Leaf]) -> int | None:
+    """The result dim along which an operand is contiguous while the dense result is contiguous along
+    its last dim (the operand is read through a transpose or a permute), when both dims span a tile."""
+    shape = target.shape
+    last = len(shape) - 1
+    if not target.is_dense or last < 1 or int(shape[last]) < TILE:
+        return None
+    for lf in leaves:
+        if lf.strides[last] in (0, 1):
+            continue
+        for a in range(last):
+            if lf.strides[a] == 1 and int(shape[a]) >= TILE:
+                return a
+    return None
+
+
 def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
     target = k.target.leaf()
+    a = transposed_dim(target, exprs.leaves(k.expr))
+    if a is not None:
+        return _transposing(k, name, fwd, target, a)
     shape = target.shape
     n = 1
     for d in shape:
@@ -30,7 +53,7 @@ def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
     block = (pow2(n, lo=16, hi=BLOCK), pow2(n, lo=16, hi=BLOCK_CPU))
     src = render("pointwise.py.j2", name=name, signature=launch.signature(["BLOCK"]),
                  comment=comment(k), shape=shape, coord_lines=lines, body=body, out=launch.names[target],
-                 out_off=out_off, result=result)
+                 out_off=out_off, result=result, tiled=False, dim_a=None)
     return src, launch.call(name, f"(triton.cdiv({n}, BLOCK),)", {"BLOCK": block})
 
 
@@ -38,3 +61,37 @@ def comment(k: Kernel) -> str:
     what = exprs.describe(k.expr)
     dest = k.target.value if not k.target.steps else f"{k.target.value}{''.join(s.render() for s in k.target.steps)}"
     return f"{dest} = {what}" + (f"  ({k.note})" if k.note else "")
+
+
+def _transposing(k: Kernel, name: str, fwd: Forward, target: exprs.Leaf, a: int) -> tuple[str, list[str]]:
+    """[BLOCK_A, BLOCK_B] tiles over result dims a (an operand's contiguous dim) and the last (the
+    result's): the loads run along a and the store along the last dim, and Triton moves the tile
+    between the two layouts through shared memory. Flat over the result, a warp's loads of an operand
+    read through a transpose land a row apart each: `sin(x.transpose(1, 2))` of a (91, 5793, 152)
+    tensor took 0.76 ms on an H100 where eager, reading and writing in the input's order, took about a
+    quarter of that. The other dims are one coordinate each per program."""
+    shape = target.shape
+    b = len(shape) - 1
+    launch = Launch(fwd)
+    launch.pointer(target, hint="out")
+    size_a, size_b = launch.scalar("SIZE_A", shape[a]), launch.scalar("SIZE_B", shape[b])
+    others = [d for d in range(len(shape)) if d not in (a, b)]
+    rest_shape = tuple(shape[d] for d in others)
+    rest_names = coord_names(rest_shape, "rest", "i")
+    coords: list[str | None] = [None] * len(shape)
+    coords[a], coords[b] = "ra", "rb"
+    for d, c in zip(others, rest_names):
+        coords[d] = c
+    body, result = operand_lines(launch, k.expr, coords, "mask", full="(BLOCK_A, BLOCK_B)")
+    out_off = launch.offset(target, coords, full="(BLOCK_A, BLOCK_B)")
+    lines = coord_lines(rest_shape, "rest", "i", launch, "\n".join(body + [out_off]))
+    n_rest = 1
+    for d in rest_shape:
+        n_rest *= d
+    src = render("pointwise.py.j2", name=name, signature=launch.signature(["BLOCK_A", "BLOCK_B"]),
+                 comment=comment(k), shape=shape, coord_lines=lines, body=body, out=launch.names[target],
+                 out_off=out_off, result=result, tiled=True, dim_a=a)
+    grid = f"(triton.cdiv({size_a}, BLOCK_A) * triton.cdiv({size_b}, BLOCK_B)" + \
+        ("" if is_unit(n_rest) else f" * {n_rest}") + ",)"
+    grid = grid.replace(f"({size_a}", f"({shape[a]}").replace(f"({size_b}", f"({shape[b]}")
+    return src, launch.call(name, grid, {"BLOCK_A": TILE, "BLOCK_B": TILE})
