@@ -57,10 +57,12 @@ class Attention(Family):
         ne = named(be, "BLOCK_E")
         chunked = int(be) < int(e)
         e_chunked = chunked if literal(be, e) else Sym(chunked, f"{ne} < {e}", 0)
+        tiles = f"triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V)"
+        one_pair = f"({tiles}{'' if is_unit(bh) else f' * {bh}'},)"  # a (batch, head) pair a program
         if wide_values(seq_l, ev):
             consts = {"BLOCK_E": be, "BLOCK_V": pow2(ev, 16, WIDE_V_MAX), "BLOCK_L": 16, "BLOCK_S": 16,
                       "E_CHUNKED": e_chunked, "num_warps": 8, "num_stages": 2}
-            return TileForm(False), consts, f"(triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V){'' if is_unit(bh) else f' * {bh}'},)"
+            return TileForm(False), consts, one_pair
         bv = pow2(ev, 16, HEAD_MAX)
         nv = named(bv, "BLOCK_V")
         width = ne + nv
@@ -71,11 +73,10 @@ class Attention(Family):
         nl, ns = named(bl, "BLOCK_L"), named(bs, "BLOCK_S")
         per_matrix = nl * ne + ne * ns + ns * nv
         bb = batch_block(bh, next_pow2(per_matrix), 4096)
-        tiles = f"triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V)"
         if int(bb) > 1:
             consts["BLOCK_B"] = bb
             return TileForm(True, "b_ok"), consts, f"({tiles} * triton.cdiv({bh}, BLOCK_B),)"
-        return TileForm(False), consts, f"({tiles}{'' if is_unit(bh) else f' * {bh}'},)"
+        return TileForm(False), consts, one_pair
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         q, kk, v = (k.operands[r] for r in ("q", "k", "v"))

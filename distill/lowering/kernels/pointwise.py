@@ -36,9 +36,7 @@ def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
     if a is not None:
         return _transposing(k, name, fwd, target, a)
     shape = target.shape
-    n = 1
-    for d in shape:
-        n *= d
+    n = _numel(shape)
     launch = Launch(fwd)
     leaves = exprs.leaves(k.expr)
     # the flat index addresses dense operands directly; the others need per-dim coordinates
@@ -53,8 +51,16 @@ def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
     block = (pow2(n, lo=16, hi=BLOCK), pow2(n, lo=16, hi=BLOCK_CPU))
     src = render("pointwise.py.j2", name=name, signature=launch.signature(["BLOCK"]),
                  comment=comment(k), shape=shape, coord_lines=lines, body=body, out=launch.names[target],
-                 out_off=out_off, result=result, tiled=False, dim_a=None)
+                 out_off=out_off, result=result)
     return src, launch.call(name, f"(triton.cdiv({n}, BLOCK),)", {"BLOCK": block})
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    # a product of Syms is the expression forward computes (D * D2 * D1)
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def comment(k: Kernel) -> str:
@@ -74,7 +80,8 @@ def _transposing(k: Kernel, name: str, fwd: Forward, target: exprs.Leaf, a: int)
     b = len(shape) - 1
     launch = Launch(fwd)
     launch.pointer(target, hint="out")
-    size_a, size_b = launch.scalar("SIZE_A", shape[a]), launch.scalar("SIZE_B", shape[b])
+    launch.scalar("SIZE_A", shape[a])
+    launch.scalar("SIZE_B", shape[b])
     others = [d for d in range(len(shape)) if d not in (a, b)]
     rest_shape = tuple(shape[d] for d in others)
     rest_names = coord_names(rest_shape, "rest", "i")
@@ -85,13 +92,10 @@ def _transposing(k: Kernel, name: str, fwd: Forward, target: exprs.Leaf, a: int)
     body, result = operand_lines(launch, k.expr, coords, "mask", full="(BLOCK_A, BLOCK_B)")
     out_off = launch.offset(target, coords, full="(BLOCK_A, BLOCK_B)")
     lines = coord_lines(rest_shape, "rest", "i", launch, "\n".join(body + [out_off]))
-    n_rest = 1
-    for d in rest_shape:
-        n_rest *= d
+    n_rest = _numel(rest_shape)
     src = render("pointwise.py.j2", name=name, signature=launch.signature(["BLOCK_A", "BLOCK_B"]),
                  comment=comment(k), shape=shape, coord_lines=lines, body=body, out=launch.names[target],
                  out_off=out_off, result=result, tiled=True, dim_a=a)
-    grid = f"(triton.cdiv({size_a}, BLOCK_A) * triton.cdiv({size_b}, BLOCK_B)" + \
+    grid = f"(triton.cdiv({shape[a]}, BLOCK_A) * triton.cdiv({shape[b]}, BLOCK_B)" + \
         ("" if is_unit(n_rest) else f" * {n_rest}") + ",)"
-    grid = grid.replace(f"({size_a}", f"({shape[a]}").replace(f"({size_b}", f"({shape[b]}")
     return src, launch.call(name, grid, {"BLOCK_A": TILE, "BLOCK_B": TILE})
