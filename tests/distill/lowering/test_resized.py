@@ -39,7 +39,7 @@ def _resizable(level: int, n: int, seed: int) -> list:
 @pytest.fixture(scope="module")
 def problems():
     # cat (a dim drawn as 1 that a twin makes larger), attention, pools, reductions, norms, scans
-    ops = [["cat", "softsign"], ["sdpa", "relu"], ["adaptive_max_pool2d", "log"], ["logsumexp", "mul"],
+    ops = [["cat", "softsign"], ["sdpa", "relu"], ["adaptive_max_pool2d", "log"], ["avg_pool2d", "exp"], ["logsumexp", "mul"],
            ["softmax", "add"], ["cumsum", "abs"]]
     chosen = [synth.sample(1, level=2, seed=3, ops=o)[0] for o in ops]
     kept = [p for p in chosen if _init(p.source) == _init(p.twin(p.profile, 1).source)] + _resizable(5, 12, 5)[:1]
