@@ -26,6 +26,8 @@ def plan_text(plan: "Plan", module: "Module") -> str:
             in_epilogue.update(k.values[1:])
             epilogues.append(f"{', '.join(k.ops[1:])} run{'s' if len(k.ops) == 2 else ''} in the epilogue of "
                              f"`{k.name}`, on the {k.ops[0]} result while it is still in registers.")
-    inlined = [f"{ops[n].op} ({n})" for n in plan.inlined if n not in in_epilogue]
+    inlined = [f"{ops[n].op} ({n})" for n in plan.inlined if n not in in_epilogue and n not in plan.recomputed]
+    recomputed = [f"{ops[n].op} ({n})" for n in plan.recomputed if n not in in_epilogue]
     return render("plan.md.j2", kernels=module.kernels, n_ops=len(prog.ops), ops=", ".join(o.op for o in prog.ops),
-                  inputs=inputs, outputs=outputs, inlined=inlined, epilogues=epilogues, views=views).strip() + "\n"
+                  inputs=inputs, outputs=outputs, inlined=inlined, recomputed=recomputed, epilogues=epilogues,
+                  views=views).strip() + "\n"

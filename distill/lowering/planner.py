@@ -75,6 +75,7 @@ class Plan:
     inlined: list[str]
     view_ops: list[str]  # shape ops read through strides
     stored: list[str]
+    recomputed: list[str] = field(default_factory=list)  # inlined values several kernels compute
 
 
 def view_step(op: Op) -> Step:
@@ -322,7 +323,8 @@ class Planner:
             returns.append(name)
         inlined = [o.name for o in self.prog.ops if o.template == "pointwise" and o.name not in self.stored]
         view_ops = [o.name for o in self.prog.ops if o.template == "view" and o.name not in self.stored]
-        return Plan(self.prog, ks, buffers, returns, views_out, inlined, view_ops, sorted(self.stored))
+        recomputed = [n for n in inlined if len({c.name for c, _ in self.uses(n) if c is not None}) > 1]
+        return Plan(self.prog, ks, buffers, returns, views_out, inlined, view_ops, sorted(self.stored), recomputed)
 
 
 def _load_nodes(node: Node, value: str) -> list[Load]:

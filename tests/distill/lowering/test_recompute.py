@@ -58,6 +58,8 @@ return y1, y2
     assert "def rsqrt_kernel" not in new_src  # no kernel stores y0
     assert new_src.count("y0 = tl.rsqrt(x0)") == 2  # the sum's kernel and the log2's each compute it
     _agrees(src, new_src)
+    plan = lower_source(types.SimpleNamespace(source=src, problem_id="recompute")).plan
+    assert "rsqrt (y0) is read by several kernels and recomputed inside each" in plan
 
 
 def test_a_two_source_value_read_twice_is_stored():
