@@ -41,7 +41,7 @@ from __future__ import annotations
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, render
-from distill.lowering.kernels.rows import MAX_BLOCK_R, TILE, Rows, _describe, _dim, _prod
+from distill.lowering.kernels.rows import MAX_BLOCK_R, OUTER_BLOCK_R, OUTER_MIN_RUN, TILE, Rows, _describe, _dim, _prod
 from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, row_blocks, text, worth_splitting
 from distill.lowering.planner import Kernel
 from distill.lowering.views import Step
@@ -50,9 +50,6 @@ from distill.lowering.views import Step
 MAX_SPLIT_BLOCK = 1024
 # logcumsumexp's (elements per tile, widest BLOCK_R) on a GPU: the pair scan's registers
 LSE_TILE, LSE_BLOCK_R = 1024, 256
-# a scan along an outer dim: the widest BLOCK_R on a GPU (BLOCK_ROWS up to TILE / 64 = 64 rows), for a
-# contiguous run of rows (the product of the sizes after the scanned dim) of at least OUTER_MIN_RUN
-OUTER_BLOCK_R, OUTER_MIN_RUN = 64, 16
 
 
 def tiles(op: str, shape: tuple[int, ...], d: int) -> tuple[tuple[int, int], tuple[int, int]]:

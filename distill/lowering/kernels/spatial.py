@@ -57,8 +57,9 @@ def looped_positions(windows: int) -> int:
 # which vary by position, and longer fixed ones keep the [BLOCK_P, BLOCK_W] gather tile.
 TAPS_MAX = 128
 # output positions a program of the tap form takes: on an H100 an avg_pool1d of 11 taps ran 0.177 ms
-# at 256, 0.204 at 128 and 0.213 at 1024 (bench/candidate_variants_gpu.py)
-TAPS_BLOCK_P = 256
+# at 256, 0.204 at 128 and 0.213 at 1024; windows of TAPS_WIDE taps or more take 8 warps, one position
+# a thread (an avg_pool2d of 11 x 11 taps: 0.586 ms with 4 warps, 0.380 with 8, 0.382 at BLOCK_P 128)
+TAPS_BLOCK_P, TAPS_WIDE = 256, 32
 
 
 def tap_lines(dims: tuple[str, ...], windows: tuple[int, ...], outs: list[str | None], sizes: list[str],
@@ -237,7 +238,8 @@ class Pool(Family):
                      is_max=is_max, looped=False, divisor=div, padded=bool(pad), epilogue=epi, out=out,
                      out_off=off, value=value)
         bp = max(1, min(pow2(math.prod(out_shape)), TAPS_BLOCK_P))
-        return src, launch.call(name, f"(triton.cdiv({math.prod(out_shape)}, BLOCK_P),)", {**consts, "BLOCK_P": bp})
+        warps = {"num_warps": 8} if math.prod(windows) >= TAPS_WIDE else {}
+        return src, launch.call(name, f"(triton.cdiv({math.prod(out_shape)}, BLOCK_P),)", {**consts, "BLOCK_P": bp, **warps})
 
 
 FAMILIES = (Pool(),)
