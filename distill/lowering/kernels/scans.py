@@ -17,8 +17,9 @@ own, `rows.TILE` and `rows.MAX_BLOCK_R`, and `Launch.call` launches a pair's fir
   element and its combine's temporaries, and the 4096-element tile spills: [4, 256] was 1.28-1.88x
   faster on rows of 23170 and 861 elements on an H100 (1.33-2.06x with the one-exp combine);
 - a scan along a dim that is not the last, with 16 or more rows contiguous in memory (the product of
-  the sizes after the dim): BLOCK_R up to 64, so BLOCK_ROWS up to 64 (a shorter R keeps
-  BLOCK_R = next_pow2(R) and the 4096-element tile). Fewer row blocks can make a long scan split. After the movedim the kernel's
+  the sizes after the dim; `rows.OUTER_MIN_RUN`, the rule reductions and normalisations share):
+  BLOCK_R up to 64, so BLOCK_ROWS up to 64 (a shorter R keeps BLOCK_R = next_pow2(R) and the
+  4096-element tile). Fewer row blocks can make a long scan split. After the movedim the kernel's
   rows are the contiguous ones and the scanned elements strided: a [4, 1024] tile reads 16 bytes per
   scan position, a [64, 64] one 256. cumsum_reverse over dim 0 of [4096, 23170]: 2.31 ms with
   [4, 1024], 1.44x faster with [64, 64] ([32, 128]: 1.36x) on an H100. With logcumsumexp's
