@@ -18,27 +18,7 @@ from distill.lowering.kernels.scans import tiles
 from distill.lowering.selfcheck import build, check
 from distill.lowering.trace import lower_source
 from synth.profiles import load_profile
-
-SOURCE = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return {expr}
-
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-
-def get_init_inputs():
-    return []
-"""
+from tests.distill.lowering.test_pool_windows import SOURCE
 
 
 def _traced(expr: str, shape: str) -> tuple[str, str]:
