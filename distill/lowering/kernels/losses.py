@@ -77,7 +77,8 @@ class Loss(Family):
             return self._pair(k, name, launch, ctx)
         ops = k.operands
         first = next(iter(ops.values()))
-        rows = Rows(launch, first.space, 1, **self._triplet_tiles(k) if kind == "triplet" else {})
+        few_rows = self._triplet_tiles(k) if kind == "triplet" else {}
+        rows = Rows(launch, first.space, 1, **few_rows)
         tile_ops = {r: o.expr for r, o in ops.items() if r != "target"}
         ctx.update(tile=rows.tile(tile_ops))
         if kind == "cross_entropy" and self._split_rows(k):
@@ -100,7 +101,7 @@ class Loss(Family):
         ctx = rows.finish(ctx, ("tile",))
         ctx["name"] = part_name(name)
         src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), stage="whole", **ctx)
-        consts = rows.consts() | ({"num_warps": 8} if kind == "triplet" and self._triplet_tiles(k) else {})
+        consts = rows.consts() | ({"num_warps": 8} if few_rows else {})
         first_lines = launch.call(part_name(name), rows.grid(), consts)
         n_parts = f"triton.cdiv({rows.n_rows}, {text(consts['BLOCK_ROWS'][0], 'BLOCK_ROWS')})"
         alloc = f"{part} = torch.empty(({n_parts},), device={part_device(launch)}, dtype=torch.float32)"
