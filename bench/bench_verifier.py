@@ -53,6 +53,10 @@ def scaled(name: str, device: str) -> str:
 def make_pairs(n_pairs: int, device: str, seed: int) -> list[tuple[str, str, str, str]]:
     """(kind, name, problem source, candidate source), shuffled; honest rounds fill up to n_pairs."""
     manifest = json.loads((FIX / "cases.json").read_text())
+    for part in sorted((FIX / "cases.d").glob("*.json")):  # one file per family, as the tests read them
+        extra = json.loads(part.read_text())
+        manifest["cases"] += extra.get("cases", [])
+        manifest["honest"] += extra.get("honest", [])
     hostile = [c for c in manifest["cases"] if c["name"] not in SKIP and (device == "cuda" or c.get("lane") != "gpu")]
     if n_pairs < 2 * len(hostile):  # a short run still gets honest pairs
         hostile = hostile[:n_pairs // 2]

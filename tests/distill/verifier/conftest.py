@@ -7,7 +7,19 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).resolve().parents[3] / "data" / "fixtures" / "verifier"
-MANIFEST = json.loads((FIXTURES / "cases.json").read_text())
+
+
+def load_manifest() -> dict:
+    """cases.json, extended by every cases.d/*.json (one file per family of attacks, in name order)."""
+    manifest = json.loads((FIXTURES / "cases.json").read_text())
+    for part in sorted((FIXTURES / "cases.d").glob("*.json")):
+        extra = json.loads(part.read_text())
+        manifest["cases"] += extra.get("cases", [])
+        manifest["honest"] += extra.get("honest", [])
+    return manifest
+
+
+MANIFEST = load_manifest()
 
 
 def problem(name: str) -> str:
