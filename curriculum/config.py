@@ -1,8 +1,7 @@
 """Curriculum definitions: which levels make which stage, how big, and the held-out evaluation splits."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,6 @@ class CurriculumConfig:
     stages: tuple[Stage, ...] = DEFAULT_STAGES
     heldout_levels: tuple[int, ...] = DEFAULT_HELDOUT_LEVELS
     heldout_size: int = 50     # problems per held-out level
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.stages:

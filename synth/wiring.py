@@ -57,10 +57,6 @@ class OpNode:
     attr_vars: dict[str, Var] = field(default_factory=dict)
     structural: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def module_name(self) -> str:
-        return f"self.{self.spec.name}_{self.index}"
-
 
 @dataclass
 class Structure:

@@ -125,10 +125,6 @@ def next_pow2(n: Any) -> Any:
     return call("triton.next_power_of_2", value, n)
 
 
-def is_sym(x: Any) -> bool:
-    return isinstance(x, Sym)
-
-
 def is_unit(d: Any) -> bool:
     """A dim the kernels may drop: 1 for good (a literal), not a size read at run time that was
     1 in this problem (a resized twin may make it larger)."""

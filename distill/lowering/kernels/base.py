@@ -193,10 +193,8 @@ class Launch:
     def call(self, kernel: str, grid: str, consts: dict[str, Any]) -> list[str]:
         """Launch lines. A constexpr that depends on sizes read at run time (a `Sym`, e.g.
         `min(triton.next_power_of_2(R), 1024)`) is computed into a variable of its own name first;
-        a fixed one is written in place. `grid` refers to constexprs by name. (A (gpu, cpu) pair,
-        from families that once chose per device, means its first: one choice on every device.)"""
+        a fixed one is written in place. `grid` refers to constexprs by name."""
         lines = []
-        consts = {k: (v[0] if isinstance(v, tuple) else v) for k, v in consts.items()}
         computed = {k: v for k, v in consts.items() if isinstance(v, Sym)}
         for k, v in computed.items():
             lines.append(f"{k} = {v}")
@@ -207,11 +205,6 @@ class Launch:
             [f"{k}={k if k in computed else v}" for k, v in consts.items()]
         lines.append(f"{kernel}[{grid}]({', '.join(parts)})")
         return lines
-
-
-def sizes(fn: Any, *args: Any) -> tuple[Any, Any]:
-    """`fn(*args, cpu=False)` and `fn(*args, cpu=True)`: a family's tile choice for each device."""
-    return fn(*args, cpu=False), fn(*args, cpu=True)
 
 
 def store_offset(launch: Launch, leaf: Leaf, coords: list[str | None], flat: str | None, full: str) -> str:

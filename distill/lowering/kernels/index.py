@@ -16,7 +16,6 @@ from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec,
 from distill.lowering.planner import Kernel
 
 BLOCK = 1024
-BLOCK_CPU = 4096  # the interpreter pays per program: fewer, larger blocks
 
 
 class Index(Family):
@@ -69,7 +68,7 @@ class Index(Family):
         out_off = launch.offset(target, coords, flat="offs")
         out_off = out_off if out_off != "0" else "offs * 0"
         lines = coord_lines(shape, "offs", "i", launch, "\n".join(body + epi + [out_off]))
-        block = (pow2(n, lo=16, hi=BLOCK), pow2(n, lo=16, hi=BLOCK_CPU))
+        block = pow2(n, lo=16, hi=BLOCK)
         src = render("pointwise.py.j2", name=name, signature=launch.signature(["BLOCK"]),
                      comment=self.describe(k), shape=shape, coord_lines=lines, body=body + epi,
                      out=launch.names[target], out_off=out_off, result=result)

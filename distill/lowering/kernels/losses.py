@@ -13,14 +13,16 @@ Cosine similarity writes one value per row, so it stays one row-parallel kernel.
 """
 from __future__ import annotations
 
+import math
+
 import jinja2
 
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program, lowering_table
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render)
-from distill.lowering.kernels.rows import MAX_BLOCK_R, TILE, Rows, _describe, _prod
-from distill.lowering.kernels.split import SMS, cdiv, chunk_lines, part_name, text, worth_splitting
+from distill.lowering.kernels.rowspace import Rows, describe
+from distill.lowering.kernels.split import SMS, cdiv, chunk_lines, part_name, text
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import is_unit
 
@@ -41,7 +43,7 @@ class Loss(Family):
 
     def describe(self, k: Kernel) -> str:
         args = ", ".join(exprs.describe(o.expr) for o in k.operands.values())
-        what = _describe(k, f"{k.op.op}({args})")
+        what = describe(k, f"{k.op.op}({args})")
         if k.op.op == "cross_entropy" and self._split_rows(k):
             what += ("; few long rows, each cut into chunks of classes: a first kernel stores the online max and "
                      "sum of exp of each (row, chunk)'s logits, a second combines each row's chunks in a fixed "
@@ -52,8 +54,7 @@ class Loss(Family):
     def _split_rows(k: Kernel) -> bool:
         """Whether cross entropy's rows are too few to fill the machine and long enough to cut into
         chunks (kernels/split.py), with the tiles the row kernel would take."""
-        rows = Rows(Launch(Forward()), k.operands["x"].space, 1)
-        return worth_splitting(rows.R, cdiv(rows.n_rows, rows.block_rows[0]))
+        return Rows(Launch(Forward()), k.operands["x"].space, 1).splits()
 
     @staticmethod
     def _triplet_tiles(k: Kernel) -> dict:
@@ -63,9 +64,9 @@ class Loss(Family):
         rows = Rows(Launch(Forward()), k.operands["a"].space, 1)
         # sizes read at run time are judged by their value here, as split.py's decision is: only the tile
         # depends on it, and the module stays correct at any size
-        if cdiv(rows.n_rows, rows.block_rows[0]) >= SMS or int(rows.R) < 4 * 4096:
+        if cdiv(rows.n_rows, rows.block_rows) >= SMS or int(rows.R) < 4 * 4096:
             return {}
-        return {"block_r_cap": (4096, MAX_BLOCK_R[1]), "tile": (4096, TILE[1])}
+        return {"block_r_cap": 4096, "tile": 4096}
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         op = k.op
@@ -103,7 +104,7 @@ class Loss(Family):
         src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), stage="whole", **ctx)
         consts = rows.consts() | ({"num_warps": 8} if few_rows else {})
         first_lines = launch.call(part_name(name), rows.grid(), consts)
-        n_parts = f"triton.cdiv({rows.n_rows}, {text(consts['BLOCK_ROWS'][0], 'BLOCK_ROWS')})"
+        n_parts = f"triton.cdiv({rows.n_rows}, {text(rows.block_rows, 'BLOCK_ROWS')})"
         alloc = f"{part} = torch.empty(({n_parts},), device={part_device(launch)}, dtype=torch.float32)"
         total_src, total_lines = self._total(k, name, fwd, part, n_parts, str(rows.n_rows),
                                              f"the mean over rows of {op.op}")
@@ -169,7 +170,7 @@ class Loss(Family):
         fwd = launch.fwd
         spec = lowering_table()["loss"][op.op]
         space = k.operands["x"].space
-        n = _prod(space)
+        n = math.prod(space)
         part = fwd.fresh(f"{k.target.value}_part")
         launch.buffer("part_ptr", part)
         launch.scalar("n_elements", n)

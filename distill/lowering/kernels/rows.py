@@ -9,145 +9,24 @@ programs (kernels/split.py): chunk partials or statistics first, then a kernel c
 """
 from __future__ import annotations
 
+import math
+
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program, lowering_table
-from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
-                                           operand_lines, pow2, render, store_offset)
-from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, row_blocks, text, worth_splitting
+from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, render
+from distill.lowering.kernels.rowspace import Rows, describe, dim, outer_tiles
+from distill.lowering.kernels.split import part_name
 from distill.lowering.planner import Kernel
 from distill.lowering.views import Step
 
-# elements per [BLOCK_ROWS, BLOCK_R] tile and the widest BLOCK_R, on a GPU and under the interpreter
-TILE = (4096, 16384)
-MAX_BLOCK_R = (1024, 4096)
 # values per row and chunk in a split normalisation's workspace: (max, sum exp), sum of squares, (mean, M2)
 N_STATS = {"max_sumexp": 2, "sumsq": 1, "mean_var": 2}
-COLS = "#cols"  # where the column coordinates go once all uses are known
-
-
-# a kernel whose rows are contiguous in memory (a reduction, normalisation or scan along a dim that is
-# not the last, after `movedim`): the widest BLOCK_R on a GPU, for a contiguous run of rows (the product
-# of the sizes after the last reduced dim) of at least OUTER_MIN_RUN. A [4, 1024] tile reads 16 bytes
-# of a row block per reduced position, a [64, 64] one 256: on an H100 a softmax over dim 0 of
-# [4096, 19484] and a softmin over dim 0 of [1024, 108, 362, 3] made their problems 1.70x and 1.74x
-# faster, a cumsum_reverse over dim 0 of [4096, 23170] 1.44x (bench/candidate_variants_gpu.py)
-OUTER_BLOCK_R, OUTER_MIN_RUN = 64, 16
-
-
-def _dim(op: Op, rank: int) -> int:
-    return op.attrs["dim"] % rank
 
 
 def _reduced(op: Op, rank: int) -> list[int]:
     """The dims a reduction reduces (one, or several: `dim=(2, 3)`), ascending."""
     d = op.attrs["dim"]
     return sorted(x % rank for x in (d if isinstance(d, (list, tuple)) else [d]))
-
-
-def _prod(xs: tuple[int, ...] | list[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
-class Rows:
-    """Coordinates and loads for one [rows..., reduced...] kernel space."""
-
-    def __init__(self, launch: Launch, space: tuple[int, ...], n_row_dims: int,
-                 block_r_cap: tuple[int, int] = MAX_BLOCK_R, tile: tuple[int, int] = TILE) -> None:
-        self.launch = launch
-        self.space = space
-        self.k = n_row_dims
-        self.row_shape, self.red_shape = space[:n_row_dims], space[n_row_dims:]
-        self.n_rows, self.R = _prod(self.row_shape), _prod(self.red_shape)
-        self.block_r = tuple(pow2(self.R, hi=cap) for cap in block_r_cap)
-        self.block_rows = tuple(max(1, min(pow2(self.n_rows), t // br)) for t, br in zip(tile, self.block_r))
-        launch.scalar("n_rows", self.n_rows)
-        launch.scalar("R", self.R)
-        self.row_coords = coord_names(self.row_shape, "rows", "row")
-        red = coord_names(self.red_shape, "cols", "col")
-        self.tile_coords = [None if c is None else f"{c}[:, None]" for c in self.row_coords] + \
-                           [None if c is None else f"{c}[None, :]" for c in red]
-
-    def row_lines(self, used: list[str]) -> list[str]:
-        """Row coordinates the kernel body (`used`) refers to."""
-        return coord_lines(self.row_shape, "rows", "row", self.launch, "\n".join(used))
-
-    def tile(self, loads: dict[str, exprs.Node], with_coords: bool = True, other: str = "0.0") -> list[str]:
-        """Lines computing each named operand over the current [BLOCK_ROWS, BLOCK_R] tile."""
-        flat = "rows[:, None] * R + cols[None, :]"
-        body: list[str] = []
-        for var, expr in loads.items():
-            b, result = operand_lines(self.launch, expr, self.tile_coords, "m2", flat=flat, other=other, var=var,
-                                      full="(BLOCK_ROWS, BLOCK_R)")
-            body += b + ([f"{var} = {result}"] if result != var else [])
-        if not with_coords:
-            return body
-        return ["cols = start + tl.arange(0, BLOCK_R)", "col_mask = cols < R", COLS,
-                "m2 = row_mask[:, None] & col_mask[None, :]", *body]
-
-    def fill(self, lines: list[str], used: str) -> list[str]:
-        """Replace the column-coordinate marker by the coordinates `used` refers to."""
-        cols = coord_lines(self.red_shape, "cols", "col", self.launch, used)
-        out: list[str] = []
-        for line in lines:
-            out.extend(cols if line == COLS else [line])
-        return out
-
-    def finish(self, ctx: dict, keys: tuple[str, ...]) -> dict:
-        """Fill coordinate lines in the template pieces `keys` from everything the kernel uses."""
-        used = "\n".join(str(v) if not isinstance(v, list) else "\n".join(v) for v in ctx.values())
-        for key in keys:
-            ctx[key] = self.fill(ctx[key], used)
-        ctx["row_coords"] = self.row_lines([used])
-        return ctx
-
-    def out(self, k: Kernel, per_row: bool) -> tuple[list[str], str, str, str]:
-        """Epilogue lines, result variable, pointer name and offset of the store."""
-        target = k.target.leaf()
-        if per_row:
-            coords, flat, mask, full = self.row_coords, "rows", "row_mask", "(BLOCK_ROWS,)"
-        else:
-            coords, flat, mask = self.tile_coords, "rows[:, None] * R + cols[None, :]", "m2"
-            full = "(BLOCK_ROWS, BLOCK_R)"
-        body, result = operand_lines(self.launch, k.expr, coords, mask, flat=flat, other="0.0", full=full)
-        name = self.launch.pointer(target, hint="out")
-        return body, result, name, store_offset(self.launch, target, coords, flat, full)
-
-    def split_launch(self, kernel: str) -> tuple[list[str], str]:
-        """For a first-stage kernel over (row block, chunk) programs: forward's lines up to the choice
-        of SPLIT and CHUNK, and the launch line (the workspace goes between them)."""
-        consts = self.consts()
-        lines = self.launch.call(kernel, f"(triton.cdiv({self.n_rows}, BLOCK_ROWS), SPLIT)", consts)
-        block_rows = text(consts["BLOCK_ROWS"][0], "BLOCK_ROWS")
-        return lines[:-1] + chunk_lines(str(self.R), text(consts["BLOCK_R"][0], "BLOCK_R"),
-                                        row_blocks(self.n_rows, consts["BLOCK_ROWS"][0], block_rows)), lines[-1]
-
-    def grid(self) -> str:
-        return f"(triton.cdiv({self.n_rows}, BLOCK_ROWS),)"
-
-    def consts(self) -> dict:
-        return {"BLOCK_ROWS": self.block_rows, "BLOCK_R": self.block_r}
-
-
-def outer_tiles(space: tuple[int, ...], n_row_dims: int, run: int) -> dict:
-    """`Rows`' tile arguments for rows `run` long contiguous in memory: BLOCK_R capped at OUTER_BLOCK_R,
-    unless the run is short or the kernel takes the split form (few long rows) with either tile, which
-    keeps its own. Sizes read at run time are judged by their value here: only the tile depends on it."""
-    outer = {"block_r_cap": (OUTER_BLOCK_R, MAX_BLOCK_R[1])}
-    if int(run) < OUTER_MIN_RUN:
-        return {}
-    for kw in ({}, outer):
-        probe = Rows(Launch(Forward()), space, n_row_dims, **kw)
-        if worth_splitting(probe.R, cdiv(probe.n_rows, probe.block_rows[0])):
-            return {}
-    return outer
-
-
-def _describe(k: Kernel, what: str) -> str:
-    epi = exprs.describe(k.expr, acc=what)
-    return f"{k.target.value} = {epi}" + (f"  ({k.note})" if k.note else "")
 
 
 class Reduce(Family):
@@ -171,7 +50,7 @@ class Reduce(Family):
 
     def describe(self, k: Kernel) -> str:
         op = k.op
-        return _describe(k, f"{op.op}({exprs.describe(k.operands['x'].expr)}, dim={op.attrs['dim']}, "
+        return describe(k, f"{op.op}({exprs.describe(k.operands['x'].expr)}, dim={op.attrs['dim']}, "
                             f"keepdim={op.attrs.get('keepdim')})")
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
@@ -181,19 +60,18 @@ class Reduce(Family):
         dims = _reduced(k.op, len(x.space))
         n_kept = len(x.space) - len(dims)
         after = len(x.space) - 1 - dims[-1]  # kept dims after the last reduced one: the contiguous run
-        rows = Rows(launch, x.space, n_kept, **outer_tiles(x.space, n_kept, _prod(x.space[n_kept - after:n_kept])))
+        rows = Rows(launch, x.space, n_kept, **outer_tiles(x.space, n_kept, math.prod(x.space[n_kept - after:n_kept])))
         tile = rows.tile({"x": x.expr}, other=spec["other"])
         if not isinstance(x.expr, exprs.Load):  # a fused operand: padded lanes need the fill value too
             tile.append(f"x = tl.where(m2, x, {spec['other']})")
-        consts = rows.consts()
-        if worth_splitting(rows.R, cdiv(rows.n_rows, consts["BLOCK_ROWS"][0])):
+        if rows.splits():
             return self._split(k, name, fwd, launch, rows, tile, spec)
         epi, value, out, off = rows.out(k, per_row=True)
         ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"], result=spec["result"],
                                epilogue=epi, out=out, out_off=off, value=value), ("tile",))
         src = render("reduce.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
                      comment=self.describe(k), centered=spec.get("centered", False), stage="whole", **ctx)
-        return src, launch.call(name, rows.grid(), consts)
+        return src, launch.call(name, rows.grid(), rows.consts())
 
     def _split(self, k: Kernel, name: str, fwd: Forward, launch: Launch, rows: "Rows", tile: list[str],
                spec: dict) -> tuple[str, list[str]]:
@@ -251,7 +129,7 @@ class Normalize(Family):
             return [Step("unflatten", (1, (g, shape[1] // g)), on)], 2
         if op.op == "batch_norm":  # train mode: a channel's row is its N x spatial values
             return [Step("movedim", (1, 0), on)], 1
-        d = _dim(op, rank)
+        d = dim(op, rank)
         return ([Step("movedim", (d, -1), on)] if d != rank - 1 else []), rank - 1
 
     def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
@@ -267,8 +145,8 @@ class Normalize(Family):
                 if len(p) > 1:  # LayerNorm over several dims: its weight has their shape
                     p_steps = views.broadcast(p, shape, op.name)
                 else:
-                    dim = len(shape) - 1 if op.op in ("layer_norm", "rms_norm") else 1
-                    p_steps = views.along(dim, p[0], shape, op.name)
+                    d = len(shape) - 1 if op.op in ("layer_norm", "rms_norm") else 1
+                    p_steps = views.along(d, p[0], shape, op.name)
                 specs.append(OperandSpec(pname, pname, tuple(p_steps + self._steps(op, shape, op.name)[0]), space))
         return specs
 
@@ -276,7 +154,7 @@ class Normalize(Family):
         return self._steps(op, op.shape, op.name)[0]
 
     def describe(self, k: Kernel) -> str:
-        return _describe(k, f"{k.op.op}({exprs.describe(k.operands['x'].expr)})")
+        return describe(k, f"{k.op.op}({exprs.describe(k.operands['x'].expr)})")
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         spec = lowering_table()["normalize"][k.op.op]
@@ -284,10 +162,10 @@ class Normalize(Family):
         steps, n_rows = self._steps(k.op, k.op.shape, k.op.name)
         space = k.operands["x"].space
         outer = {}
-        if "dim" in k.op.attrs and steps == [Step("movedim", (_dim(k.op, len(k.op.shape)), -1), k.op.name)]:
-            outer = outer_tiles(space, n_rows, _prod(k.op.shape[_dim(k.op, len(k.op.shape)) + 1:]))
+        if "dim" in k.op.attrs and steps == [Step("movedim", (dim(k.op, len(k.op.shape)), -1), k.op.name)]:
+            outer = outer_tiles(space, n_rows, math.prod(k.op.shape[dim(k.op, len(k.op.shape)) + 1:]))
         rows = Rows(launch, space, n_rows, **outer)
-        if worth_splitting(rows.R, cdiv(rows.n_rows, rows.block_rows[0])):
+        if rows.splits():
             return self._split(k, name, fwd, rows, spec)
         ctx = self._write(k, rows, spec)
         src = render("normalize.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),

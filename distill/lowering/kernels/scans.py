@@ -9,15 +9,14 @@ logcumsumexp). cumsum_reverse walks the blocks from the last to the first with
 input once (it used to read it twice, a first pass for each row's total, then total - prefix + x)
 and has no total - prefix cancellation.
 
-Tiles (the GPU value of each (gpu, interpreter) pair; the interpreter values stay the row families'
-own, `rows.TILE` and `rows.MAX_BLOCK_R`, and `Launch.call` launches a pair's first on every device):
+Tiles (one choice on every device, a GPU's and the interpreter's):
 
 - usually [BLOCK_ROWS, BLOCK_R] with 4096 elements, BLOCK_R up to 1024 ([4, 1024] on long rows);
 - logcumsumexp: 1024 elements, BLOCK_R up to 256 ([4, 256]). The pair scan holds two values per
   element and its combine's temporaries, and the 4096-element tile spills: [4, 256] was 1.28-1.88x
   faster on rows of 23170 and 861 elements on an H100 (1.33-2.06x with the one-exp combine);
 - a scan along a dim that is not the last, with 16 or more rows contiguous in memory (the product of
-  the sizes after the dim; `rows.OUTER_MIN_RUN`, the rule reductions and normalisations share):
+  the sizes after the dim; `rowspace.OUTER_MIN_RUN`, the rule reductions and normalisations share):
   BLOCK_R up to 64, so BLOCK_ROWS up to 64 (a shorter R keeps BLOCK_R = next_pow2(R) and the
   4096-element tile). Fewer row blocks can make a long scan split. After the movedim the kernel's
   rows are the contiguous ones and the scanned elements strided: a [4, 1024] tile reads 16 bytes per
@@ -39,11 +38,13 @@ combine (helpers `logaddexp_combine_f32`) rescales only the smaller operand: one
 """
 from __future__ import annotations
 
+import math
+
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, render
-from distill.lowering.kernels.rows import MAX_BLOCK_R, OUTER_BLOCK_R, OUTER_MIN_RUN, TILE, Rows, _describe, _dim, _prod
-from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, row_blocks, text, worth_splitting
+from distill.lowering.kernels.rowspace import MAX_BLOCK_R, OUTER_BLOCK_R, OUTER_MIN_RUN, TILE, Rows, describe, dim
+from distill.lowering.kernels.split import part_name
 from distill.lowering.planner import Kernel
 from distill.lowering.views import Step
 
@@ -53,16 +54,16 @@ MAX_SPLIT_BLOCK = 1024
 LSE_TILE, LSE_BLOCK_R = 1024, 256
 
 
-def tiles(op: str, shape: tuple[int, ...], d: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(block_r_cap, tile) for `Rows`, each a (gpu, interpreter) pair: the interpreter's stay the row
-    families' own. The decision reads sizes at lowering time (a `Sym` by its value): it only picks a
-    tile, and the tile's expressions are computed in forward, so a resized twin is still correct."""
-    cap, tile = MAX_BLOCK_R[0], TILE[0]
+def tiles(op: str, shape: tuple[int, ...], d: int) -> tuple[int, int]:
+    """(block_r_cap, tile) for `Rows`. The decision reads sizes at lowering time (a `Sym` by its value):
+    it only picks a tile, and the tile's expressions are computed in forward, so a resized twin is
+    still correct."""
+    cap, tile = MAX_BLOCK_R, TILE
     if op == "logcumsumexp":
         cap, tile = LSE_BLOCK_R, LSE_TILE
-    if d != len(shape) - 1 and int(_prod(shape[d + 1:])) >= OUTER_MIN_RUN:
+    if d != len(shape) - 1 and int(math.prod(shape[d + 1:])) >= OUTER_MIN_RUN:
         cap = min(cap, OUTER_BLOCK_R)
-    return (cap, MAX_BLOCK_R[1]), (tile, TILE[1])
+    return cap, tile
 
 
 class Scan(Family):
@@ -71,26 +72,26 @@ class Scan(Family):
 
     def operands(self, op: Op, prog: Program) -> list[OperandSpec]:
         shape = prog.values[op.inputs[0]].shape
-        d = _dim(op, len(shape))
+        d = dim(op, len(shape))
         steps = (Step("movedim", (d, -1), op.inputs[0]),) if d != len(shape) - 1 else ()
         space = tuple(s for i, s in enumerate(shape) if i != d) + (shape[d],)
         return [OperandSpec("x", op.inputs[0], steps, space)]
 
     def out_steps(self, op: Op) -> list[Step]:
-        d = _dim(op, len(op.shape))
+        d = dim(op, len(op.shape))
         return [Step("movedim", (d, -1), op.name)] if d != len(op.shape) - 1 else []
 
     def describe(self, k: Kernel) -> str:
-        return _describe(k, f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, dim={k.op.attrs['dim']})")
+        return describe(k, f"{k.op.op}({exprs.describe(k.operands['x'].expr)}, dim={k.op.attrs['dim']})")
 
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         x = k.operands["x"]
         op = k.op.op
         launch = Launch(fwd)
-        cap, tile_size = tiles(op, k.op.shape, _dim(k.op, len(k.op.shape)))
+        cap, tile_size = tiles(op, k.op.shape, dim(k.op, len(k.op.shape)))
         rows = Rows(launch, x.space, len(x.space) - 1, block_r_cap=cap, tile=tile_size)
         consts = rows.consts()
-        split = worth_splitting(rows.R, cdiv(rows.n_rows, consts["BLOCK_ROWS"][0]))
+        split = rows.splits()
         parts = [fwd.fresh(f"{k.target.value}_part{i}") for i in range(2 if op == "logcumsumexp" else 1)] \
             if split else []
         tile = rows.tile({"x": x.expr})
@@ -119,13 +120,10 @@ class Scan(Family):
                       comment=f"aggregates of chunks of {self.describe(k)}", op=op, stage="partial", split=True,
                       **fctx)
         grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"
-        first_lines = first.call(part_name(name), grid, consts)
-        block_rows = text(consts["BLOCK_ROWS"][0], "BLOCK_ROWS")
-        lines = first_lines[:-1] + chunk_lines(str(rows.R), text(consts["BLOCK_R"][0], "BLOCK_R"),
-                                               row_blocks(rows.n_rows, consts["BLOCK_ROWS"][0], block_rows))
+        lines, first_launch = frows.split_launch(part_name(name))
         device = f"{first.args[0]}.device"
         lines += [f"{p} = torch.empty(({rows.n_rows}, SPLIT), device={device}, dtype=torch.float32)" for p in parts]
-        lines.append(first_lines[-1])
+        lines.append(first_launch)
         scan_lines = launch.call(name, grid, {**consts, "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
         # BLOCK_ROWS and BLOCK_R are already computed: the scan launch reuses them
         lines += [ln for ln in scan_lines if not ln.startswith(("BLOCK_ROWS =", "BLOCK_R ="))]

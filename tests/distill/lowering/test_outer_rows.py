@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from distill.lowering.kernels.rows import OUTER_BLOCK_R
+from distill.lowering.kernels.rowspace import OUTER_BLOCK_R
 from distill.lowering.selfcheck import build
 from distill.lowering.trace import lower_source
 from tests.distill.lowering.test_pool_windows import SOURCE

@@ -13,7 +13,7 @@ import torch
 
 import synth
 from distill.lowering import lower
-from distill.lowering.kernels.rows import MAX_BLOCK_R, TILE
+from distill.lowering.kernels.rowspace import MAX_BLOCK_R, TILE
 from distill.lowering.kernels.scans import tiles
 from distill.lowering.selfcheck import build, check
 from distill.lowering.trace import lower_source
@@ -67,18 +67,13 @@ def _matches_torch(problem_source: str, lowered: str, x: torch.Tensor, want: tor
 
 
 def test_tile_rule():
-    gpu_default = (MAX_BLOCK_R[0], TILE[0])
     for op in ("cumsum", "cumsum_reverse", "cumprod", "cummax"):
-        cap, tile = tiles(op, (4096, 23170), 0)  # a run of 23170 contiguous rows
-        assert (cap[0], tile[0]) == (64, 4096) and (cap[1], tile[1]) == (MAX_BLOCK_R[1], TILE[1]), op
-        cap, tile = tiles(op, (4096, 23170), 1)  # the last dim: the usual tile
-        assert (cap[0], tile[0]) == gpu_default and (cap[1], tile[1]) == (MAX_BLOCK_R[1], TILE[1]), op
-        cap, _ = tiles(op, (4096, 2, 7), 0)  # a run of 14 rows: too short to gain
-        assert cap[0] == MAX_BLOCK_R[0], op
-        cap, _ = tiles(op, (8, 4096, 4, 4), 1)  # a run of 16: enough
-        assert cap[0] == 64, op
-    assert tiles("logcumsumexp", (4096, 23170), 1) == ((256, MAX_BLOCK_R[1]), (1024, TILE[1]))
-    assert tiles("logcumsumexp", (4096, 23170), 0) == ((64, MAX_BLOCK_R[1]), (1024, TILE[1]))
+        assert tiles(op, (4096, 23170), 0) == (64, TILE), op  # a run of 23170 contiguous rows
+        assert tiles(op, (4096, 23170), 1) == (MAX_BLOCK_R, TILE), op  # the last dim: the usual tile
+        assert tiles(op, (4096, 2, 7), 0)[0] == MAX_BLOCK_R, op  # a run of 14 rows: too short to gain
+        assert tiles(op, (8, 4096, 4, 4), 1)[0] == 64, op  # a run of 16: enough
+    assert tiles("logcumsumexp", (4096, 23170), 1) == (256, 1024)
+    assert tiles("logcumsumexp", (4096, 23170), 0) == (64, 1024)
 
 
 def test_a_scan_over_an_outer_dim_takes_64x64_tiles_and_the_last_dim_does_not():
