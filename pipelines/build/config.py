@@ -88,6 +88,7 @@ class BuildConfig:
 
     def digest(self) -> str:
         d = self.to_dict()
+        d["curriculum"]["extra"] = {}  # a field that was always empty, then removed: old builds keep their digest
         if d["sample"]["profile"] == "cpu":  # builds made before profiles (all cpu) keep their digest
             del d["sample"]["profile"]
         if d["sample"]["shape"] == "all":  # likewise for builds made before program shapes
