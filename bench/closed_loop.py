@@ -66,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--checkpoint", default=None, help="eval --eval-stage grpo: a checkpoint step (default: the last)")
     ap.add_argument("--limit", type=int, default=None, help="eval: at most this many problems per set and level")
     ap.add_argument("--steps", type=int, default=None, help="grpo: train to this many steps (default: the profile's)")
+    ap.add_argument("--epochs", type=float, default=None, help="student: SFT epochs (default: the profile's)")
     return ap
 
 
@@ -89,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             print("closed_loop: --stage-size must be >= 1", file=sys.stderr)
             return 2
         p = dataclasses.replace(p, stage_size=dict.fromkeys(p.levels, args.stage_size))
+    if args.epochs is not None:
+        if not args.epochs > 0:
+            print("closed_loop: --epochs must be > 0", file=sys.stderr)
+            return 2
+        p = dataclasses.replace(p, sft_epochs=args.epochs)
     if p.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported, here and in the pool's workers
     else:

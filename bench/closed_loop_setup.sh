@@ -1,9 +1,12 @@
 # Source this on the GPU box before bench/closed_loop.py (docs/closed_loop.md): it installs the carried
 # wheels (.whl, .whl-grpo, .whl-multi: requirements.lock's versions of what the image lacks) into
 # /tmp/site once per machine, each wheel once (some are in two folders), and sets the environment.
+# The wheel folders are looked for in CLOSED_LOOP_WHEELS (default: here; `..` when running from a
+# snapshot folder inside the checkout, as the GPU run did).
 #   . bench/closed_loop_setup.sh && python3 bench/closed_loop.py --profile gpu data --out out/closed-loop
 if [ ! -f /tmp/site/.ok ]; then
-  ls .whl/*.whl .whl-grpo/*.whl .whl-multi/*.whl | awk -F/ '!seen[$NF]++' |
+  W=${CLOSED_LOOP_WHEELS:-.}
+  ls "$W"/.whl/*.whl "$W"/.whl-grpo/*.whl "$W"/.whl-multi/*.whl | awk -F/ '!seen[$NF]++' |
     xargs python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site &&
     touch /tmp/site/.ok || return 1
 fi

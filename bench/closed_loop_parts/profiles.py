@@ -73,18 +73,21 @@ class Profile:
 
 SMOKE = Profile(name="smoke", device="cpu", stage_size={1: 3, 2: 3})
 
-# One GPU, each stage a device call under 10 minutes. ~2,700 problems a level give >= 5,000 verified
-# pairs at the lowering teacher's pass rate. Problems are drawn at the `cpu` size profile: at the
+# One GPU (docs/closed_loop.md, "On one GPU"). Problems are drawn at the `cpu` size profile: at the
 # `gpu` profile a problem holds up to 3 GiB, two verifier workers fit an 80 GB GPU and 5,000 pairs
-# take hours; here twelve workers share the GPU. Speedups at these sizes measure launch-bound kernels.
+# take hours; here the pools' workers share the GPU. Speedups at these sizes measure launch-bound
+# kernels. The build is bound by torch.compile of each new problem's reference (two timer processes
+# a pool), so two dask workers share the GPU, each with its own pool: twice the compiles at once.
+# The build's timings then disturb each other; the data keeps only the teacher's verified answers.
+# `stage_size` is the default only: one_machine.sh sizes the build to its budget from a probe build.
 GPU = Profile(
     name="gpu", device="cuda", stage_size={1: 2700, 2: 2700}, heldout_size=800, test_size=200, val_size=100,
-    shard_size=64, verify_workers=12, verify_timeout=120.0, build_workers=1, gpus_per_worker=1,
+    shard_size=64, verify_workers=8, verify_timeout=120.0, build_workers=2, gpus_per_worker=1,
     vocab_size=16384, hidden_size=512, num_layers=12, num_heads=8, intermediate_size=1536,   # ~58M parameters
     sft_epochs=3.0, sft_max_steps=-1, sft_batch=16, sft_lr=1e-3, sft_max_length=4096, sft_budget_s=420.0,
-    eval_max_new_tokens=0, eval_batch=96, eval_budget_s=420.0, eval_workers=12,
-    grpo_steps=60, grpo_generations=8, grpo_prompts=4, grpo_lr=2e-5, grpo_eval_every=5, grpo_eval_size=48,
-    grpo_max_stage_steps=15, grpo_save_steps=5, grpo_budget_s=360.0, grpo_workers=12,
+    eval_max_new_tokens=0, eval_batch=200, eval_budget_s=420.0, eval_workers=12,
+    grpo_steps=60, grpo_generations=8, grpo_prompts=4, grpo_lr=2e-5, grpo_eval_every=4, grpo_eval_size=32,
+    grpo_max_stage_steps=2, grpo_save_steps=2, grpo_budget_s=360.0, grpo_workers=12,
 )
 
 PROFILES = {p.name: p for p in (SMOKE, GPU)}
