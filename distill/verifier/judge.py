@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from distill.verifier import provenance, tolerance
+from distill.verifier import policy, tolerance
 
 
 @dataclass
@@ -64,7 +64,7 @@ def hygiene(report: dict[str, Any]) -> Finding | None:
 
 
 def compute_ops(call: dict[str, Any]) -> list[str]:
-    ops = [op for op in (call.get("aten") or {}) if provenance.is_compute(op)]
+    ops = [op for op in (call.get("aten") or {}) if policy.is_compute(op)]
     return sorted(set(ops) | set(call.get("blocked") or {}))
 
 
@@ -177,7 +177,7 @@ def construct_compute(cand: dict[str, int], ref: dict[str, int]) -> list[str]:
     the initialisers: precomputing from its parameters is work the timing would never see."""
     out = []
     for op, n in sorted(cand.items()):
-        if provenance.is_compute(op) and op not in provenance.INITIALISERS and n > ref.get(op, 0):
+        if policy.is_compute(op) and op not in policy.INITIALISERS and n > ref.get(op, 0):
             out.append(f"{op} x{n - ref.get(op, 0)}")
     return out
 

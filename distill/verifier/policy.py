@@ -1,9 +1,14 @@
-"""The candidate policy as tables: which modules, names and calls a candidate may not use, and why.
+"""The candidate policy as tables: which modules, names and calls a candidate may not use, and why;
+and which ATen ops are the candidate's own bookkeeping (allocation, views, copies) rather than compute.
 
-Shared by the static layer (a cheap first filter on the source) and the in-process guard (which
-enforces the same categories at run time for code that dodged the static layer).
+Shared by the static layer (a cheap first filter on the source), the in-process guard (which
+enforces the same categories at run time for code that dodged the static layer), and every phase
+that records ATen ops (construction, forward, timing, the reference's own constructor): an op is
+named once, by `op_name`, from what it does to values, and `is_compute` reads that name.
 """
 from __future__ import annotations
+
+import torch
 
 # Top-level modules a candidate may import. Everything else is refused with the category below.
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
@@ -87,3 +92,116 @@ def module_category(dotted: str) -> str | None:
             return "introspection"
         return None
     return MODULE_CATEGORY.get(top, "import")
+
+
+# -------------------------------------------------------------------------------- ATen ops by values
+# Ops `forward` may run without penalty (DESIGN §3): allocation, views, layout copies. Base names.
+# An op from these tables still counts as compute when it changes values (`op_name`).
+ALLOCATION = frozenset({
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
+    "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::ones", "aten::ones_like", "aten::new_ones",
+    "aten::full", "aten::full_like", "aten::new_full", "aten::fill_", "aten::zero_", "aten::scalar_tensor",
+    "aten::lift_fresh", "aten::lift_fresh_copy", "aten::resize_", "aten::resize_as_",
+})
+VIEWS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::as_strided",
+    "aten::alias", "aten::detach", "aten::detach_", "aten::t", "aten::transpose", "aten::permute",
+    "aten::expand", "aten::expand_as", "aten::squeeze", "aten::unsqueeze", "aten::select", "aten::slice",
+    "aten::narrow", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::unflatten",
+    "aten::flatten", "aten::view_as", "aten::view_as_real", "aten::view_as_complex", "aten::unfold",
+    "aten::diagonal", "aten::movedim", "aten::contiguous", "aten::set_", "aten::_conj", "aten::real",
+    "aten::imag", "aten::tensor_split", "aten::swapaxes", "aten::swapdims", "aten::numpy_T", "aten::mT",
+})
+COPIES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
+                    "aten::_copy_from_and_resize", "aten::to", "aten::record_stream", "aten::_pin_memory",
+                    "aten::is_pinned", "aten::pin_memory"})
+ALLOWED_OPS = ALLOCATION | VIEWS | COPIES
+# Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
+POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+                      "aten::new_empty_strided"})
+# What a constructor may run besides ALLOWED_OPS whatever the reference did: creating parameters
+# the way torch.nn and torch.nn.init do (random fills, ranges, identities).
+INITIALISERS = frozenset({
+    "aten::uniform_", "aten::normal_", "aten::bernoulli_", "aten::random_", "aten::exponential_",
+    "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::randn", "aten::rand", "aten::randint",
+    "aten::randperm", "aten::normal", "aten::bernoulli", "aten::rand_like", "aten::randn_like",
+    "aten::randint_like", "aten::arange", "aten::linspace", "aten::logspace", "aten::eye",
+})
+# Views between a complex tensor and its parts: each value is a pair of floats either way.
+_COMPLEX_PARTS = frozenset({"aten::view_as_real", "aten::view_as_complex", "aten::real", "aten::imag"})
+# Allocations that read a value out of a tensor argument (`fill_(t)` with a 0-dim tensor).
+_READS_VALUES = frozenset({"aten::fill_"})
+_STORAGES = (torch.UntypedStorage, torch.TypedStorage)
+# The C-level dtype getter: a tensor subclass may override `.dtype` in Python, never this.
+_DTYPE = torch.Tensor.dtype
+
+
+def _widens(src: torch.dtype, dst: torch.dtype) -> bool:
+    """Whether a cast from `src` to `dst` keeps every value: integer (or bool) to an integer type
+    that holds its whole range. Every other cast rounds (a float or a complex on either side),
+    wraps (narrowing, or a sign change: the masking arithmetic `& 0xFF` is `.to(torch.uint8)`) or
+    tests (to bool)."""
+    if src.is_floating_point or src.is_complex or dst.is_floating_point or dst.is_complex or dst == torch.bool:
+        return False
+    if src == torch.bool:
+        return True
+    try:
+        a, b = torch.iinfo(src), torch.iinfo(dst)
+    except TypeError:  # a dtype without integer limits (quantized, bits): no known range
+        return False
+    return b.min <= a.min and a.max <= b.max
+
+
+def _keeps(src: torch.dtype, dst: torch.dtype, view: bool) -> bool:
+    """A view reads each element's bytes as `dst`: values stay only where both read them alike
+    (bool bytes as uint8/int8); a cast converts: values stay only when `dst` widens `src`."""
+    if src == dst:
+        return True
+    if view:
+        return src == torch.bool and dst in (torch.uint8, torch.int8)
+    return _widens(src, dst)
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def op_name(name: str, args: tuple, kwargs: dict) -> str:
+    """The name every phase records an ATen op under (`name` is its schema name, `aten::copy_`).
+
+    Allowed ops keep their name while they keep values. One that changes them is compute wherever
+    it runs, named for what happened: `aten::_to_copy(int64->uint8)` (a cast: narrowing, float or
+    bool), `aten::view(float32->int32)` (bytes reinterpreted as another dtype),
+    `aten::set_(storage)` (a tensor made over raw bytes, which carry no dtype, so nothing shows
+    their values are kept). Ops outside the tables keep their name and are compute anyway."""
+    if name not in ALLOWED_OPS or name in _COMPLEX_PARTS:
+        return name
+    if name == "aten::set_" and any(isinstance(a, _STORAGES) for a in args):
+        return name + "(storage)"
+    if name in ALLOCATION and name not in _READS_VALUES:
+        return name  # a dtype here is the new tensor's: no value is read
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if not tensors:
+        return name
+    given = kwargs.get("dtype")
+    if given is None:
+        given = next((a for a in args if isinstance(a, torch.dtype)), None)
+    # Where values come from and the dtype they land in: in place, from the other tensors into
+    # self (copy_, fill_); _copy_from, from self into dst; otherwise from self into the dtype asked.
+    if name.endswith("_"):
+        dst, sources = _DTYPE.__get__(tensors[0]), tensors[1:]
+    elif name.startswith("aten::_copy_from"):
+        dst, sources = _DTYPE.__get__(tensors[-1]), tensors[:1]
+    else:
+        dst, sources = (given if isinstance(given, torch.dtype) else _DTYPE.__get__(tensors[0])), tensors[:1]
+    view = name in VIEWS
+    for t in sources:
+        src = _DTYPE.__get__(t)
+        if not _keeps(src, dst, view):
+            return f"{name}({_short(src)}->{_short(dst)})"
+    return name
+
+
+def is_compute(op: str) -> bool:
+    """Whether a recorded op name (`op_name`'s) counts as compute (not the candidate's own work)."""
+    return op not in ALLOWED_OPS

@@ -1,6 +1,7 @@
 """Run-time provenance inside a worker: which ATen ops `forward` ran, and making compute impossible.
 
-Three layers, each enough to fail a candidate that computes with torch:
+Four layers, each enough to fail a candidate that computes with torch (an op that changes values,
+a cast or a dtype reinterpretation included: `policy.op_name`):
 * `AuditMode`, a TorchDispatchMode, reports every ATen op `forward` runs (to the guard's hook),
   poisons fresh allocations so an output the kernels never wrote cannot pass, and puts guard bands
   around them so a store out of bounds is seen;
@@ -19,47 +20,15 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from distill.verifier import guard
+from distill.verifier import guard, policy
 from distill.verifier.bands import Bands
 
-# Ops `forward` may run without penalty (DESIGN §3): allocation, views, layout copies. Base names.
-ALLOCATION = frozenset({
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
-    "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::ones", "aten::ones_like", "aten::new_ones",
-    "aten::full", "aten::full_like", "aten::new_full", "aten::fill_", "aten::zero_", "aten::scalar_tensor",
-    "aten::lift_fresh", "aten::lift_fresh_copy", "aten::resize_", "aten::resize_as_",
-})
-VIEWS = frozenset({
-    "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::as_strided",
-    "aten::alias", "aten::detach", "aten::detach_", "aten::t", "aten::transpose", "aten::permute",
-    "aten::expand", "aten::expand_as", "aten::squeeze", "aten::unsqueeze", "aten::select", "aten::slice",
-    "aten::narrow", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::unflatten",
-    "aten::flatten", "aten::view_as", "aten::view_as_real", "aten::view_as_complex", "aten::unfold",
-    "aten::diagonal", "aten::movedim", "aten::contiguous", "aten::set_", "aten::_conj", "aten::real",
-    "aten::imag", "aten::tensor_split", "aten::swapaxes", "aten::swapdims", "aten::numpy_T", "aten::mT",
-})
-COPIES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
-                    "aten::_copy_from_and_resize", "aten::to", "aten::record_stream", "aten::_pin_memory",
-                    "aten::is_pinned", "aten::pin_memory"})
-ALLOWED_OPS = ALLOCATION | VIEWS | COPIES
-# Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
-POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
-                      "aten::new_empty_strided"})
+# The op tables and the rule that names an op by what it does to values live in policy.py; the
+# modes below record every op under `policy.op_name`, in every phase (construction, forward, timing).
+ALLOWED_OPS, POISONED, INITIALISERS = policy.ALLOWED_OPS, policy.POISONED, policy.INITIALISERS
+is_compute = policy.is_compute
 # Backend kernels that stay callable while the block is on (what the allowed ops decompose into).
 _BACKEND_ALLOWED = {n.split("::", 1)[1] for n in ALLOWED_OPS} | {"_reshape_copy", "as_strided_"}
-# What a constructor may run besides ALLOWED_OPS whatever the reference did: creating parameters
-# the way torch.nn and torch.nn.init do (random fills, ranges, identities).
-INITIALISERS = frozenset({
-    "aten::uniform_", "aten::normal_", "aten::bernoulli_", "aten::random_", "aten::exponential_",
-    "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::randn", "aten::rand", "aten::randint",
-    "aten::randperm", "aten::normal", "aten::bernoulli", "aten::rand_like", "aten::randn_like",
-    "aten::randint_like", "aten::arange", "aten::linspace", "aten::logspace", "aten::eye",
-})
-
-
-def is_compute(op: str) -> bool:
-    """Whether a recorded op name counts as compute (not the candidate's own work)."""
-    return op.endswith("(dtype)") or op not in ALLOWED_OPS
 
 
 def poison_(t: Any) -> None:
@@ -73,18 +42,6 @@ def poison_(t: Any) -> None:
         t.fill_(torch.iinfo(t.dtype).min)
 
 
-def _casts(func_name: str, args: tuple, kwargs: dict) -> bool:
-    """A dtype-changing copy that involves floats is arithmetic (rounding), not layout."""
-    def conv(a: Any, b: Any) -> bool:
-        return a != b and (a.is_floating_point or a.is_complex or b.is_floating_point or b.is_complex)
-    if func_name == "aten::_to_copy" and args and type(args[0]) is torch.Tensor:
-        dt = kwargs.get("dtype")
-        return dt is not None and conv(args[0].dtype, dt)
-    if func_name == "aten::copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
-        return conv(args[0].dtype, args[1].dtype)
-    return False
-
-
 class AuditMode(TorchDispatchMode):
     """Reports each ATen op to the guard's hook (which keeps the record) and poisons allocations,
     which it serves with guard bands (`bands.Bands`) so out-of-bounds stores show."""
@@ -95,9 +52,7 @@ class AuditMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        name = func._schema.name
-        if _casts(name, args, kwargs):
-            name = name + "(dtype)"
+        name = policy.op_name(func._schema.name, args, kwargs)
         sys.audit("tritonforge.aten", name)
         out = func(*args, **kwargs)
         if name in POISONED:
@@ -121,22 +76,23 @@ class StreamWatch(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func._schema.name
         # One audit event for both records: this runs for every op of every timed call.
-        sys.audit("tritonforge.stream", self.current(self.index),
-                  name + "(dtype)" if _casts(name, args, kwargs) else name)
+        sys.audit("tritonforge.stream", self.current(self.index), policy.op_name(name, args, kwargs))
         return func(*args, **kwargs)
 
 
 class OpCount(TorchDispatchMode):
-    """Counts the ATen ops (base names) run while active: what a constructor computed."""
+    """Counts the ATen ops run while active, named as every phase names them (`policy.op_name`):
+    what a constructor computed, a cast to another dtype included."""
 
     def __init__(self) -> None:
         super().__init__()
         self.counts: dict[str, int] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        name = func._schema.name
+        kwargs = kwargs or {}
+        name = policy.op_name(func._schema.name, args, kwargs)
         self.counts[name] = self.counts.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
 
 
 _NAMES: dict[str, list[str]] = {}
