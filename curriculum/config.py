@@ -1,14 +1,21 @@
-"""Curriculum definitions: which levels make which stage, how big, and the held-out evaluation splits."""
+"""Curriculum definitions: which levels make which stage, how big, and the held-out evaluation splits.
+
+Fields say what they are in `field(metadata={"help": ...})`, with their bounds, because a build config's
+`[[stage]]` tables are read straight into `Stage` (pipelines.configs).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from synth.bounds import MAX_LEVEL
 
 
 @dataclass(frozen=True)
 class Stage:
-    index: int                 # 1, 2, 3 ... (the order RL trains them in)
-    levels: tuple[int, ...]    # problems of these levels make the stage (uniform mixture)
-    size: int                  # problems in the stage
+    index: int = field(metadata={"help": "1, 2, 3 ...: the order RL trains the stages in", "min": 1})
+    levels: tuple[int, ...] = field(metadata={"help": "problems of these levels make the stage (uniform mixture)",
+                                              "min": 1, "max": MAX_LEVEL, "nonempty": True})
+    size: int = field(metadata={"help": "problems in the stage", "min": 1})
 
     @property
     def name(self) -> str:
@@ -22,9 +29,10 @@ DEFAULT_HELDOUT_LEVELS = (1, 2, 5, 20)
 
 @dataclass(frozen=True)
 class CurriculumConfig:
-    stages: tuple[Stage, ...] = DEFAULT_STAGES
-    heldout_levels: tuple[int, ...] = DEFAULT_HELDOUT_LEVELS
-    heldout_size: int = 50     # problems per held-out level
+    stages: tuple[Stage, ...] = field(default=DEFAULT_STAGES, metadata={"help": "the stages, in training order"})
+    heldout_levels: tuple[int, ...] = field(default=DEFAULT_HELDOUT_LEVELS,
+                                            metadata={"help": "levels with a held-out evaluation set each"})
+    heldout_size: int = field(default=50, metadata={"help": "problems per held-out level"})
 
     def __post_init__(self) -> None:
         if not self.stages:

@@ -77,10 +77,10 @@ BUILD_CONFIGS = [
     ("[teacher]\nspec = \"replay:/nonexistent/answers.jsonl\"\n", "[teacher] spec: replay:/nonexistent/answers.jsonl: "
                                                                   "replay file not found"),
     ("[teacher]\nspec = \"openai:http://127.0.0.1:{port}\"\n", "[teacher] spec: openai:http://127.0.0.1:{port}: "),
-    ("[[stage]]\nindex = 1\nlevels = [1]\nsize = 100000000000\n", "[[stage]] #1 size: must be an integer from 1 to "
-                                                                   "1000000, got 100000000000"),
+    ("[[stage]]\nindex = 1\nlevels = [1]\nsize = 100000000000\n", "[[stage]] size, [heldout] size: 100000000200 "
+                                                                   "problems in all; at most 1000000"),
     ("[heldout]\nsize = 100000000000\n", "[heldout] size: must be an integer from 0 to 1000000"),
-    ("[[stage]]\nindex = 1\nlevels = [10000]\nsize = 1\n", "[[stage]] #1 levels: must be a non-empty list of levels "
+    ("[[stage]]\nindex = 1\nlevels = [10000]\nsize = 1\n", "[[stage]] #1 levels: must be a non-empty list of integers "
                                                            "from 1 to 64, got [10000]"),
     ("seed = -3\n", "seed: must be an integer >= 0, got -3"),
 ]
@@ -150,7 +150,7 @@ FLAGS = [
     (["train-grpo", "grpo-tiny", "--out", "{file}"], "tritonforge train-grpo: error: --out {file} is a file"),
     (["train-grpo", "grpo-tiny", "--out", "{ro}/run"], "--out {ro}/run: cannot write in {ro}"),
     (["train-grpo", "grpo-tiny", "--steps", "0"], "--steps: must be >= 1"),
-    (["train-grpo", "{grpo}"], "data.synth.stage[0].levels: must be a non-empty list of levels from 1 to 64"),
+    (["train-grpo", "{grpo}"], "{grpo}: [[data.synth.stage]] #1 levels: must be a non-empty list of integers from 1 to 64"),
 ]
 
 

@@ -89,9 +89,9 @@ def check_local_cluster(cfg, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.build.config import ConfigError, load_config
+    from pipelines.build.config import load_config
     from pipelines.build.run import build
-    from pipelines.configs import resolve_config
+    from pipelines.configs import ConfigError, resolve_config
     from synth.cli_checks import UsageError, writable_folder
 
     try:

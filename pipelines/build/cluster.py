@@ -18,16 +18,17 @@ import os
 import sys
 from pathlib import Path
 
-from pipelines.build.config import BuildConfig, ConfigError
+from pipelines.build.config import BuildConfig
 from pipelines.build.folder import STAMP
 from pipelines.multicast import NO_MULTICAST  # in every LocalCluster worker's environment
+from synth.cli_checks import UsageError
 
 WORKER_WAIT_S = 60.0
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # one entry per GPU of the host, read without touching CUDA
 
 
-class ClusterError(ConfigError):
-    """The cluster cannot run this build; the message says what to start or change."""
+class ClusterError(UsageError):
+    """The cluster cannot run this build; the message says what to start or change (the CLI exits 2)."""
 
 
 def connect(cfg: BuildConfig, scheduler: str | None):

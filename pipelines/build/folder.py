@@ -18,16 +18,17 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipelines.build.config import BuildConfig, ConfigError
+from pipelines.build.config import BuildConfig
 from synth.atomic_write import atomic_write_text
+from synth.cli_checks import UsageError
 
 STAMP = "build.json"
 LOCK = ".build.lock"
 
 
-class FolderError(ConfigError):
+class FolderError(UsageError):
     """The --out folder cannot take this build (or holds an unreadable shard); names the folder and why.
-    A ConfigError, so the build command reports it as bad input (exit 2)."""
+    A UsageError, so the build command reports it as bad input (exit 2)."""
 
 
 def _ours_before_stamp(name: str) -> bool:

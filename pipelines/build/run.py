@@ -26,7 +26,7 @@ from pipelines.build.tasks import sample_shard, teach_verify_shard
 def build(cfg: BuildConfig, out: str | Path, scheduler: str | None = None, progress: bool = True,
           card: bool = False) -> dict[str, Any]:
     """Build (or resume) the dataset in `out` (and its dataset card, with `card`); returns the manifest.
-    Raises FolderError (a ConfigError) when `out` is not this build's folder, another build holds it,
+    Raises FolderError (a UsageError) when `out` is not this build's folder, another build holds it,
     or a shard there cannot be read, and ClusterError (one too) when the workers cannot run it. The
     card is written under the folder's lock too."""
     out = Path(out).absolute()  # what the workers are told: a relative path would land in each one's cwd

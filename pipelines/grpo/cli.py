@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.grpo.config import ConfigError, grpo_args, load_config
+    from pipelines.configs import ConfigError
+    from pipelines.grpo.config import grpo_args, load_config
     from synth.cli_checks import UsageError, writable_folder
 
     try:
@@ -33,13 +34,10 @@ def run(args: argparse.Namespace) -> int:
         grpo_args(cfg)   # GRPOConfig's own checks, before any model is loaded
         writable_folder(cfg.out, "--out" if args.out else f"{args.config}: out")
     except ConfigError as exc:
-        print(f"tritonforge train-grpo: bad config {args.config}: {exc}", file=sys.stderr)
+        print(f"tritonforge train-grpo: error: {exc}", file=sys.stderr)
         return 2
     except UsageError as exc:
         return exc.report("train-grpo")
-    except OSError as exc:
-        print(f"tritonforge train-grpo: cannot read {args.config}: {exc}", file=sys.stderr)
-        return 2
 
     from pipelines.multicast import keep_off
 

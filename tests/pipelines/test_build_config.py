@@ -31,7 +31,7 @@ def test_digest_of_a_checked_config_is_unchanged():
 
 
 @pytest.mark.parametrize("doc, message", [
-    ({"seeed": 1}, "seeed: unknown key (known: cluster, heldout, license, name, sample, seed, stage, teacher, verify)"),
+    ({"seeed": 1}, "seeed: unknown key (known: cluster, heldout, license, name, problems, sample, seed, stage, teacher, verify)"),
     ({"seed": -1}, "seed: must be an integer >= 0, got -1"),
     ({"name": ""}, "name: must be a non-empty string"),
     ({"sample": {"shard_sise": 4}}, "[sample] shard_sise: unknown key"),
@@ -43,17 +43,19 @@ def test_digest_of_a_checked_config_is_unchanged():
     ({"stage": []}, "stage: at least one [[stage]] is needed"),
     ({"stage": {"index": 1}}, "stage: must be [[stage]] tables"),
     ({"stage": [{"index": 1, "levels": [1]}]}, "[[stage]] #1 size: missing"),
-    ({"stage": [{"index": 1, "levels": [], "size": 3}]}, "[[stage]] #1 levels: must be a non-empty list of levels"),
-    ({"stage": [{"index": 1, "levels": [10000], "size": 3}]}, "[[stage]] #1 levels: must be a non-empty list of levels "
+    ({"stage": [{"index": 1, "levels": [], "size": 3}]}, "[[stage]] #1 levels: must be a non-empty list of integers"),
+    ({"stage": [{"index": 1, "levels": [10000], "size": 3}]}, "[[stage]] #1 levels: must be a non-empty list of integers "
                                                                "from 1 to 64, got [10000]"),
-    ({"stage": [{"index": 1, "levels": [1], "size": 10**11}]}, "[[stage]] #1 size: must be an integer from 1 to 1000000"),
+    ({"stage": [{"index": 1, "levels": [1], "size": 10**11}]}, "100000000200 problems in all; at most 1000000"),
+    ({"stage": [{"index": 1, "levels": [1], "size": 0}]}, "[[stage]] #1 size: must be an integer >= 1, got 0"),
+    ({"stage": [{"index": 1, "levels": [1, True], "size": 2}]}, "[[stage]] #1 levels: must be a non-empty list"),
     ({"stage": [{"index": 1, "levels": [1], "size": 1e3}]}, "[[stage]] #1 size: must be an integer"),
     ({"stage": [STAGE, STAGE]}, "[[stage]] #2 index: 1 is used by an earlier stage"),
     ({"stage": [{**STAGE, "lvl": 2}]}, "[[stage]] #1 lvl: unknown key (known: index, levels, size)"),
     ({"stage": [{**STAGE, "size": 900_000}], "heldout": {"size": 30_000}}, "1020000 problems in all; at most 1000000"),
     ({"heldout": {"sizes": 3}}, "[heldout] sizes: unknown key"),
     ({"heldout": {"levels": [1, 1]}}, "[heldout] levels: names a level twice"),
-    ({"heldout": {"levels": [65]}}, "[heldout] levels: must be a list of levels from 1 to 64"),
+    ({"heldout": {"levels": [65]}}, "[heldout] levels: must be a list of integers from 1 to 64"),
     ({"heldout": {"size": -1}}, "[heldout] size: must be an integer from 0 to 1000000, got -1"),
     ({"teacher": {"spec": "gpt:foo"}}, "[teacher] spec: unknown teacher 'gpt:foo'"),
     ({"teacher": {"spec": "lowering:x"}}, "[teacher] spec: 'lowering' takes no argument"),

@@ -19,15 +19,15 @@ def test_shipped_configs_map_onto_grpo_config(tmp_path):
 
 
 @pytest.mark.parametrize("raw,key", [
-    ({**MIN, "grpo": {"num_generation": 8}}, "grpo.num_generation"),          # a typo of a TRL field
-    ({**MIN, "grpo": {"learning_rate": "fast"}}, "grpo.learning_rate"),
-    ({**MIN, "grpo": {"output_dir": "x"}}, "grpo.output_dir"),
-    ({**MIN, "reward": {"scheme": "vibes"}}, "reward.scheme"),
-    ({**MIN, "reward": {"log_speedup_clip": [-2.0, 1.0]}}, "reward.log_speedup_clip"),
-    ({**MIN, "curriculum": {"zero_std": "ignore"}}, "curriculum.zero_std"),
+    ({**MIN, "grpo": {"num_generation": 8}}, "[grpo] num_generation"),          # a typo of a TRL field
+    ({**MIN, "grpo": {"learning_rate": "fast"}}, "[grpo] learning_rate"),
+    ({**MIN, "grpo": {"output_dir": "x"}}, "[grpo] output_dir"),
+    ({**MIN, "reward": {"scheme": "vibes"}}, "[reward] scheme"),
+    ({**MIN, "reward": {"log_speedup_clip": [-2.0, 1.0]}}, "[reward] log_speedup_clip"),
+    ({**MIN, "curriculum": {"zero_std": "ignore"}}, "[curriculum] zero_std"),
     ({**MIN, "rollout": {"group_size": 8}}, "rollout"),
-    ({"model": {"path": "m"}}, "data"),
-    ({**MIN, "model": {"path": "m", "lora": {"r": 0}}}, "model.lora.r"),
+    ({"model": {"path": "m"}}, "[data]"),
+    ({**MIN, "model": {"path": "m", "lora": {"r": 0}}}, "[model.lora] r"),
 ])
 def test_bad_values_name_the_key(raw, key):
     with pytest.raises(ConfigError) as err:
@@ -39,12 +39,12 @@ def test_cli_bad_config_exits_2(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text('[model]\npath = "m"\n[data]\ndir = "d"\n[grpo]\nnum_generatons = 4\n')
     assert main(["train-grpo", str(bad)]) == 2
-    assert "grpo.num_generatons" in capsys.readouterr().err
+    assert f"{bad}: [grpo] num_generatons: unknown key" in capsys.readouterr().err
     # GRPOConfig's own checks: 6 completions do not split into groups of 4
     bad.write_text('[model]\npath = "m"\n[data]\ndir = "d"\n[grpo]\nnum_generations = 4\n'
                    'per_device_train_batch_size = 6\n')
     assert main(["train-grpo", str(bad), "--out", str(tmp_path / "o")]) == 2
-    assert "grpo:" in capsys.readouterr().err
+    assert "[grpo]: " in capsys.readouterr().err
     assert main(["train-grpo", str(tmp_path / "missing.toml")]) == 2
 
 
