@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distill.verifier import judge, memplan, procs, reference, static, timing
+from distill.verifier import judge, memplan, procs, reference, running, static, timing
 from distill.verifier.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -87,6 +87,20 @@ class JobSpec:
         other = rng.choice([i for i in range(self.trials) if i != traced])
         calls = [{"kind": "trial", "trial": i, "trace": i == traced} for i in range(self.trials)]
         return calls + [{"kind": "replay", "trial": other}, {"kind": "replay_ablate", "trial": traced}]
+
+
+def _watched(pool: "VerifierPool", slot: "_Slot", reply: dict[str, Any]) -> dict[str, Any]:
+    """`reply` with what its phase left running as the kernel counts it (running.py): threads over
+    the worker's start-up count and processes besides it (killed now) join its hygiene."""
+    left = running.left_running(slot.proc.pid, int(slot.info.get("tasks") or 0), pool.memory.cgroup(slot.proc.pid))
+    if left:
+        hyg = reply.get("hygiene")
+        hyg = hyg if isinstance(hyg, dict) else {}
+        claimed = hyg.get("threads")
+        hyg["threads"] = max(left.threads, claimed if type(claimed) is int else 0)
+        hyg["processes"] = len(left.processes)
+        reply["hygiene"] = hyg
+    return reply
 
 
 def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -186,8 +200,9 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     t0 = time.monotonic()
     with pool.gates[slot.gpu].quiet(keep=slot.proc.pid):
         t1 = time.monotonic()
-        rep = slot.proc.request({"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials,
-                                 "check": checks}, spec.timeout, "timing")
+        rep = _watched(pool, slot, slot.proc.request({"cmd": "time", "warmup": spec.warmup,
+                                                      "trials": spec.timing_trials, "check": checks},
+                                                     spec.timeout, "timing"))
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
     if not rep.get("error"):
         rep["checked"] = slot.proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
@@ -239,7 +254,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                                           "calls": len(spec.plan()), "budgets": budgets}, max(t, 120))
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         lap("reference_trials")
-        load = proc.finish(nonce, t, phase)
+        load = _watched(pool, slot, proc.finish(nonce, t, phase))
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
@@ -255,6 +270,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "n_trials": spec.trials,
                             "construct_ops": sorted(ref.get("construct_ops") or {}),
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
+        run = _watched(pool, slot, run)
         lap("run")
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
             base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
@@ -273,7 +289,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
-        end = proc.request({"cmd": "end"}, max(t, 30.0), phase)
+        end = _watched(pool, slot, proc.request({"cmd": "end"}, max(t, 30.0), phase))
         lap("clean_up")
         for k, sec in (end.get("end_s") or {}).items():
             phases[f"clean_up.{k}"] = round(float(sec), 4)

@@ -55,6 +55,8 @@ def hygiene(report: dict[str, Any]) -> Finding | None:
     if hyg.get("patched"):
         return Finding("forbidden", f"at run time: patched {', '.join(hyg['patched'][:3])} (torch patching)",
                        {"patched": hyg["patched"]})
+    if hyg.get("processes", 0) > 0:
+        return Finding("forbidden", "at run time: started a process that is still running (process)")
     if hyg.get("threads", 0) > 0:
         return Finding("forbidden", "at run time: started a thread that is still running (threads)")
     if hyg.get("blocked"):

@@ -18,6 +18,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from distill.verifier import running
+
 _V2 = "/sys/fs/cgroup"
 _V1 = "/sys/fs/cgroup/memory"
 CGROUP_ROOTS = (_V2, _V1)
@@ -114,6 +116,12 @@ class MemoryGuard:
             self.cgroups["error"] = str(exc)[:120]
             return None
 
+    def cgroup(self, pid: int) -> str | None:
+        """The cgroup capping `pid`, if one was made (running.py counts its members)."""
+        with self._lock:
+            cap = self._procs.get(pid)
+        return cap.cgroup if cap else None
+
     def tripped(self, pid: int) -> bool:
         with self._lock:
             cap = self._procs.get(pid)
@@ -140,10 +148,12 @@ class MemoryGuard:
 
     def remove(self, pid: int) -> None:
         """Forget `pid` and remove its cgroup; call once the process is dead (a dying one may take
-        a moment to leave its cgroup)."""
+        a moment to leave its cgroup). Whatever else is still in the cgroup (a child that left the
+        worker's process group, which the worker's kill did not reach) is killed first."""
         with self._lock:
             cap = self._procs.pop(pid, None)
         if cap and cap.cgroup:
+            running.kill(running.members(pid, cap.cgroup), pid, cap.cgroup)
             remove_cgroup(cap.cgroup)
 
     def _watch(self) -> None:

@@ -263,6 +263,14 @@ def lock_down(scratch: str, exec_files: list[str], no_children: bool, layers: tu
     return rep
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants are re-parented to this process (running.py finds them in its tree)."""
+    return _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
 def close_inherited_fds(keep: int) -> None:
     """Close every descriptor but stdio and our pipe: multiprocessing hands children the
     forkserver's liveness pipe and the resource tracker's pipe, which candidate code could

@@ -8,7 +8,6 @@ frames, so candidate code writing to the pipe cannot impersonate the harness.
 """
 from __future__ import annotations
 
-import _thread
 import gc
 import importlib.util
 import os
@@ -23,7 +22,7 @@ import triton
 import triton.language as tl
 
 from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, inputsets, integrity, interp_shims,
-                              lockdown, memplan, problemio, provenance, seal, timing)
+                              lockdown, memplan, problemio, provenance, running, seal, timing)
 
 # Captured before any candidate runs, like timing's CUDA entry points.
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -80,6 +79,9 @@ def _warm_up(device: torch.device, threads: bool = True) -> torch.Tensor | None:
 
 def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     os.setsid()  # one process group: the parent kills children (ptxas, cc) with the worker
+    # A child subreaper: a grandchild whose parent exits is re-parented here, not to init, so the
+    # parent still finds it among this worker's descendants (running.py).
+    lockdown.become_subreaper()
     lockdown.close_inherited_fds(conn.fileno())
     arena = codec.open_arena(cfg)  # before any lockdown: a shared file outside scratch
     layers = tuple(cfg.get("layers", lockdown.LAYERS))
@@ -115,7 +117,7 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     snap = integrity.snapshot()
     snap["state"] = seal.snapshot()
     snap["scratch"] = cfg["scratch"]
-    threads0 = _thread._count()
+    threads0 = running.tasks(os.getpid())  # native threads too (running.py); the parent counts as well
     # Everything alive now is the harness's (torch, triton, their caches): park it in the permanent
     # generation so the full collection after each job walks only what the candidate made. Without
     # this, that collection took ~0.4 s per job on the CPU box and ~4 s on the H100 box.
@@ -124,7 +126,7 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     versions = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "sandbox": {**report.to_dict(), **limits},
-                                  "versions": versions}))
+                                  "versions": versions, "tasks": threads0}))
     _serve(conn, cfg, device, token, block, snap, threads0, sync, flush, arena)
 
 
@@ -172,7 +174,7 @@ def _hygiene(payload: dict[str, Any], token: object, snap: dict, threads0: int) 
     payload["hygiene"] = {"denials": rec["denials"], "patched": patched, "state": seal.changed(snap["state"]),
                           "disk_bytes": used if used > caps.DISK_BYTES else 0,
                           "harness_code": rec["harness_code"] + payload.pop("harness_code", []),
-                          "threads": _thread._count() - threads0, "blocked": rec["blocked"]}
+                          "threads": running.tasks(os.getpid()) - threads0, "blocked": rec["blocked"]}
     return payload
 
 
