@@ -1,4 +1,4 @@
-"""The fx calls fxmap.Mapper hands on: clamps, max/min, softmax and scans, matmuls, pools, losses.
+"""The fx calls fxmap.map_call hands on: clamps, max/min, softmax and scans, matmuls, pools, losses.
 
 Each returns the graph value the call computes, or raises TraceError naming the call. The attribute
 checks mirror what the kernels implement (data/lowering/ops.toml, distill/lowering/kernels): a value
@@ -15,27 +15,37 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from distill.lowering.fxgraph import Mapper, TraceError, Tup, call_arg, one_size, target_name
 from synth.catalog import default_catalog
-from distill.lowering.fxmap import ALONG, LOSSES, Mapper, TraceError, Tup, _arg, _name, _one
 
+ALONG = {torch.softmax: "softmax", F.softmax: "softmax", torch.log_softmax: "log_softmax",
+         F.log_softmax: "log_softmax", F.softmin: "softmin", torch.cumsum: "cumsum", torch.cumprod: "cumprod",
+         torch.logcumsumexp: "logcumsumexp", "softmax": "softmax", "log_softmax": "log_softmax",
+         "cumsum": "cumsum", "cumprod": "cumprod", "logcumsumexp": "logcumsumexp"}
+LOSSES = {F.mse_loss: "mse_loss", F.l1_loss: "l1_loss", F.smooth_l1_loss: "smooth_l1_loss",
+          F.huber_loss: "huber_loss", F.kl_div: "kl_div", F.cross_entropy: "cross_entropy",
+          F.binary_cross_entropy: "binary_cross_entropy", F.binary_cross_entropy_with_logits: "bce_with_logits",
+          F.hinge_embedding_loss: "hinge_embedding_loss", F.triplet_margin_loss: "triplet_margin_loss",
+          F.cosine_similarity: "cosine_similarity"}
 
 
 @functools.cache
 def einsum_ops() -> dict[str, str]:
     """Equation -> catalog op, read from the catalog's einsum ops' exprs (`torch.einsum("bij,bjk->bik", ...)`)."""
     out = {}
-    for name, spec in default_catalog().items():
+    for op, spec in default_catalog().items():
         found = re.search(r'torch\.einsum\("([^"]+)"', spec.expr)
         if found:
-            out[found.group(1).replace(" ", "")] = name
+            out[found.group(1).replace(" ", "")] = op
     return out
+
 
 def clamp(m: Mapper, node: torch.fx.Node) -> str:
     x = m.t(node.args[0], "clamp")
     if node.target is F.hardtanh:
-        lo, hi = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+        lo, hi = call_arg(node, 1, "min_val", -1.0), call_arg(node, 2, "max_val", 1.0)
         return m.unary("hardtanh", x, {"min_val": float(lo), "max_val": float(hi)})
-    lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
+    lo, hi = call_arg(node, 1, "min"), call_arg(node, 2, "max")
     if m.kind(lo) in ("tensor", "param") or m.kind(hi) in ("tensor", "param"):
         raise TraceError("clamp with tensor bounds")
     if lo is not None and hi is not None:
@@ -49,13 +59,13 @@ def clamp(m: Mapper, node: torch.fx.Node) -> str:
 def max_min(m: Mapper, node: torch.fx.Node) -> Any:
     """torch.max(x) (all dims), torch.max(x, dim) ((values, indices)), torch.max(x, other) (elementwise)."""
     is_max = node.target in (torch.max, "max")
-    other = _arg(node, 1, "dim") if "other" not in node.kwargs else node.kwargs["other"]
+    other = call_arg(node, 1, "dim") if "other" not in node.kwargs else node.kwargs["other"]
     if m.kind(other) in ("tensor", "param") or (isinstance(other, torch.fx.Node) and m.kind(other) == "scalar"):
         return m.binary("maximum" if is_max else "minimum", node.args[0], other, node)
-    x = m.t(node.args[0], _name(node.target))
+    x = m.t(node.args[0], target_name(node.target))
     if other is None:
         return m.reduce("amax" if is_max else "amin", x, None, False)
-    keepdim = bool(_arg(node, 2, "keepdim", False))
+    keepdim = bool(call_arg(node, 2, "keepdim", False))
     values = m.reduce("amax" if is_max else "amin", x, other, keepdim)
     return Tup({0: values, 1: lambda: m.reduce("argmax" if is_max else "argmin", x, other, keepdim)})
 
@@ -90,18 +100,18 @@ def _pool(m: Mapper, node: torch.fx.Node, name: str) -> str:
     x = m.t(node.args[0], name)
     nd = len(m.b.shape(x)) - 2
     if name.startswith("adaptive"):
-        size = _one(_arg(node, 1, "output_size"), "output_size")
+        size = one_size(call_arg(node, 1, "output_size"), "output_size")
         return m.b.op(f"{name}{nd}d", [x], m.out_shape(node), m.b.dtype(x), {"output_size": int(size)})
-    k = _one(_arg(node, 1, "kernel_size"), "kernel_size")
-    s = _one(_arg(node, 2, "stride") or k, "stride")
-    p = _one(_arg(node, 3, "padding", 0), "padding")
+    k = one_size(call_arg(node, 1, "kernel_size"), "kernel_size")
+    s = one_size(call_arg(node, 2, "stride") or k, "stride")
+    p = one_size(call_arg(node, 3, "padding", 0), "padding")
     attrs = {"kernel_size": int(k), "stride": int(s), "padding": int(p)}
     if name == "max_pool":
-        attrs["dilation"] = int(_one(_arg(node, 4, "dilation", 1), "dilation"))
-        if _arg(node, 5, "ceil_mode", False) or _arg(node, 6, "return_indices", False):
+        attrs["dilation"] = int(one_size(call_arg(node, 4, "dilation", 1), "dilation"))
+        if call_arg(node, 5, "ceil_mode", False) or call_arg(node, 6, "return_indices", False):
             raise TraceError(f"{name}{nd}d with ceil_mode or return_indices")
-    elif _arg(node, 4, "ceil_mode", False) or not _arg(node, 5, "count_include_pad", True) \
-            or _arg(node, 6, "divisor_override") is not None:
+    elif call_arg(node, 4, "ceil_mode", False) or not call_arg(node, 5, "count_include_pad", True) \
+            or call_arg(node, 6, "divisor_override") is not None:
         raise TraceError(f"{name}{nd}d with ceil_mode, count_include_pad=False or divisor_override")
     return m.b.op(f"{name}{nd}d", [x], m.out_shape(node), m.b.dtype(x), attrs)
 
@@ -123,9 +133,9 @@ def _loss(m: Mapper, node: torch.fx.Node, op: str) -> str:
     attrs: dict[str, Any] = {}
     if op in LOSS_ATTRS:
         key, pos, default = LOSS_ATTRS[op]
-        attrs[key] = float(_arg(node, pos, key, default))
+        attrs[key] = float(call_arg(node, pos, key, default))
     if op == "cosine_similarity":
-        if _arg(node, 2, "dim", 1) % len(m.b.shape(xs[0])) != 1 or len(m.b.shape(xs[0])) != 2:
+        if call_arg(node, 2, "dim", 1) % len(m.b.shape(xs[0])) != 1 or len(m.b.shape(xs[0])) != 2:
             raise TraceError("cosine_similarity other than dim=1 of a 2-D tensor")
     else:
         want = "batchmean" if op == "kl_div" else "mean"
@@ -138,7 +148,7 @@ def _loss(m: Mapper, node: torch.fx.Node, op: str) -> str:
 def other(m: Mapper, node: torch.fx.Node) -> Any:
     t = node.target
     if t in ALONG:
-        return _along(m, ALONG[t], m.t(node.args[0], ALONG[t]), _arg(node, 1, "dim"))
+        return _along(m, ALONG[t], m.t(node.args[0], ALONG[t]), call_arg(node, 1, "dim"))
     if t in (torch.matmul, operator.matmul, torch.mm, torch.bmm, "matmul", "mm", "bmm"):
         return _matmul(m, node)
     if t in (torch.mv, "mv"):
@@ -153,54 +163,54 @@ def other(m: Mapper, node: torch.fx.Node) -> Any:
     if t in LOSSES:
         return _loss(m, node, LOSSES[t])
     if t in (torch.norm, "norm", torch.linalg.vector_norm, torch.linalg.norm):
-        p = _arg(node, 1, "p", _arg(node, 1, "ord", 2))
+        p = call_arg(node, 1, "p", call_arg(node, 1, "ord", 2))
         op = {1: "l1_norm", 2: "l2_norm", "fro": "l2_norm", None: "l2_norm"}.get(p)
         if op is None:
             raise TraceError(f"norm with p={p!r}")
-        return m.reduce(op, m.t(node.args[0], "norm"), _arg(node, 2, "dim"), _arg(node, 3, "keepdim", False))
+        return m.reduce(op, m.t(node.args[0], "norm"), call_arg(node, 2, "dim"), call_arg(node, 3, "keepdim", False))
     if t is F.normalize:
-        if float(_arg(node, 1, "p", 2.0)) != 2.0 or _arg(node, 3, "eps", 1e-12) != 1e-12:
+        if float(call_arg(node, 1, "p", 2.0)) != 2.0 or call_arg(node, 3, "eps", 1e-12) != 1e-12:
             raise TraceError("normalize other than p=2, eps=1e-12")
-        return _along(m, "l2_normalize", m.t(node.args[0], "normalize"), _arg(node, 2, "dim", 1))
+        return _along(m, "l2_normalize", m.t(node.args[0], "normalize"), call_arg(node, 2, "dim", 1))
     if t is F.scaled_dot_product_attention:
         xs = [m.t(a, "sdpa") for a in node.args[:3]]
-        if _arg(node, 3, "attn_mask") is not None or _arg(node, 4, "dropout_p", 0.0) or _arg(node, 6, "scale") is not None:
+        if call_arg(node, 3, "attn_mask") is not None or call_arg(node, 4, "dropout_p", 0.0) or call_arg(node, 6, "scale") is not None:
             raise TraceError("scaled_dot_product_attention with a mask, dropout or scale")
-        return m.b.op("sdpa", xs, m.out_shape(node), m.b.dtype(xs[0]), {"is_causal": bool(_arg(node, 5, "is_causal", False))})
+        return m.b.op("sdpa", xs, m.out_shape(node), m.b.dtype(xs[0]), {"is_causal": bool(call_arg(node, 5, "is_causal", False))})
     if t in (F.leaky_relu, "leaky_relu"):
         return m.unary("leaky_relu", m.t(node.args[0], "leaky_relu"),
-                       {"negative_slope": float(_arg(node, 1, "negative_slope", 0.01))})
+                       {"negative_slope": float(call_arg(node, 1, "negative_slope", 0.01))})
     if t is F.softplus:
-        if _arg(node, 2, "threshold", 20.0) != 20.0:
+        if call_arg(node, 2, "threshold", 20.0) != 20.0:
             raise TraceError("softplus with a threshold other than 20")
-        return m.unary("softplus", m.t(node.args[0], "softplus"), {"beta": float(_arg(node, 1, "beta", 1.0))})
+        return m.unary("softplus", m.t(node.args[0], "softplus"), {"beta": float(call_arg(node, 1, "beta", 1.0))})
     if t in (F.elu, F.celu):
-        op = _name(t)
-        return m.unary(op, m.t(node.args[0], op), {"alpha": float(_arg(node, 1, "alpha", 1.0))})
+        op = target_name(t)
+        return m.unary(op, m.t(node.args[0], op), {"alpha": float(call_arg(node, 1, "alpha", 1.0))})
     if t in (F.hardshrink, F.softshrink):
-        op = _name(t)
-        return m.unary(op, m.t(node.args[0], op), {"lambd": float(_arg(node, 1, "lambd", 0.5))})
+        op = target_name(t)
+        return m.unary(op, m.t(node.args[0], op), {"lambd": float(call_arg(node, 1, "lambd", 0.5))})
     if t in (torch.cat, torch.concat, torch.stack):
         op = "stack" if t is torch.stack else "cat"
         xs = [m.t(a, op) for a in node.args[0]]
         if len(xs) != 2:
             raise TraceError(f"{op} of {len(xs)} tensors (the catalog's takes 2)")
         rank = len(m.out_shape(node))
-        return m.b.op(op, xs, m.out_shape(node), m.b.dtype(xs[0]), {"dim": int(_arg(node, 1, "dim", 0)) % rank})
+        return m.b.op(op, xs, m.out_shape(node), m.b.dtype(xs[0]), {"dim": int(call_arg(node, 1, "dim", 0)) % rank})
     if t in (F.instance_norm,):
-        if any(_arg(node, i, k) is not None for i, k in ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias"))) \
-                or _arg(node, 7, "eps", 1e-5) != 1e-5:
+        if any(call_arg(node, i, k) is not None for i, k in ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias"))) \
+                or call_arg(node, 7, "eps", 1e-5) != 1e-5:
             raise TraceError("instance_norm with statistics, weights or another eps")
         return m.unary("instance_norm", m.t(node.args[0], "instance_norm"))
     if t in (torch.flip, "flip"):
         v = m.t(node.args[0], "flip")
-        dims = _arg(node, 1, "dims") if len(node.args) <= 2 else node.args[1:]
+        dims = call_arg(node, 1, "dims") if len(node.args) <= 2 else node.args[1:]
         for d in [dims] if isinstance(dims, int) else dims:  # flips along several dims: one after another
             v = _along(m, "flip", v, d)
         return v
     if t in (torch.triu, torch.tril, "triu", "tril"):
-        op = _name(t)
-        return m.unary(op, m.t(node.args[0], op), {"diagonal": int(_arg(node, 1, "diagonal", 0))})
+        op = target_name(t)
+        return m.unary(op, m.t(node.args[0], op), {"diagonal": int(call_arg(node, 1, "diagonal", 0))})
     if t in (torch.einsum, "einsum"):
         eq = str(node.args[0]).replace(" ", "")
         args = node.args[1:]
@@ -212,5 +222,5 @@ def other(m: Mapper, node: torch.fx.Node) -> Any:
         xs = [m.t(a, f"einsum {eq!r}") for a in args]
         return m.b.op(op, xs, m.out_shape(node), m.b.dtype(xs[0]))
     if node.op == "call_method" and t in ("softmax", "log_softmax"):
-        return _along(m, t, m.t(node.args[0], t), _arg(node, 1, "dim"))
-    raise TraceError(f"no catalog op computes {node.op} {_name(t)}")
+        return _along(m, t, m.t(node.args[0], t), call_arg(node, 1, "dim"))
+    raise TraceError(f"no catalog op computes {node.op} {target_name(t)}")

@@ -11,8 +11,11 @@ from typing import Any
 import torch.fx
 import torch.nn as nn
 
-from distill.lowering.fxmap import MODULE_UNARY, Mapper, TraceError, _one
+from distill.lowering.fxgraph import Mapper, TraceError, one_size
 
+MODULE_UNARY = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.Mish: "mish",
+                nn.Hardswish: "hardswish", nn.Hardsigmoid: "hardsigmoid", nn.SELU: "selu", nn.ReLU6: "relu6",
+                nn.Softsign: "softsign", nn.LogSigmoid: "logsigmoid", nn.Tanhshrink: "tanhshrink"}
 NORM_EPS = {"layer_norm": 1e-5, "group_norm": 1e-5, "instance_norm": 1e-5}
 
 
@@ -44,7 +47,7 @@ def _conv(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
         attrs.update({name + a: int(v) for a, v in zip(axes, value)})
     attrs.update({"groups": 1 if depthwise else mod.groups, "depthwise": depthwise, "bias": mod.bias is not None})
     if transposed:
-        attrs["output_padding"] = int(_one(mod.output_padding, f"{op} output_padding"))
+        attrs["output_padding"] = int(one_size(mod.output_padding, f"{op} output_padding"))
     return m.b.op(op, [x], m.out_shape(node), m.b.dtype(x), attrs, _bind(node, mod, ("weight", "bias")))
 
 
@@ -55,7 +58,7 @@ def _pool(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
         op = ("adaptive_max_pool" if "Max" in name else "adaptive_avg_pool") + f"{nd}d"
         if getattr(mod, "return_indices", False):
             raise TraceError(f"{name} with return_indices")
-        size = _one(mod.output_size, f"{name} output_size")
+        size = one_size(mod.output_size, f"{name} output_size")
         if size is None:
             raise TraceError(f"{name} with output_size None")
         return m.b.op(op, [x], m.out_shape(node), m.b.dtype(x), {"output_size": int(size)})
@@ -66,11 +69,11 @@ def _pool(m: Mapper, node: torch.fx.Node, mod: nn.Module, x: str) -> str:
         raise TraceError(f"{name} with return_indices")
     if "Avg" in name and (not mod.count_include_pad or getattr(mod, "divisor_override", None) is not None):
         raise TraceError(f"{name} with count_include_pad=False or divisor_override")
-    k = _one(mod.kernel_size, f"{name} kernel_size")
-    attrs = {"kernel_size": int(k), "stride": int(_one(mod.stride or k, f"{name} stride")),
-             "padding": int(_one(mod.padding, f"{name} padding"))}
+    k = one_size(mod.kernel_size, f"{name} kernel_size")
+    attrs = {"kernel_size": int(k), "stride": int(one_size(mod.stride or k, f"{name} stride")),
+             "padding": int(one_size(mod.padding, f"{name} padding"))}
     if "Max" in name:   # the catalog's max pools carry it (avg pools have none in PyTorch)
-        attrs["dilation"] = int(_one(mod.dilation, f"{name} dilation"))
+        attrs["dilation"] = int(one_size(mod.dilation, f"{name} dilation"))
     return m.b.op(op, [x], m.out_shape(node), m.b.dtype(x), attrs)
 
 

@@ -3,9 +3,9 @@
 `trace_source(source)` executes the module text, builds `Model(*get_init_inputs())` and the inputs of
 `get_inputs()` on the meta device (no memory, so problems of any size trace in milliseconds), traces
 forward with `torch.fx.symbolic_trace`, propagates shapes with fx's ShapeProp, and maps every call to
-catalog ops (fxmap, fxcalls, fxmodules). The result is synth's graph (the format synth.dag_hash
-writes and distill.lowering.ir reads) plus what the graph does not hold: which module parameter each
-op reads and the reference's own constructor.
+catalog ops (fxmap, fxcalls, fxmodules, over fxgraph). The result is synth's graph (the format
+synth.dag_hash writes and distill.lowering.ir reads) plus what the graph does not hold: which module
+parameter each op reads and the reference's own constructor.
 
 `lower_source(problem)` compiles it with the same planner and kernels as synth's problems. ModelNew
 keeps the reference's `__init__` verbatim (with its signature), so the verifier's
@@ -30,7 +30,7 @@ from typing import Any
 
 import networkx as nx
 
-from distill.lowering.fxmap import TraceError
+from distill.lowering.fxgraph import TraceError
 
 __all__ = ["Traced", "TraceError", "trace_source", "lower_source"]
 
