@@ -42,9 +42,9 @@ class Problem:
         """This problem at `profile`: the same ops, wiring and attributes, sizes drawn there under the
         same constraints, checked by that profile's rule; deterministic in the seed (synth.realize).
         `keep_constructor`: the sizes `Model.__init__` reads stay, the others change."""
-        from synth.realize import twin
+        from synth.realize import twin  # the solver and the checks import torch (2-3 s): on first use
 
-        return twin(self, profile, seed, keep_constructor)
+        return Problem(**twin(self, profile, seed, keep_constructor))
 
     # -- serialisation -------------------------------------------------------------------------
     def to_row(self) -> dict[str, Any]:

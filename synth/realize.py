@@ -1,7 +1,9 @@
-"""From a solved structure to a checked Problem, and a Problem's twins at other sizes.
+"""From a solved structure to a checked Problem's fields, and a Problem's twins at other sizes.
 
 `realize` renders an assignment, checks it by its profile's rule (the whole program here, or a
-twin plus a meta-tensor pass at full size: synth.check says why) and records it. Every Problem
+twin plus a meta-tensor pass at full size: synth.check says why) and records it as the fields of a
+`synth.problem.Problem`, which its callers build: this module never imports the record, so the
+record's `twin` method can call `twin` here without an import cycle. Every Problem
 keeps its recipe, the wiring tape and the values of its variables, so `twin` can rebuild its
 structure long after the draw and solve it again at another profile: the same ops, wiring,
 attributes and structural choices, sizes redrawn uniformly within that profile under the same
@@ -31,7 +33,6 @@ from synth.csp import Check, free_variables, solve
 from synth.dag_hash import build_graph, dag_hash
 from synth.dims import Derived, evaluate, resolve
 from synth.exprs import flops_function
-from synth.problem import Problem
 from synth.profiles import SampleConfig, load_profile
 from synth.render import materialize, render
 from synth.wiring import Structure, wire
@@ -103,8 +104,9 @@ def _dtype_name(dt: str, config: SampleConfig) -> str:
 
 
 def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: int, rng: np.random.Generator,
-            flops_of: Callable | None = None) -> Problem:
-    """Render `assign`, check it by the profile's rule (CheckFailed if it fails) and record it."""
+            flops_of: Callable | None = None) -> dict[str, Any]:
+    """Render `assign`, check it by the profile's rule (CheckFailed if it fails) and record it: the
+    fields of its Problem."""
     if config.check and config.check_on is not None:  # the twin first: it fails far more often than meta
         # a twin is the same program, not a new choice of one: the program FLOP floor does not apply
         small = load_profile(config.check_on).config(dtypes=(config.dtype,))
@@ -130,7 +132,7 @@ def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: in
         meta_check(source, out_shapes, out_dtypes)
     graph = build_graph(prog)
     h = dag_hash(graph)
-    return Problem(
+    return dict(
         problem_id=f"L{level}-{h[:16]}", source=source, dag_hash=h, level=level,
         ops=[o.spec.name for o in prog.ops], graph=graph, seed=seed, flops=prog.flops,
         bytes_moved=prog.bytes_moved, dtype=config.dtype,
@@ -141,8 +143,9 @@ def realize(s: Structure, assign: dict[int, Any], config: SampleConfig, seed: in
     )
 
 
-def rebuild(problem: Problem) -> tuple[Structure, dict[int, Any]]:
-    """The problem's structure, rebuilt from its recipe, and its variables' values."""
+def rebuild(problem: Any) -> tuple[Structure, dict[int, Any]]:
+    """The structure of a Problem (anything with its `recipe`, `ops` and `problem_id`), rebuilt from its
+    recipe, and its variables' values."""
     if not problem.recipe:
         raise TwinError(f"{problem.problem_id} has no recipe (it was made before twins existed): it cannot be resized")
     catalog = default_catalog()
@@ -157,9 +160,10 @@ def rebuild(problem: Problem) -> tuple[Structure, dict[int, Any]]:
         raise TwinError(f"{problem.problem_id}: its recipe does not rebuild it ({type(exc).__name__}: {exc})") from None
 
 
-def twin(problem: Problem, profile: str, seed: int, keep_constructor: bool = False) -> Problem:
-    """`problem` at `profile`: same ops, wiring and attributes, sizes drawn there under the same
-    constraints and checked by that profile's rule. Deterministic in (problem, profile, seed).
+def twin(problem: Any, profile: str, seed: int, keep_constructor: bool = False) -> dict[str, Any]:
+    """The fields of a Problem's twin (`Problem.twin` builds it): `problem` at `profile`, same ops, wiring
+    and attributes, sizes drawn there under the same constraints and checked by that profile's rule.
+    Deterministic in (problem, profile, seed).
     With `keep_constructor`, the sizes `Model.__init__` reads keep their values and the others
     differ from the problem's (NothingToResize when none can). TwinError when no sizes of that
     profile fit (the message says why)."""

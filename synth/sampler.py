@@ -150,7 +150,7 @@ def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: Sampl
                 stats.add("constraints")
                 break
             try:
-                return realize(s, assign, config, seed, rng, flops)
+                return Problem(**realize(s, assign, config, seed, rng, flops))
             except CheckFailed as exc:
                 stats.add(exc.kind)
     raise SamplingError(f"no valid program for ops {[o.name for o in op_list]} after {config.max_attempts} "
