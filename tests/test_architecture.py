@@ -1,0 +1,178 @@
+"""The import graph of the four packages: no module cycles, and data flows one way.
+
+The graph is read with `ast` from every import statement of synth/, distill/, curriculum/ and
+pipelines/, those inside functions (lazy imports) and under `if TYPE_CHECKING:` included: a lazy
+import hides an edge from the interpreter's start-up, not from the design. `from a.b import c` is an
+edge to the module a.b.c when c is one, else to a.b; importing a.b.c is not counted as importing the
+packages a and a.b around it (Python runs their __init__ first, whatever they import).
+
+Rules:
+- no cycle between modules (a strongly connected component of more than one module);
+- the packages flow one way, synth -> distill -> curriculum -> pipelines: a module imports nothing of
+  a package after its own;
+- distill.verifier stands alone (it runs on a GPU box with none of the rest): it imports nothing from
+  synth, curriculum, pipelines, distill.teacher or distill.lowering.
+
+What breaks them today is listed in KNOWN_CYCLES and KNOWN_VIOLATIONS, each with why it is there. The
+test fails on anything new, and also when a listed item is gone from the code, so the lists only shrink.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("synth", "distill", "curriculum", "pipelines")
+FLOW = {"synth": 0, "distill": 1, "curriculum": 2, "pipelines": 3}
+VERIFIER = "distill.verifier"
+VERIFIER_MAY_NOT = ("synth", "curriculum", "pipelines", "distill.teacher", "distill.lowering")
+
+# Cycles still in the verifier, being taken apart by its rewrite (issue 35, REVIEW_T3 §11.1-2).
+KNOWN_CYCLES = {
+    # the job reaches into the pool (its lock, reference handouts), the pool runs jobs, and the twin
+    # check calls pool._attempt: a JobContext handed to the job, and an `attempt` callable handed to
+    # the twins, remove it
+    frozenset({"distill.verifier.job", "distill.verifier.pool", "distill.verifier.twins"}),
+    # the audit hook (guard) installs replay's and provenance's taps, and they read guard's state back
+    frozenset({"distill.verifier.guard", "distill.verifier.replay", "distill.verifier.provenance"}),
+}
+# Imports against the one-way flow: (importer, imported).
+KNOWN_VIOLATIONS = {
+    # the twin check builds a resized Problem with synth, for an isinstance and TwinError; the problem's
+    # own `twin` method, duck-typed, and a ValueError would do
+    ("distill.verifier.twins", "synth.problem"),
+    ("distill.verifier.twins", "synth.realize"),
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the four packages, by dotted name (a package by its own name)."""
+    return {_module(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+
+
+def _targets(node: ast.AST, here: str, is_package: bool, known: dict[str, Path]) -> list[str]:
+    """The project modules an import statement names."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:  # relative: from the package holding `here` (or `here` itself, a package)
+            pkg = here.split(".") if is_package else here.split(".")[:-1]
+            pkg = pkg[:len(pkg) - node.level + 1]
+            base = ".".join(pkg + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    else:
+        return []
+    out = []
+    for name in names:
+        while name and name not in known:  # `import a.b.c` of a name that is not a module: its nearest module
+            name = name.rpartition(".")[0]
+        if name and name != here:
+            out.append(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        graph[name] = {t for node in ast.walk(tree)
+                       for t in _targets(node, name, path.name == "__init__.py", known)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.add(frozenset(component))
+    return found
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports against the one-way flow, and the verifier's imports of what it must not see."""
+    bad = set()
+    for src, targets in graph.items():
+        for dst in targets:
+            if FLOW[dst.split(".")[0]] > FLOW[src.split(".")[0]]:
+                bad.add((src, dst))
+            if _within(src, VERIFIER) and any(_within(dst, p) for p in VERIFIER_MAY_NOT):
+                bad.add((src, dst))
+    return bad
+
+
+def test_the_graph_is_read():
+    graph = import_graph()
+    assert len(graph) > 100
+    # a top-level import, a lazy one inside a function, a relative-free `from package import module`
+    assert "distill.lowering.kernels.rowspace" in graph["distill.lowering.kernels.rows"]
+    assert "distill.lowering.kernels" in graph["distill.lowering"]  # lower() imports FAMILIES lazily
+    assert "distill.lowering.exprs" in graph["distill.lowering.kernels.rowspace"]
+
+
+def test_cycles_and_violations_are_found():
+    """The checks themselves: a made-up graph with a cycle and an upward import."""
+    graph = {"synth.a": {"synth.b"}, "synth.b": {"synth.a", "pipelines.x"}, "pipelines.x": set(),
+             "distill.verifier.v": {"distill.lowering.l"}, "distill.lowering.l": set()}
+    assert cycles(graph) == {frozenset({"synth.a", "synth.b"})}
+    assert violations(graph) == {("synth.b", "pipelines.x"), ("distill.verifier.v", "distill.lowering.l")}
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph())
+    new = found - KNOWN_CYCLES
+    assert not new, f"import cycles: {[sorted(c) for c in new]}"
+    gone = KNOWN_CYCLES - found
+    assert not gone, f"these cycles are gone (or changed): remove them from KNOWN_CYCLES: {[sorted(c) for c in gone]}"
+
+
+def test_data_flows_one_way():
+    found = violations(import_graph())
+    new = found - KNOWN_VIOLATIONS
+    assert not new, f"imports against synth -> distill -> curriculum -> pipelines, or into the verifier: {sorted(new)}"
+    gone = KNOWN_VIOLATIONS - found
+    assert not gone, f"these imports are gone: remove them from KNOWN_VIOLATIONS: {sorted(gone)}"
