@@ -1,5 +1,4 @@
-"""`tritonforge export`: a built dataset folder, or a distill output folder, reshaped for a trainer
-(sft, rl, verl or trl)."""
+"""`tritonforge export`: a built or distilled folder reshaped for a trainer (sft, rl, verl or trl)."""
 from __future__ import annotations
 
 import argparse

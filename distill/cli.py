@@ -1,5 +1,6 @@
-"""`tritonforge distill`: a teacher writes candidates for a problems shard; each attempt is verified
-and written as one row of DIR/samples.parquet (DESIGN §5).
+"""`tritonforge distill`: a teacher writes candidates for a problems shard, each attempt verified.
+
+Each attempt is written as one row of DIR/samples.parquet (DESIGN §5).
 
 Every argument is checked before a teacher starts (`teacher.preflight`). Attempts are written to
 DIR/parts as they settle, so a kill or Ctrl-C keeps what was done, and the same command run again

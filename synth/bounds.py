@@ -1,5 +1,7 @@
-"""The sampler's hard bounds, in a module of their own so the CLI can state them in `--help` without
-importing the sampler (which imports torch: 2-3 s)."""
+"""The sampler's hard bounds: levels, batch size, repeats.
+
+In a module of their own so the CLI can state them in `--help` without importing the sampler (which
+imports torch: 2-3 s)."""
 
 # The largest level `sample` draws. Measured on the 2-core CPU box (seconds per problem): level 20
 # 0.07, 64 2.3, 128 5, 256 90; at 512 no op list found a valid program in 64 wirings (500 s).

@@ -1,5 +1,6 @@
-"""`tritonforge show`: print one row of a shard; with --write, save its problem and candidate as the
-`.py` files `tritonforge verify --problem P.py --candidate C.py` takes.
+"""`tritonforge show`: print one row of a shard, or write its problem and candidate as `.py` files.
+
+With --write, the files are the ones `tritonforge verify --problem P.py --candidate C.py` takes.
 
 A row's problem is its own `source` (a problems shard) or `reference` (RL rows and their exports), or
 is found by `problem_id` in `--problems` (attempt rows: samples, SFT, which keep only the id). Its

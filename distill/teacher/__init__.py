@@ -1,5 +1,7 @@
-"""distill.teacher: ask a teacher (vLLM engine, OpenAI-compatible server, replay file, or the
-reference lowering) for Triton candidates, extract them, and loop failed verdicts back for repair.
+"""distill.teacher: ask a teacher for Triton candidates, extract them, loop failed verdicts back.
+
+A teacher is a vLLM engine, an OpenAI-compatible server, a replay file or the reference lowering;
+a failed verdict goes back to it for repair.
 
 Backends load lazily through `make_teacher("vllm:PATH" | "openai:URL" | "replay:FILE" | "lowering")`;
 the interface every backend implements is documented in `distill.teacher.base`.

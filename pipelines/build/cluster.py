@@ -1,5 +1,6 @@
-"""The build's dask cluster: a LocalCluster of processes, or the workers of a running scheduler,
-checked before any task is submitted.
+"""The build's dask cluster: a LocalCluster of processes, or the workers of a running scheduler.
+
+Either is checked before any task is submitted.
 
 Workers joined to a scheduler were started by someone else (`dask worker ADDRESS`), so what the build
 needs of them is checked first, and each failure names its fix: a worker at all (waited for

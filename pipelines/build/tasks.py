@@ -1,6 +1,7 @@
-"""The work a dask worker does for one shard. Every output is written atomically under a
-deterministic name, and a task whose done marker still matches its outputs only reads the marker
-back (`markers.py`): reruns are exact.
+"""The work a dask worker does for one shard.
+
+Every output is written atomically under a deterministic name, and a task whose done marker still
+matches its outputs only reads the marker back (`markers.py`): reruns are exact.
 
 Teachers and verifier pools are expensive to start, so each worker process keeps one of each
 (module-level, created on first use, closed when the worker exits).

@@ -1,6 +1,8 @@
-"""Scaled dot-product attention, flash style: one kernel streams keys and values past a block of
-queries with an online softmax, so the [L, S] scores never reach memory. It shares matmul's tile
-forms (2-D, or 3-D when many small heads share a program) and its forward-side tile helpers.
+"""Scaled dot-product attention, flash style: the [L, S] scores never reach memory.
+
+One kernel streams keys and values past a block of queries with an online softmax. It shares
+matmul's tile forms (2-D, or 3-D when many small heads share a program) and its forward-side tile
+helpers.
 """
 from __future__ import annotations
 

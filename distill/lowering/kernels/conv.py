@@ -1,5 +1,6 @@
-"""Convolutions (1-3 spatial dims, grouped, dilated, transposed) as implicit GEMMs, split along the
-reduction when the outputs are few.
+"""Convolutions (1-3 spatial dims, grouped, dilated, transposed) as implicit GEMMs.
+
+They are split along the reduction when the outputs are few.
 
 Spatial dims are named as torch documents them (L; H, W; D, H, W) and each gets its own
 constexpr stride, padding and dilation, so a conv2d kernel reads like a conv2d kernel. Parameters

@@ -1,5 +1,6 @@
-"""Matrix products (matmul, bmm, matmul4d, linear, addmm, the einsum patterns); their tile forms and
-helpers are shared with kernels/attention.py and kernels/gemv.py.
+"""Matrix products: matmul, bmm, matmul4d, linear, addmm and the einsum patterns.
+
+Their tile forms and helpers are shared with kernels/attention.py and kernels/gemv.py.
 
 All products are seen as batched `[B0, B1, M, K] @ [B0, B1, K, N]` through views in forward
 (`unsqueeze` adds batch dims, `weight.t()` feeds nn.Linear's weight); a bias (Linear's, or addmm's

@@ -1,5 +1,6 @@
-"""Scans along one dim (cumsum and its exclusive and reverse forms, cumprod, cummax, cummin,
-logcumsumexp), seen as [rows, R] through `movedim(dim, -1)` in forward.
+"""Scans along one dim, seen as [rows, R] through `movedim(dim, -1)` in forward.
+
+The scans: cumsum and its exclusive and reverse forms, cumprod, cummax, cummin, logcumsumexp.
 
 Many rows: one kernel; a program scans BLOCK_ROWS rows BLOCK_R at a time and carries each row's
 running value between blocks. Within a block the scan is `tl.cumsum`/`tl.cumprod` or

@@ -1,5 +1,6 @@
-"""Pooling (max, avg, adaptive; 1-3 spatial dims), and the spatial-dim names it shares with the convs
-(kernels/conv.py).
+"""Pooling (max, avg, adaptive; 1-3 spatial dims), and the spatial-dim names the convs share.
+
+The names are shared with kernels/conv.py.
 
 Spatial dims are named as torch documents them (L; H, W; D, H, W) and each gets its own constexpr
 stride and padding, so a pool2d kernel reads like a pool2d kernel.
