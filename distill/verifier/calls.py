@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy
 import torch
 
-from distill.verifier import codec, guard, provenance
+from distill.verifier import codec, guard, provenance, replay
 from distill.verifier.bands import Bands
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
@@ -122,7 +122,7 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
              sync: Callable[[], None], input_bands: Bands | None = None) -> dict[str, Any]:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
     `pristine` are host copies of `inputs` as made, to tell whether forward changed them. With
-    `trace`, the report's "_trace" and "_outputs" (worker-only) hold what replay.py needs."""
+    `trace`, the report's "trace" is the call's record as data (replay.serialise), for a replayer."""
     guard.ctl(token, "record", True)
     if trace:
         guard.ctl(token, "trace", None)
@@ -157,7 +157,9 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
         if tensors is not None:
             report["aliases"] = aliasing(tensors, inputs)
             if trace:
-                report["_trace"], report["_outputs"] = box[0], tensors
+                device = next((t.device for t in _tensors(inputs)), tensors[0].device if tensors else None)
+                report["trace"] = replay.serialise(box[0], inputs, tensors, device) if device is not None else \
+                    {"error": "forward returned no tensor"}
             # Copies now: a candidate may hand back the same buffer next call, or write it later. On
             # the device (microseconds); the reply's encoding moves them to the host in one copy.
             report["outputs"] = _copies(tensors)
@@ -175,38 +177,3 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
 def _copies(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
     return [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type, "shape": list(t.shape),
              "data": t.detach().clone()} for t in tensors]
-
-
-def replay_call(trace: list, outputs: list[torch.Tensor], inputs: list, token: object, ablate: bool,
-                sync: Callable[[], None]) -> dict[str, Any]:
-    """Replay a traced forward (replay.py) on the inputs now in `inputs`; the traced call's output
-    tensors then hold the replay's results. Before an ablated replay they are poisoned, so only
-    what the replay itself writes can make them right."""
-    if ablate:
-        for t in outputs:
-            if not any(type(x) is torch.Tensor and _overlaps(t, x) for x in inputs):
-                provenance.poison_(t)
-    errors: list[str] = []
-    t0 = time.perf_counter()
-    try:
-        guard.ctl(token, "replay", (trace, ablate, errors))
-        sync()
-    except BaseException as exc:  # noqa: BLE001 - a fault on replay is the candidate's
-        errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
-    rec = guard.collect(token)
-    steps = [e[1]._schema.name if e[0] == "op" and hasattr(e[1], "_schema") else e[0] for e in trace]
-    report: dict[str, Any] = {"error": errors[0] if errors else None, "call_s": time.perf_counter() - t0,
-                              "harness_code": rec["harness_code"], "outputs": None, "steps": steps[:40]}
-    if not errors:
-        try:
-            report["outputs"] = _copies(outputs)
-        except BaseException as exc:  # noqa: BLE001
-            report["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    return report
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    try:
-        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    except RuntimeError:
-        return False

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distill.verifier import judge, memplan, procs, reference, running, static, timing
+from distill.verifier import judge, memplan, procs, reference, replaycheck, running, static, timing
 from distill.verifier.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -47,12 +47,15 @@ class JobSpec:
     static_report: static.StaticReport | None = None
     seeds: list[int] = field(default_factory=list)
     timed: bool = True  # False: correctness only (the resized-twin check)
+    traced: int = 0  # the trial whose call is traced and replayed (plan), and the one replayed beside it
+    other: int = 0
 
     @classmethod
     def make(cls, problem: Any, candidate: str, device: str, timeout: float, trials: int, timing_trials: int,
              warmup: int, static_checks: bool, seeds: list[int] | None = None) -> "JobSpec":
         """`seeds`: replay a recorded verdict's (`checks["replay"]["seeds"]`); default: fresh secret ones.
-        Layout: [init, trial 0..n-1, timing sets, call, timing init, timing inputs]."""
+        Layout: [init, trial 0..n-1, timing sets, replay trial, call, timing init, timing inputs]. The
+        replay trial's seed goes to the reference and a replayer, never to the worker."""
         source = problem if isinstance(problem, str) else getattr(problem, "source", None)
         if not isinstance(source, str):
             raise TypeError("problem must be module source text or an object with a .source string")
@@ -61,7 +64,7 @@ class JobSpec:
                    timing_trials=timing_trials, warmup=warmup, static_checks=static_checks, problem_id=str(pid),
                    flops=float(getattr(problem, "flops", 0) or 0),
                    bytes_moved=float(getattr(problem, "bytes_moved", 0) or 0),
-                   seeds=_seeds(seeds, max(trials, 2) + TIMING_SETS + 4))
+                   seeds=_seeds(seeds, max(trials, 2) + TIMING_SETS + 5))
 
     @property
     def key(self) -> str:
@@ -77,16 +80,26 @@ class JobSpec:
                        checks={"static": self.static_report.to_dict(), "problem_id": self.problem_id},
                        device=self.device)
 
+    @property
+    def reference_seeds(self) -> list[int]:
+        """The reference's trials: the worker's (correctness, then timing sets), then the replay trial."""
+        return self.seeds[1:2 + self.trials + TIMING_SETS]
+
+    @property
+    def replay_trial(self) -> int:
+        """Index of the replay trial among the reference's trials."""
+        return self.trials + TIMING_SETS
+
     def plan(self) -> list[dict[str, Any]]:
         """Every trial once; one of them (never the first, which compiles and autotunes), chosen in
-        secret, is traced and replayed without the candidate's Python on another trial's inputs
-        (which also checks determinism against that trial's own call) and once with its kernels
-        ablated (replay.py)."""
-        rng = secrets.SystemRandom()
-        traced = rng.randrange(1, self.trials)
-        other = rng.choice([i for i in range(self.trials) if i != traced])
-        calls = [{"kind": "trial", "trial": i, "trace": i == traced} for i in range(self.trials)]
-        return calls + [{"kind": "replay", "trial": other}, {"kind": "replay_ablate", "trial": traced}]
+        secret, is traced: a replayer runs that record without the candidate's Python on the replay
+        trial, which the worker never sees, on another trial (`other`: determinism against that
+        trial's own call) and with its kernels ablated (replaycheck.py)."""
+        if not self.traced:
+            rng = secrets.SystemRandom()
+            self.traced = rng.randrange(1, self.trials)
+            self.other = rng.choice([i for i in range(self.trials) if i != self.traced])
+        return [{"kind": "trial", "trial": i, "trace": i == self.traced} for i in range(self.trials)]
 
 
 def _watched(pool: "VerifierPool", slot: "_Slot", reply: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +263,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
                             "template_cache": pool.template if spec.device == "cuda" else None})
         ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
-                                          "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS],
+                                          "seeds": spec.reference_seeds,
                                           "calls": len(spec.plan()), "budgets": budgets}, max(t, 120))
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         lap("reference_trials")
@@ -282,6 +295,10 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
         found.checks["phase_s"] = phases
         lap("judge")
+        if found.status is None:  # provenance, from a process that never ran the candidate's module
+            phase = "replay"
+            found = replaycheck.check(pool, slot.gpu, spec, ref, run, found)
+            lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
             found = _time(pool, slot, spec, ref, found, fields)

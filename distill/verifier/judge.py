@@ -186,7 +186,7 @@ def construct_compute(cand: dict[str, int], ref: dict[str, int]) -> list[str]:
 
 def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
                 ref_construct: dict[str, int] | None = None) -> Finding:
-    """Statuses in DESIGN §4 order for each call; then the replays (determinism, provenance)."""
+    """Statuses in DESIGN §4 order for each call (the replay is judged after, `judge_replay`)."""
     prints = run.get("fingerprints")
     if prints is not None and prints != [t["fingerprint"] for t in trials][:len(prints)]:
         from distill.verifier.problemio import ProblemError
@@ -252,47 +252,68 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     if bad:
         bad.checks = {**checks, **bad.checks}
         return bad
-    bad = judge_replays(run.get("calls", []), first, trials, device, checks)
-    if bad:
-        return bad
     checks["launches_per_call"] = min((p["launches"] for p in per_trial), default=0)
     return Finding(None, "", checks)
 
 
-def judge_replays(calls: list[dict[str, Any]], first: dict[int, dict], trials: list[dict[str, Any]], device: str,
-                  checks: dict[str, Any]) -> Finding | None:
-    """The traced call replayed without the candidate's Python (replay.py): right on other inputs,
-    the same as that trial's own call, and wrong with its own kernels left out."""
-    replays = {c["kind"]: c for c in calls if c["kind"].startswith("replay")}
-    rep, abl = replays.get("replay"), replays.get("replay_ablate")
-    if rep is None or abl is None:
-        return Finding("not_triton", "no call could be replayed: none of the trial calls was traced to its end", checks)
-    why = "its own kernels, replayed without its Python on another trial's inputs,"
-    for c in (rep, abl):  # the structure was judged on the traced call itself
-        c.setdefault("sequence", trials[c["trial"]]["sequence"])
+def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, Any], own: dict[str, Any] | None,
+                 device: str, poisoned: list[str], checks: dict[str, Any]) -> Finding:
+    """A replayer's runs of the traced call (replayer.py): on the secret trial (`secret`: the
+    reference's outputs there) it must give the reference's outputs; on the worker's `other` trial
+    the same as that trial's own call (`own`: determinism); with the candidate's launches left out,
+    wrong outputs. `poisoned` names the kept tensors that reached it poisoned (statecheck.py)."""
+    checks = dict(checks)
+    why = "its own kernels, replayed without its Python on a trial its process never saw,"
+    hyg = hygiene(rep)
+    if hyg is not None:
+        hyg.reason = f"{hyg.reason} (while its kernels were replayed)"
+        hyg.checks = {**checks, **hyg.checks}
+        return hyg
     if rep.get("error"):
-        return Finding("not_triton", f"{why} failed: {rep['error']}", checks)
-    bad = compare_outputs(rep, trials[rep["trial"]], device)
+        return Finding("not_triton", f"{why} could not run: {rep['error']}"[:1000], checks)
+    runs = {r.get("name"): r for r in rep.get("runs") or [] if isinstance(r, dict)}
+    for r in runs.values():
+        if r.get("denials"):
+            return Finding("forbidden", _denial_reason(r["denials"]), {**checks, "denials": r["denials"]})
+        left = left_behind(r)
+        if left:
+            left.checks = {**checks, **left.checks}
+            return left
+        if r.get("blocked"):
+            return Finding("not_triton", f"ATen compute ran while its kernels were replayed: {', '.join(sorted(r['blocked']))}",
+                           checks)
+    rs, ro, ra = runs.get("secret"), runs.get("other"), runs.get("ablate")
+    if rs is None or ro is None or ra is None:
+        return Finding("not_triton", f"{why} did not all run", checks)
+    for r in (rs, ro):
+        if r.get("error"):
+            status = "crash" if r.get("cuda_fault") else "not_triton"
+            return Finding(status, f"{why} failed: {r['error']}"[:1000], checks)
+    state = f"; the tensor(s) it kept from before forward that are not its parameters ({', '.join(poisoned[:3])}) " \
+        "were replaced by NaN: cached or precomputed values are not the kernels' work" if poisoned else ""
+    rs.setdefault("sequence", secret["sequence"])
+    bad = compare_outputs(rs, secret, device)
     if bad:
-        return Finding("not_triton", f"{why} give wrong outputs ({bad.reason}): the answer was not computed by "
-                       "its Triton kernels from the inputs", {**checks, "kernel_replay": {**bad.checks, "steps": rep.get("steps")}})
-    own = first.get(rep["trial"])
+        return Finding("not_triton", f"{why} give wrong outputs ({bad.reason}){state}: the answer was not computed "
+                       "by its Triton kernels from the inputs"[:1000],
+                       {**checks, "kernel_replay": bad.checks, "replay_state": poisoned})
     if own is not None and own.get("outputs"):
-        for i, (a, b) in enumerate(zip(own["outputs"], rep["outputs"])):
-            ok, info = tolerance.compare(b["data"], a["data"], det=True)
+        for i, (a, b) in enumerate(zip(own["outputs"], ro.get("outputs") or [])):
+            ok, info = tolerance.compare(b["data"], a["data"], det=True) if a["data"].shape == b["data"].shape \
+                else (False, {"error": "shapes differ"})
             if not ok:
-                return Finding("nondeterministic", f"same inputs twice (the call and its replay): output {i} differs "
+                return Finding("nondeterministic", f"same inputs twice (a call and its replay): output {i} differs "
                                f"beyond rounding (norm rel diff {info.get('norm_rel_err', float('nan')):.3g})",
                                {**checks, "determinism": info})
     checks["determinism"] = "identical within rounding"
-    checks["kernel_replay"] = "its kernels compute the outputs from the inputs"
-    still = abl.get("error") is None and abl.get("outputs") is not None and \
-        compare_outputs(abl, trials[abl["trial"]], device) is None
+    checks["kernel_replay"] = "its kernels compute the outputs from inputs its process never saw"
+    ra.setdefault("sequence", secret["sequence"])
+    still = ra.get("error") is None and ra.get("outputs") is not None and compare_outputs(ra, secret, device) is None
     checks["ablation"] = "outputs still correct" if still else "outputs depend on its kernels"
     if still:
         return Finding("not_triton", "outputs are still correct with the candidate's own kernels left out of the "
                        "replay: the kernels are decoys", checks)
-    return None
+    return Finding(None, "", checks)
 
 
 def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, min_launches: int,

@@ -84,7 +84,7 @@ class VerifierPool:
         self._closed = False
         # A start is a launch and a ready message, each under start_timeout.
         start_s = 2 * start_timeout
-        job_s = REF_HOLD + self.timeout * (trials + 9) + 60
+        job_s = REF_HOLD + self.timeout * (trials + 14) + 60  # the trials, the replay (5 limits), timing, clean-up
         self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
         # Device memory per worker (caps.py): its share of 80% of the GPU, the rest left to the
         # reference processes and the timers; never under a tenth.
@@ -107,6 +107,12 @@ class VerifierPool:
         self._n_timers = 2 if device == "cuda" else 0
         self._timers = {g: References("reference timer", lambda g=g: self._start_reference(g, "timer"),
                                       self._discard, start_s + TIMER_HOLD, lambda: self._closed) for g in self.gpus}
+        # Replayers (replayer.py): confined like workers, they never import a candidate's module. A job
+        # holds one for its replay only (seconds); one retired after a replay is replaced in the background.
+        self._n_replayers = max(1, -(-n // len(self.gpus)) // 2)
+        self._replayers = {g: References("replayer", lambda g=g: self._start_replayer(g), self._discard,
+                                         start_s + self.timeout * 6, lambda: self._closed) for g in self.gpus}
+        self._scratch: dict[int, str] = {}  # replayer pid -> its scratch folder
         # pid -> (process, GPU) for every worker and reference: what a timing run pauses and what
         # close() kills. Only processes still alive are signalled, so a reused pid is never someone else's.
         self.live: dict[int, tuple[procs.Proc, int]] = {}
@@ -154,8 +160,12 @@ class VerifierPool:
             started = ex.map(lambda gk: self._start_reference(gk[0], "ref" if gk[1] < self._n_refs else "timer"), jobs)
             for (g, k), proc in zip(jobs, started):
                 (self._refs if k < self._n_refs else self._timers)[g].add(proc)
-        with ThreadPoolExecutor(max_workers=len(self._slots)) as ex:
+        replayers = [g for g in self.gpus for _ in range(self._n_replayers)]
+        with ThreadPoolExecutor(max_workers=len(self._slots) + len(replayers)) as ex:
+            later = [ex.submit(self._start_replayer, g) for g in replayers]
             list(ex.map(self._start_worker, self._slots))
+            for g, fut in zip(replayers, later):
+                self._replayers[g].add(fut.result())
         for slot in self._slots:
             self._free.put(slot)
         if self.device == "cuda":  # the physical floor needs the measured ceilings: once, GPU idle
@@ -184,7 +194,7 @@ class VerifierPool:
             if self._closed:
                 return
             self._closed = True
-        for refs in list(self._refs.values()) + list(self._timers.values()):
+        for refs in list(self._refs.values()) + list(self._timers.values()) + list(self._replayers.values()):
             refs.drain()
         for proc, _ in list(self.live.values()):  # workers and references, busy or starting included
             proc.kill()
@@ -206,6 +216,8 @@ class VerifierPool:
         self.live.pop(proc.pid, None)
         proc.kill()
         self.memory.remove(proc.pid)
+        if proc.pid in self._scratch:
+            shutil.rmtree(self._scratch.pop(proc.pid), ignore_errors=True)
 
     def _start_reference(self, gpu: int, role: str) -> procs.Proc:
         own = os.path.join(self.root, f"{role}-{gpu}-{os.urandom(4).hex()}")
@@ -250,6 +262,53 @@ class VerifierPool:
         if self._closed and slot.proc is not None:  # the pool closed while this worker started
             self._discard(slot.proc)
             slot.proc = None
+
+    def _start_replayer(self, gpu: int) -> procs.Proc:
+        """A replayer (replayer.py): the worker's process and confinement, serving `replay` only."""
+        if self._closed:
+            raise PoolError("the pool is closed")
+        scratch = os.path.join(self.root, f"r{gpu}-{os.urandom(4).hex()}")
+        os.mkdir(scratch)  # not makedirs: after close() the root is gone and stays gone
+        if self.device == "cuda":
+            shutil.copytree(self.template, os.path.join(scratch, "triton"), dirs_exist_ok=True)
+        cfg = {"device": self.device, "gpu": gpu, "scratch": scratch, "trusted_roots": self.trusted,
+               "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
+               "device_memory_fraction": self._worker_fraction(gpu), "role": "replayer"}
+        proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-replayer-{gpu}", self.start_timeout)
+        self._scratch[proc.pid] = scratch
+        self.memory.add(proc.pid, self.max_memory_mb)
+        self._register(proc, gpu)
+        try:
+            proc.wait_ready(self.start_timeout)
+        except BaseException:
+            self._discard(proc)
+            raise
+        return proc
+
+    def acquire_replayer(self, gpu: int) -> procs.Proc:
+        return self._replayers[gpu].acquire()
+
+    def release_replayer(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
+        """Back to the queue, or (`broken`: it ran a replay that did not pass) killed and replaced off
+        the caller's thread."""
+        if not broken:
+            self._replayers[gpu].release(proc, False)
+            return
+
+        def work() -> None:
+            new = None
+            try:
+                self._discard(proc)
+                new = self._start_replayer(gpu)
+            except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol, procs.ProcStartError, PoolError, OSError):
+                new = None  # the next acquire starts one
+            finally:
+                self._replayers[gpu].add(new)
+                self._background.discard(threading.current_thread())
+
+        thread = threading.Thread(target=work, name=f"tritonforge-replayer-{gpu}", daemon=True)
+        self._background.add(thread)
+        thread.start()
 
     def _retire(self, slot: _Slot) -> None:
         """Kill the slot's worker (if any) and remove its scratch."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from distill.verifier import codec, memplan, timing
+from distill.verifier import codec, memplan, statecheck, timing
 from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
 from distill.verifier.provenance import OpCount
 
@@ -83,6 +83,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = statecheck.summary(model)  # what a replayed forward's kept tensors are checked against
     trials, plan = [], None
     for seed in seeds:
         host = make_inputs(mod, seed, device)
@@ -106,7 +107,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     del model
     memplan.release(device)
     return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
-            "construct_ops": construct_ops, "insensitive_inputs": flags, "memory": memory}
+            "construct_ops": construct_ops, "insensitive_inputs": flags, "memory": memory, "params": state}
 
 
 def insensitive_inputs(mod: types.ModuleType, model: Any, seeds: list[int], device: torch.device,

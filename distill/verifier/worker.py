@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, inputsets, integrity, interp_shims,
-                              lockdown, memplan, problemio, provenance, running, seal, timing)
+                              lockdown, memplan, problemio, provenance, replayer, running, seal, timing)
 
 # Captured before any candidate runs, like timing's CUDA entry points.
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -134,6 +134,10 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
            snap: dict, threads0: int, sync: Any, flush: Any, arena: codec.Arena | None) -> None:
     job: dict[str, Any] = {}
     serial = 0
+    # A replayer (replayer.py) is this same confined process that serves `replay` and never `load`:
+    # the candidate's module is never imported there.
+    role = cfg.get("role", "worker")
+    kept: dict[str, Any] = {}
     while True:
         msg = codec.decode(conn.recv_bytes())
         nonce, cmd = msg["nonce"], msg["cmd"]
@@ -148,7 +152,12 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
                 data = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}})
             conn.send_bytes(data)
 
-        if cmd == "load":
+        if (cmd == "replay") != (role == "replayer") and cmd in ("load", "run", "time", "replay"):
+            reply({"error": {"type": "harness", "message": f"a {role} does not serve {cmd}"}})
+        elif cmd == "replay":
+            reply(_hygiene(replayer.replay(msg, kept, cfg["scratch"], device, token, block, sync, reply), token, snap,
+                           threads0))
+        elif cmd == "load":
             serial += 1
             job = {"serial": serial}
             reply(_hygiene(_load(job, msg, cfg["scratch"], token, device), token, snap, threads0))
@@ -277,13 +286,13 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
 
 def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, out: dict,
            laps: dict, lap: Any) -> None:
-    """The plan's forward calls on the trial sets, then the replays of the traced one (replay.py).
-    Each call's output copies go to the host at once: the device holds one call's outputs."""
+    """The plan's forward calls on the trial sets; the traced one's record (replay.py) goes back in its
+    report, for a replayer (replayer.py). Each call's output copies go to the host at once: the device
+    holds one call's outputs."""
     inputs = None
     sets: inputsets.InputSets = job["sets"]
     lift = job["block"] if sets.stream else None
     input_bands = bands.Bands()
-    traced: dict[str, Any] = {}
     for spec in msg["plan"]:
         reply({"progress": f"call {spec['kind']} {spec['trial']}"})
         try:
@@ -294,20 +303,12 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
         inputs = calls.refill(inputs, values, device, input_bands)
         lap("refill")
-        if spec["kind"].startswith("replay"):
-            if not traced:
-                break
-            rep = calls.replay_call(traced["trace"], traced["outputs"], inputs, token, spec["kind"] == "replay_ablate",
-                                    sync)
-        else:
-            torch.manual_seed(msg["call_seed"])
-            # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
-            pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
-            rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands)
-            if rep["inputs_changed"] is None:
-                rep["inputs_changed"] = inputsets.changed(inputs, values, lift)
-            if "_trace" in rep:
-                traced = {"trace": rep.pop("_trace"), "outputs": rep.pop("_outputs")}
+        torch.manual_seed(msg["call_seed"])
+        # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
+        pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
+        rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands)
+        if rep["inputs_changed"] is None:
+            rep["inputs_changed"] = inputsets.changed(inputs, values, lift)
         del values
         for o in rep.get("outputs") or ():
             o["data"] = o["data"].to("cpu")
@@ -316,7 +317,7 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         lap("checks")  # what run_call did after the call: copies out, bands, input comparison
         laps["checks"] -= rep["call_s"]
         out["calls"].append(rep)
-        if rep["state"] or (rep["error"] is not None and not spec["kind"].startswith("replay")):
+        if rep["state"] or rep["error"] is not None:
             break
 
 

@@ -1,0 +1,229 @@
+"""The candidate's kernels as a module of their own, cut out of its source by the trusted parent.
+
+The replayer (replayer.py) runs a traced forward's launches without ever importing the candidate's
+module. It gets this text instead: the candidate's module-level `@triton.jit` functions, with every
+other decorator (`triton.autotune`, `triton.heuristics`, ...) dropped, since a recorded launch
+carries the constexprs and options its config resolved to; the imports of `triton`, `math` and
+their submodules (libdevice included); and module-level constants whose right-hand side is a
+literal, arithmetic on constants, an attribute of an imported module (`tl.float16`,
+`libdevice.tanh`) or a call of `tl.constexpr`, `triton.cdiv`, `triton.next_power_of_2`, `math.*`
+and a few pure builtins on such values. Nothing else of the candidate runs: no class, no plain
+function, no statement with a side effect. Each kept statement keeps its line number (the rest of
+the text is blank lines), so an error in a kernel names the line of the candidate's own file.
+
+Simplifies: a kernel is found by the name its `def` gives it; a kernel made by calling
+`triton.jit(f)`, defined inside a function or class, or using a global that is not such a constant
+is not rebuilt, and `skipped` says why, for the replay's reason (`not replayable: ...`) to name.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from distill.verifier import static
+
+# Calls a constant may make (dotted, after import aliases are resolved): pure, no side effects.
+_CALLS = frozenset({"triton.language.constexpr", "triton.language.core.constexpr", "triton.cdiv",
+                    "triton.next_power_of_2", "triton.language.cdiv", "triton.language.dtype"})
+_BUILTINS = frozenset({"int", "float", "bool", "min", "max", "abs", "round", "pow"})
+_JIT = frozenset({"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit"})
+_ROOTS = ("triton", "math")
+
+
+@dataclass
+class KernelSource:
+    text: str = ""
+    kernels: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # module-level name -> why it is not in `text`
+    error: str = ""
+
+    def why_missing(self, name: str) -> str:
+        """What to tell an author whose launch of `name` could not be rebuilt."""
+        return self.skipped.get(name) or "no module-level function of that name"
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        if node.attr.startswith("_"):
+            return None
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in aliases:
+        return None
+    return ".".join([aliases[node.id], *reversed(parts)])
+
+
+def _module_ok(dotted: str) -> bool:
+    return dotted.split(".", 1)[0] in _ROOTS and "._" not in dotted and not dotted.startswith("_")
+
+
+class _Extractor:
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.aliases: dict[str, str] = {}  # name -> dotted module or module attribute it is bound to
+        self.constants: set[str] = set()
+        self.kernels: list[str] = []
+        self.skipped: dict[str, str] = {}
+
+    # -- expressions ----------------------------------------------------------------------------------
+    def expr_ok(self, node: ast.AST) -> str:
+        """'' when `node` is a constant expression the replayer may evaluate, else why not."""
+        if isinstance(node, ast.Constant):
+            return ""
+        if isinstance(node, ast.Name):
+            if node.id in self.constants or node.id in self.aliases:
+                return ""
+            if node.id in self.skipped:
+                return f"it uses {node.id}, which is not rebuilt"
+            return f"it uses {node.id}, which no statement before it defines as a constant"
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_"):
+                return f"it reads the private attribute {node.attr}"
+            return self.expr_ok(node.value)
+        if isinstance(node, (ast.UnaryOp,)):
+            return self.expr_ok(node.operand)
+        if isinstance(node, ast.BinOp):
+            return self.expr_ok(node.left) or self.expr_ok(node.right)
+        if isinstance(node, (ast.BoolOp,)):
+            return next((w for w in map(self.expr_ok, node.values) if w), "")
+        if isinstance(node, ast.Compare):
+            return next((w for w in map(self.expr_ok, [node.left, *node.comparators]) if w), "")
+        if isinstance(node, ast.IfExp):
+            return self.expr_ok(node.test) or self.expr_ok(node.body) or self.expr_ok(node.orelse)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return next((w for w in map(self.expr_ok, node.elts) if w), "")
+        if isinstance(node, ast.Dict):
+            return next((w for w in map(self.expr_ok, [k for k in node.keys if k] + node.values) if w), "")
+        if isinstance(node, ast.Subscript):
+            return self.expr_ok(node.value) or self.expr_ok(node.slice)
+        if isinstance(node, ast.Slice):
+            return next((w for w in map(self.expr_ok, [p for p in (node.lower, node.upper, node.step) if p]) if w), "")
+        if isinstance(node, ast.Call):
+            target = _dotted(node.func, self.aliases)
+            builtin = isinstance(node.func, ast.Name) and node.func.id in _BUILTINS and node.func.id not in self.aliases
+            if not (builtin or (target and (target in _CALLS or target.startswith("math.")))):
+                return "it calls something other than tl.constexpr, triton.cdiv/next_power_of_2, math or a builtin"
+            args = list(node.args) + [k.value for k in node.keywords]
+            if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
+                return "it unpacks arguments"
+            return next((w for w in map(self.expr_ok, args) if w), "")
+        return f"its value is a {type(node).__name__} expression"
+
+    # -- statements -----------------------------------------------------------------------------------
+    def jit_decorator(self, fn: ast.FunctionDef) -> ast.AST | None:
+        for dec in fn.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            if _dotted(target, self.aliases) in _JIT:
+                return dec
+        return None
+
+    def keep_import(self, node: ast.Import | ast.ImportFrom) -> bool:
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level or not (base == "__future__" or _module_ok(base)) or any(a.name == "*" for a in node.names):
+                for a in node.names:
+                    self.skipped[a.asname or a.name] = f"it is imported from {base or '.'}, which the replay does not import"
+                return False
+            for a in node.names:
+                self.aliases[a.asname or a.name] = f"{base}.{a.name}"
+            return True
+        if not all(_module_ok(a.name) for a in node.names):
+            for a in node.names:
+                name = a.asname or a.name.split(".", 1)[0]
+                self.skipped[name] = f"it is the module {a.name}, which the replay does not import"
+            return False
+        for a in node.names:
+            if a.asname:
+                self.aliases[a.asname] = a.name
+            else:
+                top = a.name.split(".", 1)[0]
+                self.aliases[top] = top
+        return True
+
+    def keep(self, node: ast.stmt) -> bool:
+        """Whether a top-level statement goes into the kernels module (and the names it binds)."""
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return self.keep_import(node)
+        if isinstance(node, ast.FunctionDef):
+            dec = self.jit_decorator(node)
+            why = "it is a plain Python function (kernels may call @triton.jit functions only)" if dec is None else (
+                self.expr_ok(dec) if isinstance(dec, ast.Call) else "")
+            why = why or next((f"a default argument: {w}" for w in map(self.expr_ok, [
+                *node.args.defaults, *[d for d in node.args.kw_defaults if d]]) if w), "")
+            if why:
+                self.skipped[node.name] = why
+                return False
+            self.kernels.append(node.name)
+            self.constants.add(node.name)
+            return True
+        targets: list[ast.AST] = []
+        value = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
+            targets, value = [node.target], node.value
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if value is None or len(names) != len(targets):
+            for name in _bound_names(node):
+                self.skipped[name] = f"it is bound by a {type(node).__name__} statement, not a constant assignment"
+            return False
+        why = self.expr_ok(value)
+        if isinstance(node, ast.AnnAssign) and not why and _dotted(node.annotation, {**self.aliases}) is None \
+                and not (isinstance(node.annotation, ast.Name) and node.annotation.id in _BUILTINS | {"str"}):
+            why = "its annotation is not a type the replay knows"
+        for name in names:
+            if why:
+                self.skipped[name] = f"its value is not a constant the replay can rebuild ({why})"
+                self.constants.discard(name)
+                self.aliases.pop(name, None)
+            else:
+                self.skipped.pop(name, None)
+                dotted = _dotted(value, self.aliases) if isinstance(value, (ast.Name, ast.Attribute)) else None
+                if dotted:
+                    self.aliases[name] = dotted
+                else:
+                    self.constants.add(name)
+        return not why
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.ClassDef, ast.AsyncFunctionDef, ast.FunctionDef)):
+        return [node.name]
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def extract(source: str) -> KernelSource:
+    """The kernels module of `source` (see the module docstring); `error` says why there is none."""
+    try:
+        tree = static.parse(source)
+    except (SyntaxError, ValueError) as exc:
+        return KernelSource(error=f"the source does not parse: {exc}")
+    lines = source.splitlines()
+    out = [""] * len(lines)
+    ex = _Extractor(tree)
+    spans = [(_first_line(n), n.end_lineno or n.lineno) for n in tree.body]
+    shared = {ln for i, (a, b) in enumerate(spans) for j, (c, d) in enumerate(spans)
+              if i != j for ln in (a, b) if c <= ln <= d}
+    for node, (first, last) in zip(tree.body, spans):
+        if not ex.keep(node):
+            continue
+        if first in shared or last in shared:  # `A = 1; B = 2`: a simple statement sharing its line
+            text = ast.unparse(node)
+            out[first - 1] = f"{out[first - 1]}; {text}" if out[first - 1] else text
+            continue
+        for ln in range(first, last + 1):
+            out[ln - 1] = lines[ln - 1]
+        if isinstance(node, ast.FunctionDef):  # blank every decorator but the jit one
+            jit = ex.jit_decorator(node)
+            for dec in node.decorator_list:
+                if dec is not jit:
+                    for ln in range(dec.lineno, (dec.end_lineno or dec.lineno) + 1):
+                        out[ln - 1] = ""
+    text = "\n".join(out) + "\n"
+    return KernelSource(text=text, kernels=ex.kernels, skipped=ex.skipped)
+
+
+def _first_line(node: ast.stmt) -> int:
+    decs = getattr(node, "decorator_list", None) or []
+    return min([node.lineno] + [d.lineno for d in decs])

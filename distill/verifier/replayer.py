@@ -1,0 +1,138 @@
+"""The replayer: a sandboxed process that replays a traced forward without the candidate's module.
+
+Started like a worker (a fork of the zygote, under the same lockdown, guard, kernel-table block and
+integrity snapshot: worker.worker_main with `role="replayer"`), it serves `replay` and never `load`,
+so the candidate's module is never imported here and nothing the candidate ran in its worker reaches
+it. One `replay` command:
+1. makes the trial's inputs from the problem's text and a seed (trusted code, before any kernel
+   exists here): the secret seed is one the worker never saw;
+2. writes the kernels module the parent cut out of the candidate's source (kernelsrc.py: only
+   `@triton.jit` functions and literal constants) and imports it, as the candidate's own code;
+3. rebuilds the worker's record of one traced call (Program, which refuses anything but
+   layout steps and launches of those kernels) and runs it on those inputs, with and without the
+   candidate's launches (`ablate`);
+4. returns the outputs (raw bytes, host copies) and what the guard saw; the parent compares them
+   with the reference's outputs for that trial (judge.judge_replay).
+The record's state tensors arrive as the parent accepted them (statecheck.py): layouts of the
+reference's parameters as the worker reported them, anything else poisoned.
+
+The replayer is kept for the next job when the replay left nothing behind (the worker's hygiene:
+patched attributes, state, threads, candidate code in the harness's steps), else retired (pool.py).
+On the CPU lane kernel bodies run as Python in the interpreter, under the guard and after the GPU
+compile check (gpu_compile.py), as in a worker; on a GPU they are compiled code.
+"""
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+from distill.verifier import calls, gpu_compile, guard, inputsets, problemio, provenance
+from distill.verifier.replay import NotReplayable, Program
+
+_KINDS = (JITFunction, InterpretedFunction)
+
+
+def _copies(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
+    return [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type, "shape": list(t.shape),
+             "data": t.detach().clone().to("cpu")} for t in tensors]
+
+
+def _launch(kernel: Any, args: tuple, grid: tuple, kwargs: dict) -> None:
+    kernel.run(*args, grid=grid, warmup=False, **kwargs)  # through the guard's launcher: recorded as a launch
+
+
+def _import_kernels(text: str, scratch: str, serial: int, token: object) -> tuple[dict[str, Any], str]:
+    path = os.path.join(scratch, f"kernels_{serial}.py")
+    with open(path, "w") as fh:
+        fh.write(text)
+    guard.ctl(token, "own_file", path)  # its launches are the candidate's own
+    name = f"tritonforge_kernels_{serial}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    kernels = {}
+    for value in list(vars(module).values()):
+        if type(value) in _KINDS:
+            fn = vars(value).get("fn")
+            kernels[getattr(fn, "__name__", "")] = value
+    return kernels, name
+
+
+def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
+           block: provenance.BackendBlock, sync: Callable[[], None], reply: Callable[[dict], None]) -> dict[str, Any]:
+    """Serve one `replay` command (module docstring). `state` lives as long as the process."""
+    state["serial"] = state.get("serial", 0) + 1
+    out: dict[str, Any] = {"runs": [], "fingerprints": {}, "error": None}
+    t0 = time.perf_counter()
+    mod = problemio.load_problem(msg["problem"], state.setdefault("problems", {}))
+    try:
+        program = Program(msg["trace"], frozenset(msg.get("kernel_names") or ()), int(msg["byte_limit"]))
+    except NotReplayable as exc:
+        out["error"] = f"not replayable: {exc}"
+        return out
+    name = ""
+    try:
+        block.install()
+        block.complete()
+        try:
+            kernels, name = _import_kernels(msg["kernels"], scratch, state["serial"], token)
+        except BaseException as exc:  # noqa: BLE001 - the extraction left something a kernel needs
+            err = calls.describe_error(exc)
+            out["error"] = f"not replayable: loading the kernels module failed: {err['type']}: {err['message'][:300]}"
+            return out
+        guard.ctl(token, "harness", True)  # from here, candidate code outside a launch is reported
+        out["setup_s"] = time.perf_counter() - t0
+        for run in msg["runs"]:
+            reply({"progress": f"replay {run['name']}"})
+            out["runs"].append(_run(program, mod, msg["seeds"][run["inputs"]], run, kernels, device, token, block,
+                                    sync, out["fingerprints"], run["inputs"]))
+            if out["runs"][-1]["error"] and out["runs"][-1].get("fatal"):
+                break
+    finally:
+        guard.ctl(token, "harness", False)
+        block.remove()
+        guard.ctl(token, "harness", True)  # finalizers of the kernels module run in the harness's step
+        try:
+            sys.modules.pop(name, None)
+            gpu_compile.forget()
+            gc.collect()
+        finally:
+            guard.ctl(token, "harness", False)
+    out["replay_s"] = time.perf_counter() - t0
+    return out
+
+
+def _run(program: Program, mod: Any, seed: int, run: dict[str, Any], kernels: dict[str, Any],
+         device: torch.device, token: object, block: provenance.BackendBlock, sync: Callable[[], None],
+         prints: dict[str, Any], which: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    with inputsets.lifted(block):  # making inputs is compute: trusted, no kernel runs meanwhile
+        inputs = problemio.make_inputs(mod, seed, device)
+        prints[which] = problemio.fingerprint(inputs)
+    rep: dict[str, Any] = {"name": run["name"], "error": None, "outputs": None}
+    guard.ctl(token, "record", True)
+    try:
+        outs = program.run(inputs, kernels, device, bool(run.get("ablate")), _launch)
+        sync()
+        rep["outputs"] = _copies(outs)
+    except NotReplayable as exc:
+        rep["error"], rep["fatal"] = f"not replayable: {exc}", True
+    except BaseException as exc:  # noqa: BLE001 - a kernel failing on replay is a finding
+        err = calls.describe_error(exc)
+        rep["error"] = f"{err['type']}: {err['message'][:300]}"
+        rep["compile"], rep["cuda_fault"] = err["compile"], err["cuda_fault"]
+    finally:
+        guard.ctl(token, "record", False)
+    rec = guard.collect(token)
+    rep.update(launches=len(rec["launches"]), foreign=len(rec["foreign"]), blocked=rec["blocked"],
+               denials=rec["denials"], harness_code=rec["harness_code"], call_s=time.perf_counter() - t0)
+    return rep

@@ -1,0 +1,106 @@
+"""Is a tensor the candidate kept from before `forward` a layout of the problem's parameters?
+
+A replayed forward (replay.py) reads the inputs the replayer made, buffers it allocated itself, and
+*state*: tensors that existed before the call (parameters, buffers, caches), whose bytes only the
+worker can report. Those bytes are a claim. A cached answer, or a weight folded with others ahead of
+time, is work no timing sees, so the parent accepts a state tensor only when it is
+* a layout of the reference model's parameters and buffers: its values, as bit patterns, are a
+  sub-multiset of theirs (the same values up to permutation and subset: a transposed or sliced
+  copy, a tensor holding several parameters), or
+* a constant fill, or an arithmetic progression of step 1 or -1 in memory order (`arange`).
+Anything else reaches the replayer poisoned (NaN, or the integer minimum), and if the outputs then
+come out wrong the verdict names that tensor (judge.py).
+
+The reference computes `summary` of its model (bit-pattern digests per tensor, and the sorted
+multiset of all values per dtype up to 16M elements); the parent runs `classify` on each state
+tensor. Not covered: a permutation or selection of parameter values that is itself the work (a
+sort of a weight, its maximum) passes as layout; a constant fill passes whatever its value, so a
+single number folded from the weights beforehand would pass.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+from distill.verifier import codec
+
+UNION_LIMIT = 1 << 24  # elements per dtype: above it only whole-tensor permutations are recognised
+_INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(raw: torch.Tensor, width: int) -> torch.Tensor | None:
+    """Raw bytes (uint8) as one signed integer per element of `width` bytes, or None."""
+    if width not in _INTS or raw.numel() % width:
+        return None
+    return raw.reshape(-1).view(_INTS[width])
+
+
+def _digest(dtype: str, sorted_bits: torch.Tensor) -> str:
+    return dtype + ":" + hashlib.sha256(sorted_bits.cpu().numpy().tobytes()).hexdigest()
+
+
+def summary(model: torch.nn.Module) -> dict[str, Any]:
+    """What `classify` needs of the reference's parameters and buffers (computed where they live)."""
+    digests, groups = [], {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        t = t.detach()
+        try:
+            name = codec.dtype_name(t.dtype)
+        except codec.CodecError:
+            continue
+        bits = _bits(codec.raw_u8(t), t.element_size())
+        if bits is None or not bits.numel():
+            continue
+        digests.append(_digest(name, torch.sort(bits).values))
+        groups.setdefault(name, []).append(bits)
+    union = {}
+    for name, parts in groups.items():
+        if sum(p.numel() for p in parts) <= UNION_LIMIT:
+            values, counts = torch.unique(torch.cat(parts), sorted=True, return_counts=True)
+            union[name] = {"values": values.cpu(), "counts": counts.cpu()}
+    return {"digests": digests, "union": union}
+
+
+def _is_param_layout(bits: torch.Tensor, dtype: str, ref: dict[str, Any]) -> bool:
+    if _digest(dtype, torch.sort(bits).values) in set(ref.get("digests") or ()):
+        return True
+    group = (ref.get("union") or {}).get(dtype)
+    if not isinstance(group, dict) or not isinstance(group.get("values"), torch.Tensor):
+        return False
+    values, counts = group["values"], group["counts"]
+    if values.dtype != bits.dtype or not values.numel():
+        return False
+    want, need = torch.unique(bits, sorted=True, return_counts=True)
+    at = torch.searchsorted(values, want).clamp(max=values.numel() - 1)
+    return bool(torch.equal(values[at], want) and (counts[at] >= need).all())
+
+
+def _is_constant_or_range(bits: torch.Tensor, dtype: torch.dtype) -> bool:
+    if bool((bits == bits[0]).all()):
+        return True
+    if dtype.is_complex or dtype == torch.bool or bits.numel() > 1 << 31:
+        return False
+    vals = bits.view(dtype).double()
+    step = vals[1] - vals[0]
+    if float(step) not in (1.0, -1.0):
+        return False
+    return bool(torch.equal(vals, vals[0] + step * torch.arange(vals.numel(), dtype=torch.float64)))
+
+
+def classify(entry: dict[str, Any], ref: dict[str, Any]) -> str:
+    """'parameters', 'constant', or '' (not accepted) for one state storage of a replay record:
+    `entry["data"]` its bytes (uint8), `entry["dtype"]` the dtype it is read as."""
+    data, name = entry.get("data"), entry.get("dtype")
+    if type(data) is not torch.Tensor or data.dtype != torch.uint8 or name not in codec.DTYPES:
+        return ""
+    dtype, width = codec.DTYPES[name]
+    bits = _bits(data, width)
+    if bits is None:
+        return ""
+    if not bits.numel():
+        return "constant"
+    if _is_param_layout(bits, name, ref):
+        return "parameters"
+    return "constant" if _is_constant_or_range(bits, dtype) else ""
