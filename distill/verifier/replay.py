@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 import triton.language as tl
 
-from distill.verifier import codec, provenance
+from distill.verifier import codec, policy, provenance
 
 _OpOverload = torch._ops.OpOverload
 _TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -221,13 +221,19 @@ def _int(x: Any, lo: int, hi: int, what: str) -> int:
     return x
 
 
-def _layout_copy(dst: torch.dtype, src: torch.dtype) -> bool:
-    """A copy that only moves values: the same dtype, or integers into integers (the worker's policy,
-    provenance.py); a copy that converts floats rounds, which is compute."""
-    if dst == src:
-        return True
-    return not (dst.is_floating_point or dst.is_complex or src.is_floating_point or src.is_complex
-                or dst == torch.bool)
+_KEEPS: dict[tuple[torch.dtype, torch.dtype, bool], bool] = {}
+
+
+def _keeps_values(src: torch.dtype, dst: torch.dtype, view: bool) -> bool:
+    """The worker's rule (policy.op_name), asked of empty tensors: whether reading `src` bytes as `dst`
+    (`view`) or converting `src` values to `dst` (a copy) keeps every value. A cast that rounds,
+    wraps or tests, and bytes read as another type, are compute, here as in the worker."""
+    key = (src, dst, view)
+    if key not in _KEEPS:
+        a = torch.empty(0, dtype=src)
+        _KEEPS[key] = policy.op_name("aten::view", (a, dst), {}) == "aten::view" if view else \
+            policy.op_name("aten::copy_", (torch.empty(0, dtype=dst), a), {}) == "aten::copy_"
+    return _KEEPS[key]
 
 
 class Program:
@@ -280,6 +286,10 @@ class Program:
         stride = [_int(x, 0, 1 << 40, "a stride") for x in r["stride"]]
         if off % width:
             raise NotReplayable("malformed record: a misaligned tensor")
+        native = codec.DTYPES[self.storages[sid]["dtype"]][0]
+        if not _keeps_values(native, dtype, view=True):
+            raise NotReplayable(f"{native} memory read as {dtype} (bytes reinterpreted as another type are "
+                                "compute)".replace("torch.", ""))
         if math.prod(size):
             last = off + width * (1 + sum((n - 1) * st for n, st in zip(size, stride)))
             if last > self.storages[sid]["nbytes"]:
@@ -310,8 +320,8 @@ class Program:
             return ("fill", self._ref(st[1]), st[2])
         if kind == "copy" and len(st) == 3:
             dst, src = self._ref(st[1]), self._ref(st[2])
-            if not _layout_copy(dst["dtype"], src["dtype"]):
-                raise NotReplayable(f"a copy from {src['dtype']} to {dst['dtype']} converts values (a cast is "
+            if not _keeps_values(src["dtype"], dst["dtype"], view=False):
+                raise NotReplayable(f"a copy from {src['dtype']} to {dst['dtype']} changes values (a cast is "
                                     "compute: do it in a kernel)".replace("torch.", ""))
             return ("copy", dst, src)
         if kind == "launch" and len(st) == 5 and type(st[2]) is list and type(st[3]) is dict and type(st[4]) is list:
