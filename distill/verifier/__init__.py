@@ -5,14 +5,20 @@ Trust boundary (details: docs/verifier.md):
                                   expected outputs, every comparison and the Verdict itself
   trusted, own process            reference.py: runs the problem's Model on seeded inputs
   sandboxed, one per slot         worker.py (+ guard, calls, replay, seal, provenance, bands, caps):
-                                  the candidate in a netns, under Landlock, seccomp and memory caps
+                                  the candidate in a netns, under Landlock, seccomp and memory caps;
+                                  everything it reports (outputs, the traced call's record, the state
+                                  it kept) is a claim the parent checks
+  sandboxed, never the candidate  replayer.py (worker_main, role "replayer"): runs the traced record
+    module                        with kernels the parent cut out of the source (kernelsrc.py) on a
+                                  trial the worker never saw; replaycheck/statecheck/judge decide
   protocol                        codec.py: typed, pickle-free messages over a pipe (+ reply arena);
                                   the parent sends commands and seeds, the worker returns evidence only
   static, before any run          static.py + policy.py: the source text against the forbidden list
 Covered: substitution (replayed kernels must compute the outputs), semantic, caching, harness
   (state left behind, code in the harness's steps), timing and sandbox attacks (cases.json), answers
-  that ignore their inputs, secrets. Not covered: the replay and records live in the candidate's
-  process; code a library compiles for the candidate runs as "<string>" (docs/verifier.md).
+  that ignore their inputs, secrets, forged reports (the replay's evidence comes from a replayer).
+  Not covered: the worker's GPU times are still its own report (docs/verifier.md); code a library
+  compiles for the candidate runs as "<string>".
 """
 from __future__ import annotations
 
