@@ -102,10 +102,10 @@ class JobSpec:
         return [{"kind": "trial", "trial": i, "trace": i == self.traced} for i in range(self.trials)]
 
 
-def _watched(pool: "VerifierPool", slot: "_Slot", reply: dict[str, Any]) -> dict[str, Any]:
+def _watched(pool: "VerifierPool", proc: procs.Proc, reply: dict[str, Any]) -> dict[str, Any]:
     """`reply` with what its phase left running as the kernel counts it (running.py): threads over
-    the worker's start-up count and processes besides it (killed now) join its hygiene."""
-    left = running.left_running(slot.proc.pid, int(slot.info.get("tasks") or 0), pool.memory.cgroup(slot.proc.pid))
+    the worker's (or replayer's) start-up count and processes besides it (killed now) join its hygiene."""
+    left = running.left_running(proc.pid, int(proc.info.get("tasks") or 0), pool.memory.cgroup(proc.pid))
     if left:
         hyg = reply.get("hygiene")
         hyg = hyg if isinstance(hyg, dict) else {}
@@ -213,7 +213,7 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     t0 = time.monotonic()
     with pool.gates[slot.gpu].quiet(keep=slot.proc.pid):
         t1 = time.monotonic()
-        rep = _watched(pool, slot, slot.proc.request({"cmd": "time", "warmup": spec.warmup,
+        rep = _watched(pool, slot.proc, slot.proc.request({"cmd": "time", "warmup": spec.warmup,
                                                       "trials": spec.timing_trials, "check": checks},
                                                      spec.timeout, "timing"))
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
@@ -228,6 +228,36 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     res = hyg or f
     res.checks = {**found.checks, **res.checks}  # the correctness record stays beside the timing one
     return res
+
+
+def _replay(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
+            found: judge.Finding) -> judge.Finding:
+    """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's module."""
+    prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
+                               {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
+                               pool.max_memory_mb << 20, found.checks)
+    if prep.msg is None:
+        return prep.finding
+    proc = pool.acquire_replayer(slot.gpu)
+    broken, checks = True, prep.checks
+    try:
+        rep = _watched(pool, proc, proc.request(prep.msg, spec.timeout, "replay",
+                                                total=spec.timeout * (len(replaycheck.RUNS) + 2)))
+        found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
+        broken = found.status is not None  # kept only after a clean replay, like a worker after a pass
+        return found
+    except procs.ProcTimeout as exc:
+        return judge.Finding("timeout", f"replaying its kernels ({exc.phase}) ran past its {exc.seconds:g} s limit",
+                             checks)
+    except procs.ProcDied as exc:
+        if pool.memory.tripped(proc.pid):
+            return judge.Finding("crash", f"the replay process was killed at the {pool.max_memory_mb} MB memory "
+                                 "limit", checks)
+        return judge.Finding("crash", f"the replay process died while its kernels ran: {exc}", checks)
+    except procs.ProcProtocol as exc:
+        return judge.Finding("forbidden", f"at run time: {exc} (the replay's channel)", checks)
+    finally:
+        pool.release_replayer(slot.gpu, proc, broken)
 
 
 def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict, bool]:
@@ -267,7 +297,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                                           "calls": len(spec.plan()), "budgets": budgets}, max(t, 120))
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         lap("reference_trials")
-        load = _watched(pool, slot, proc.finish(nonce, t, phase))
+        load = _watched(pool, slot.proc, proc.finish(nonce, t, phase))
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
@@ -283,7 +313,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "n_trials": spec.trials,
                             "construct_ops": sorted(ref.get("construct_ops") or {}),
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
-        run = _watched(pool, slot, run)
+        run = _watched(pool, slot.proc, run)
         lap("run")
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
             base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
@@ -297,7 +327,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         lap("judge")
         if found.status is None:  # provenance, from a process that never ran the candidate's module
             phase = "replay"
-            found = replaycheck.check(pool, slot.gpu, spec, ref, run, found)
+            found = _replay(pool, slot, spec, ref, run, found)
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
@@ -306,7 +336,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
-        end = _watched(pool, slot, proc.request({"cmd": "end"}, max(t, 30.0), phase))
+        end = _watched(pool, slot.proc, proc.request({"cmd": "end"}, max(t, 30.0), phase))
         lap("clean_up")
         for k, sec in (end.get("end_s") or {}).items():
             phases[f"clean_up.{k}"] = round(float(sec), 4)

@@ -15,13 +15,10 @@ is the candidate computing the answer with Triton), or fails.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-from distill.verifier import judge, kernelsrc, procs, statecheck
-
-if TYPE_CHECKING:
-    from distill.verifier.job import JobSpec
-    from distill.verifier.pool import VerifierPool
+from distill.verifier import judge, kernelsrc, statecheck
 
 RUNS = [{"name": "secret", "inputs": "secret"}, {"name": "other", "inputs": "other"},
         {"name": "ablate", "inputs": "secret", "ablate": True}]
@@ -61,60 +58,53 @@ def _state(record: dict[str, Any], params: dict[str, Any]) -> tuple[list[dict[st
     return storages, kinds, poisoned
 
 
-def check(pool: "VerifierPool", gpu: int, spec: "JobSpec", ref: dict[str, Any], run: dict[str, Any],
-          found: judge.Finding) -> judge.Finding:
-    """The replay's finding (None status: it held), with the trials' checks kept beside it."""
-    checks = found.checks
-    call = _traced(run, spec.traced)
+@dataclass
+class Prepared:
+    """The replayer's command, or the finding that makes it needless; what the state check took."""
+    msg: dict[str, Any] | None = None
+    finding: judge.Finding | None = None
+    poisoned: list[str] = field(default_factory=list)
+    checks: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, params: dict[str, Any],
+            seeds: dict[str, int], byte_limit: int, checks: dict[str, Any]) -> Prepared:
+    """The `replay` command for the record of trial `traced` in the worker's `run` report; `seeds`:
+    the secret trial's and the other trial's."""
+    call = _traced(run, traced)
     if call is None:
-        return judge.Finding("not_triton", "no call could be replayed: the traced trial sent no record of its "
-                             "launches", checks)
+        return Prepared(finding=judge.Finding("not_triton", "no call could be replayed: the traced trial sent no "
+                                              "record of its launches", checks))
     record = call["trace"]
+    why = "its kernels could not be replayed without its Python: not replayable: "
     if record.get("error"):
-        return judge.Finding("not_triton", f"its kernels could not be replayed without its Python: not replayable: "
-                             f"{record['error']}"[:1000], checks)
-    source = kernelsrc.extract(spec.candidate)
+        return Prepared(finding=judge.Finding("not_triton", f"{why}{record['error']}"[:1000], checks))
+    source = kernelsrc.extract(candidate)
     missing = sorted(_launched(record) - set(source.kernels))
     if source.error or missing:
         what = source.error or f"kernel {missing[0]} is not rebuilt from the module's source: " \
             f"{source.why_missing(missing[0])}"
-        return judge.Finding("not_triton", f"its kernels could not be replayed without its Python: not replayable: "
-                             f"{what}"[:1000], checks)
-    storages, kinds, poisoned = _state(record, ref.get("params") or {})
-    checks = {**checks, "replay_state": kinds} if kinds else checks
-    trials = ref["trials"]
-    msg = {"cmd": "replay", "problem": spec.source, "kernels": source.text, "kernel_names": source.kernels,
-           "trace": {**record, "storages": storages}, "byte_limit": pool.max_memory_mb << 20, "runs": RUNS,
-           "seeds": {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]}}
-    proc = pool.acquire_replayer(gpu)
-    broken = True
-    try:
-        rep = proc.request(msg, spec.timeout, "replay", total=spec.timeout * (len(RUNS) + 2))
-    except procs.ProcTimeout as exc:
-        return judge.Finding("timeout", f"replaying its kernels ({exc.phase}) ran past its {exc.seconds:g} s limit", checks)
-    except procs.ProcDied as exc:
-        if pool.memory.tripped(proc.pid):
-            return judge.Finding("crash", f"the replay process was killed at the {pool.max_memory_mb} MB memory limit",
-                                 checks)
-        return judge.Finding("crash", f"the replay process died while its kernels ran: {exc}", checks)
-    except procs.ProcProtocol as exc:
-        return judge.Finding("forbidden", f"at run time: {exc} (the replay's channel)", checks)
-    else:
-        fresh = judge.judge_replay(rep, trials[spec.replay_trial], trials[spec.other], _own_call(run, spec.other),
-                                   spec.device, poisoned, checks)
-        broken = fresh.status is not None  # kept only after a clean replay, like a worker after a pass
-        _same_inputs(rep, trials, spec)
-        return fresh
-    finally:
-        pool.release_replayer(gpu, proc, broken)
+        return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
+    storages, kinds, poisoned = _state(record, params)
+    msg = {"cmd": "replay", "problem": problem, "kernels": source.text, "kernel_names": source.kernels,
+           "trace": {**record, "storages": storages}, "byte_limit": byte_limit, "runs": RUNS, "seeds": seeds}
+    return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks)
 
 
-def _same_inputs(rep: dict[str, Any], trials: list[dict[str, Any]], spec: "JobSpec") -> None:
+def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], secret: int, other: int,
+           run: dict[str, Any], device: str) -> judge.Finding:
+    """The replayer's report judged (judge.judge_replay), after the inputs it made are checked."""
+    _same_inputs(rep, trials, {"secret": secret, "other": other})
+    return judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
+                              prep.checks)
+
+
+def _same_inputs(rep: dict[str, Any], trials: list[dict[str, Any]], index: dict[str, int]) -> None:
     """The replayer made its inputs from the same seeds as the reference (both trusted): a problem
     whose `get_inputs` ignores the seed is the problem's fault, as in judge_calls."""
     prints = rep.get("fingerprints") or {}
-    for name, index in (("secret", spec.replay_trial), ("other", spec.other)):
-        if name in prints and prints[name] != trials[index]["fingerprint"]:
+    for name, i in index.items():
+        if name in prints and prints[name] != trials[i]["fingerprint"]:
             from distill.verifier.problemio import ProblemError
 
             raise ProblemError("get_inputs() made different inputs from the same seed in the reference and the "
