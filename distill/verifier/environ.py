@@ -6,10 +6,16 @@ Two halves:
   `/proc/self/environ` (the block the kernel saved at exec, which editing `os.environ` afterwards
   cannot reach) holds an API token.
 - `scrub()`: every verdict text is bounded and has the trusted process's other environment values
-  (of 8 characters or more) replaced, in case one reached the candidate some other way.
+  (of 8 characters or more), credential-shaped strings (API-key prefixes, private-key blocks, JWTs,
+  long hex or base64 runs) and control characters replaced, in case one reached the candidate
+  some other way (Landlock keeps files outside an allow-list unreadable: lockdown.readable). The
+  strings a candidate names itself (kernel and exception type names, functions and files in
+  denials, attribute names) are bounded to identifier characters (`name()`, by their key in a
+  worker's reply or a verdict's checks): a name cannot carry a sentence into a refinement prompt.
 
 What it simplifies: the allow-list is by name (exact names and a few prefixes of compiler, CUDA and
-BLAS knobs); any name that looks like a credential is refused even under an allowed prefix.
+BLAS knobs); any name that looks like a credential is refused even under an allowed prefix. A
+credential in none of those shapes, read by a way Landlock does not close, would pass.
 """
 from __future__ import annotations
 
@@ -31,6 +37,21 @@ _PUBLIC = frozenset({"HOME", "PWD", "OLDPWD", "USER", "LOGNAME", "SHELL", "HOSTN
 _MIN_SECRET = 8
 MAX_REASON = 1000   # characters of a verdict's reason
 MAX_TEXT = 4000     # characters of any other string a verdict carries
+MAX_NAME = 80       # characters of a name the candidate chose (a kernel, a type, a function)
+# Keys whose strings (or list items, or dict keys) are names the candidate chose, in a worker's
+# reply and in a verdict's checks.
+NAME_KEYS = frozenset({"kernels", "foreign", "type", "where", "event", "category", "patched", "harness_code",
+                       "finalizers", "clean_up_code", "steps", "aten", "blocked", "construct_ops", "launches_by_kernel"})
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_.:<>()-]")  # qualnames (f.<locals>.k), op names (aten::_to_copy(f32->u8))
+_CREDENTIAL_TEXT = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}"
+    r"|\bhf_[A-Za-z0-9]{20,}|\bxox[abprs]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b|\bAIza[\w-]{30,}"
+    r"|\beyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}")
+# Long runs of hex or base64 count as credentials when they mix digits in: a key has them, a long
+# CamelCase or snake_case name (a kernel's) does not.
+_RANDOM_RUN = re.compile(r"[A-Za-z0-9+/]{32,}={0,2}")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _lock = threading.Lock()
 
 
@@ -71,19 +92,39 @@ def _secrets() -> list[str]:
     return sorted(vals, key=len, reverse=True)   # longest first: a secret containing another goes whole
 
 
-def scrub(value: Any, limit: int = MAX_TEXT) -> Any:
-    """`value` with every string bounded to `limit` characters and this process's secrets redacted."""
-    return _scrub(value, _secrets(), limit)
+def _redact(value: str) -> str:
+    value = _CREDENTIAL_TEXT.sub("[redacted]", value)
+    return _RANDOM_RUN.sub(lambda m: "[redacted]" if sum(c.isdigit() for c in m.group()) >= 6 else m.group(), value)
 
 
-def _scrub(value: Any, secrets: list[str], limit: int) -> Any:
+def name(value: str) -> str:
+    """A name the candidate chose, as identifier characters (others become '_'), bounded."""
+    out = _NOT_NAME.sub("_", _redact(value))
+    return out if len(out) <= MAX_NAME else out[:MAX_NAME - 3] + "..."
+
+
+def scrub(value: Any, limit: int = MAX_TEXT, keep: frozenset[str] = frozenset()) -> Any:
+    """`value` with every string bounded to `limit` characters, this process's secrets and
+    credential-shaped strings redacted, control characters dropped, and the strings under
+    NAME_KEYS reduced to names (idempotent: scrubbing twice changes nothing). Entries of a dict
+    under a key in `keep` stay as they are (data for another process, not text for a verdict)."""
+    return _scrub(value, _secrets(), limit, False, keep)
+
+
+def _text(value: str, secrets: list[str], limit: int) -> str:
+    for s in secrets:
+        if s in value:
+            value = value.replace(s, "[redacted]")
+    value = _CONTROL.sub("", _redact(value))
+    return value if len(value) <= limit else value[: limit - 12] + " [truncated]"
+
+
+def _scrub(value: Any, secrets: list[str], limit: int, names: bool, keep: frozenset[str]) -> Any:
     if isinstance(value, str):
-        for s in secrets:
-            if s in value:
-                value = value.replace(s, "[redacted]")
-        return value if len(value) <= limit else value[: limit - 12] + " [truncated]"
+        return name(value) if names else _text(value, secrets, limit)
     if isinstance(value, dict):
-        return {_scrub(k, secrets, limit) if isinstance(k, str) else k: _scrub(v, secrets, limit) for k, v in value.items()}
+        return {k if k in keep else (name(k) if names else _text(k, secrets, limit)) if isinstance(k, str) else k:
+                v if k in keep else _scrub(v, secrets, limit, names or k in NAME_KEYS, keep) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_scrub(v, secrets, limit) for v in value)
+        return type(value)(_scrub(v, secrets, limit, names, keep) for v in value)
     return value

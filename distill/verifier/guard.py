@@ -167,6 +167,13 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
         parts = real.split("/")
         return real.startswith("/proc/") and len(parts) > 2 and parts[2].isdigit() and int(parts[2]) != os.getpid()
 
+    def own_memory(path: str) -> bool:
+        # This process's memory through /proc (its own or a thread's mem, pagemap): every secret and
+        # record of the harness lives there. Landlock refuses it too (lockdown._PROC_UNREADABLE).
+        parts = os.path.realpath(path).split("/")
+        return len(parts) > 3 and parts[1] == "proc" and parts[-1] in ("mem", "pagemap", "map_files") \
+            or "map_files" in parts[3:]
+
     def inside_scratch(path: Any, dir_fd: Any = None) -> bool:
         if isinstance(path, bytes):
             path = os.fsdecode(path)
@@ -338,6 +345,10 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                 untrusted, _ = stack_info(1)
                 if untrusted:
                     deny(event, "process", f"reading another process's {os.fsdecode(path)}")
+            if isinstance(path, (str, bytes)) and own_memory(os.fsdecode(path)):
+                untrusted, _ = stack_info(1)
+                if untrusted:
+                    deny(event, "introspection", "reading this process's memory through /proc")
             writing = (type(mode) is str and any(c in mode for c in "wax+")) or (
                 type(flags) is int and flags & _WRITE_FLAGS)
             if writing and not inside_scratch(path):

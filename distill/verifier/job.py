@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distill.verifier import judge, memplan, procs, reference, replaycheck, running, static, timing
+from distill.verifier import environ, judge, memplan, procs, reference, replaycheck, running, static, timing
 from distill.verifier.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -103,8 +103,11 @@ class JobSpec:
 
 
 def _watched(pool: "VerifierPool", proc: procs.Proc, reply: dict[str, Any]) -> dict[str, Any]:
-    """`reply` with what its phase left running as the kernel counts it (running.py): threads over
-    the worker's (or replayer's) start-up count and processes besides it (killed now) join its hygiene."""
+    """`reply` with its strings scrubbed (the names the candidate chose bounded to identifiers,
+    environ.scrub) and what its phase left running as the kernel counts it (running.py): threads
+    over the worker's (or replayer's) start-up count and processes besides it (killed now) join its
+    hygiene."""
+    reply = environ.scrub(reply, keep=frozenset({"trace"}))  # the traced call's record goes to a replayer as data
     left = running.left_running(proc.pid, int(proc.info.get("tasks") or 0), pool.memory.cgroup(proc.pid))
     if left:
         hyg = reply.get("hygiene")

@@ -10,7 +10,10 @@ What enforces each rule (CPU lane | GPU lane), with the case that tests it (case
   no native code              seccomp + Landlock execute | Landlock execute; the audit hook: ctypes,
                               and native modules from outside the installation only in Triton's launches
   writes only in scratch      Landlock (both); the audit hook for Python paths (torch_save_outside)
-  other processes' /proc      Landlock read rules (both), however spelled; the hook too (proc_dotdot)
+  reads                       Landlock read rules (both): an allow-list (readable(): the installation,
+                              system libraries, the toolchain, scratch); not /tmp, home, /etc's secrets
+                              (read_outside_allowlist); of /proc only its own entries but its memory
+                              (proc_self_mem), however spelled; the hook too (proc_dotdot)
   compile caches              one per candidate, seeded from a template Landlock keeps read-only (both)
   stdout, stderr, files, disk RLIMIT_FSIZE + seccomp (no setrlimit); scratch total measured after
                               each step (both; caps.py) (stdout_flood, disk_filler)
@@ -81,8 +84,9 @@ def _landlock_abi() -> int:
         return 0
 
 
-def landlock(write_dirs: list[str], exec_files: list[str], device_files: list[str]) -> str:
-    """Read everywhere but other processes' /proc; write only beneath `write_dirs`; execute only
+def landlock(write_dirs: list[str], exec_files: list[str], device_files: list[str], read_paths: list[str]) -> str:
+    """Read only `read_paths` (readable(): the installation, the toolchain, system libraries) and
+    this process's own /proc entries but its memory; write only beneath `write_dirs`; execute only
     `exec_files`; no TCP; scoped."""
     abi = _landlock_abi()
     if abi <= 0:
@@ -111,33 +115,63 @@ def landlock(write_dirs: list[str], exec_files: list[str], device_files: list[st
             os.close(pfd)
 
     try:
-        # Read everywhere but /proc, where only this process's own entries and a few system-wide
-        # files are readable: another process's environ, maps or fds stay out of reach however
-        # the path is spelled ('..', /proc/self links), and whichever code (C++ too) opens it.
-        for name in os.listdir("/"):
-            if name != "proc":
+        for path in read_paths:
+            try:
+                allow(path, LL_READ_FILE | LL_READ_DIR)
+            except OSError:
+                continue
+        # In /proc, only this process's own entries (however the path is spelled: '..', /proc/self
+        # links) and a few system-wide files: another process's environ, maps or fds stay out of
+        # reach, whichever code (C++ too) opens them. Of its own, not its memory (mem, and each
+        # thread's under task/, listed but not opened): the harness's records and secrets live there.
+        own = os.path.join("/proc", str(os.getpid()))
+        for name in os.listdir(own):
+            # Not its links (root, cwd, exe): a rule on one would be a rule on what it points to, "/".
+            if name not in _PROC_UNREADABLE and not os.path.islink(os.path.join(own, name)):
                 try:
-                    allow(os.path.join("/", name), LL_READ_FILE | LL_READ_DIR)
+                    allow(os.path.join(own, name), LL_READ_DIR if name in _PROC_LIST_ONLY else LL_READ_FILE | LL_READ_DIR)
                 except OSError:
                     continue
-        for name in (str(os.getpid()),) + _PROC_SHARED:
+        for name in _PROC_SHARED:
             if os.path.exists(os.path.join("/proc", name)):
                 allow(os.path.join("/proc", name), LL_READ_FILE | LL_READ_DIR)
         for d in write_dirs:
             allow(d, fs_all & ~LL_EXECUTE)
-        for f in exec_files:
-            allow(f, LL_EXECUTE | LL_READ_FILE)
+        for f in exec_files:  # a toolchain's folder: its helpers are found by listing it
+            allow(f, LL_EXECUTE | LL_READ_FILE | LL_READ_DIR)
         for f in device_files:
             allow(f, LL_READ_FILE | LL_WRITE_FILE | LL_IOCTL_DEV)
         _syscall("landlock_restrict_self", fd, 0)
     finally:
         os.close(fd)
-    return f"ok (ABI {abi})"
+    return f"ok (ABI {abi}, reads: an allow-list)"
 
 
 # System-wide /proc entries that torch, glibc and the CUDA driver read.
 _PROC_SHARED = ("cpuinfo", "meminfo", "stat", "sys", "driver", "devices", "modules", "filesystems", "version",
                 "loadavg", "uptime", "pressure")
+# A process's own /proc entries that read its (or its threads') memory or physical layout.
+_PROC_UNREADABLE = frozenset({"mem", "pagemap", "map_files", "syscall", "stack"})
+_PROC_LIST_ONLY = frozenset({"task", "fd"})  # listed (thread counts, closing fds); task/N/mem stays shut
+# System folders of libraries, headers and the toolchain (whatever exists of them), and the few files
+# of /etc the dynamic loader, time zones and user lookups read. Not /etc as a whole (shadow, keys,
+# an environment file), not /tmp, /home, /root, /var, /srv, /mnt, /run, /opt or a work tree.
+_SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/sys")
+_ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "zoneinfo", "nsswitch.conf",
+             "passwd", "group", "host.conf", "hosts", "gai.conf", "os-release", "lsb-release", "debian_version",
+             "alternatives", "mime.types", "nvidia", "OpenCL", "vulkan", "gcc")
+
+
+def readable(extra: list[str]) -> list[str]:
+    """What a worker may read (Landlock rules, beneath each path): the system folders above, the
+    Python installation and environment (sys.prefix, base_prefix: stdlib, site-packages, headers),
+    and `extra` (the pool's trusted code roots, the verifier's package, its template cache). The
+    toolchain and scratch get their own rules; /proc and /dev theirs."""
+    import sys
+
+    paths = list(_SYSTEM_READ) + [os.path.join("/etc", n) for n in _ETC_READ]
+    paths += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix] + list(extra)
+    return sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
 
 
 def default_device_files() -> list[str]:
@@ -243,17 +277,19 @@ DEFAULT_LAYERS = {"cpu": LAYERS, "cuda": LAYERS}
 
 
 def lock_down(scratch: str, exec_files: list[str], no_children: bool, layers: tuple[str, ...] = LAYERS,
-              netns: str | None = None) -> LockdownReport:
+              netns: str | None = None, read_paths: list[str] | None = None) -> LockdownReport:
     """Apply the requested layers that this kernel allows, each while it still has its privileges.
 
     `netns` is the outcome of an `unshare_network()` done earlier (it must precede any thread).
+    `read_paths`: what Landlock lets the worker read besides its own (default: readable([])).
     """
     rep = LockdownReport(**{k: "disabled" for k in LAYERS if k not in layers})
     rep.netns = netns if netns is not None else (unshare_network() if "netns" in layers else "disabled")
     rep.no_new_privs = _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     if "landlock" in layers:
         try:
-            rep.landlock = landlock([scratch], [f for f in exec_files if os.path.exists(f)], default_device_files())
+            rep.landlock = landlock([scratch], [f for f in exec_files if os.path.exists(f)], default_device_files(),
+                                    read_paths if read_paths is not None else readable([]))
         except OSError as exc:
             rep.landlock = f"failed: {exc.strerror}"
     if "seccomp" in layers:

@@ -247,7 +247,7 @@ class VerifierPool:
                 shutil.copytree(self.template, os.path.join(slot.scratch, "triton"), dirs_exist_ok=True)
             cfg = {"device": self.device, "gpu": slot.gpu, "scratch": slot.scratch, "trusted_roots": self.trusted,
                    "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
-                   "device_memory_fraction": self._worker_fraction(slot.gpu)}
+                   "device_memory_fraction": self._worker_fraction(slot.gpu), "read_dirs": [self.template]}
             proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout)
             self.memory.add(proc.pid, self.max_memory_mb)
             self._register(proc, slot.gpu)

@@ -17,6 +17,7 @@ import time
 import tempfile
 from typing import Any
 
+import numpy
 import torch
 import triton
 import triton.language as tl
@@ -70,7 +71,11 @@ def _warm_up(device: torch.device, threads: bool = True) -> torch.Tensor | None:
         kernel[(4,)](y, 1000, BLOCK=256)
         y.t() if y.dim() == 2 else y.view(-1).clone()
     if threads:
-        torch.ones(256, 256) @ torch.ones(256, 256)  # start torch's CPU thread pool now
+        # Start the native thread pools now, before the worker's thread count is taken (running.py):
+        # torch's, and OpenBLAS's, which a fork leaves behind and the interpreter's first large
+        # tl.dot (numpy) would start again mid-job.
+        torch.ones(256, 256) @ torch.ones(256, 256)
+        numpy.ones((512, 512), numpy.float32) @ numpy.ones((512, 512), numpy.float32)
     if device.type == "cuda":
         torch.cuda.synchronize()
         return timing.flush_buffer(device)
@@ -112,8 +117,13 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
                           traced_code=provenance.AuditMode.__torch_dispatch__.__wrapped__.__code__)
     block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
     caps.ignore_file_size_signal()  # after the warm-up's subprocesses, before seccomp freezes handlers
+    # Reads: the installation, the toolchain, system libraries, this package and the pool's template
+    # cache; not /tmp, a home folder or another worker's scratch (lockdown.readable).
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    reads = lockdown.readable(list(cfg["trusted_roots"]) + [package] + list(cfg.get("read_dirs", [])))
     report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []),
-                                no_children=not cfg.get("children", device.type == "cuda"), layers=layers, netns=netns)
+                                no_children=not cfg.get("children", device.type == "cuda"), layers=layers, netns=netns,
+                                read_paths=reads)
     snap = integrity.snapshot()
     snap["state"] = seal.snapshot()
     snap["scratch"] = cfg["scratch"]

@@ -107,21 +107,28 @@ def test_file_size_cap_makes_a_write_fail_not_the_process():
 
 
 def test_landlock_keeps_other_processes_proc_out_however_spelled():
+    """Reads are an allow-list (lockdown.readable): another process's /proc entries, this one's
+    memory, /tmp and /etc's secrets are refused; the installation and its own status are not."""
     out = _child("""
         import os, tempfile
-        from distill.verifier import lockdown
-        print(lockdown.landlock([tempfile.mkdtemp()], [], lockdown.default_device_files()))
+        from distill.verifier import lockdown, trusted
+        planted = tempfile.mkstemp()[1]
+        print(lockdown.landlock([tempfile.mkdtemp()], [], lockdown.default_device_files(),
+                                lockdown.readable(trusted.code_roots())))
         ppid = os.getppid()
         for p in (f"/proc/{ppid}/environ", f"/proc/self/../{ppid}/environ", f"/proc//{ppid}/./cmdline",
-                  "/proc/self/status", "/proc/cpuinfo"):
+                  "/proc/self/mem", "/proc/thread-self/mem", "/etc/shadow", planted,
+                  "/proc/self/status", "/proc/cpuinfo", os.__file__):
             try:
                 open(p, "rb").read(1)
                 print("read", p)
             except PermissionError:
                 print("denied", p)
+        print(planted)
     """)
     if "unavailable" in out.stdout:
         pytest.skip("kernel without Landlock")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()[1:]
-    assert [ln.split()[0] for ln in lines] == ["denied", "denied", "denied", "read", "read"], out.stdout
+    lines = out.stdout.splitlines()
+    os.unlink(lines[-1])
+    assert [ln.split()[0] for ln in lines[1:-1]] == ["denied"] * 7 + ["read"] * 3, out.stdout

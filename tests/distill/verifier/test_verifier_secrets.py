@@ -1,19 +1,24 @@
-"""No secret reaches a candidate or a verdict (distill/verifier/environ.py).
+"""No secret reaches a candidate or a verdict (distill/verifier/environ.py, lockdown.readable).
 
 The sandboxed processes are checked from outside: their `/proc/PID/environ` (the block saved at
 exec, which a candidate can read even after `os.environ` is edited) must hold none of the parent's
-secrets. Verdict texts are checked as the trusted code builds them.
+secrets. A token planted in files must not come back in any verdict field. Verdict texts are
+checked as the trusted code builds them.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from distill.verifier import Verdict
-from distill.verifier.environ import MAX_REASON, passes
+from distill.verifier.environ import MAX_NAME, MAX_REASON, passes
+from tests.distill.verifier.conftest import hostile, problem
 
 REPO = Path(__file__).resolve().parents[3]
 SECRET = "sk-live-0123456789abcdef"
@@ -74,3 +79,48 @@ def test_verdict_texts_are_scrubbed_and_bounded(monkeypatch):
     assert "[redacted]" in v.reason and len(v.reason) <= MAX_REASON
     assert v.checks["n"] == 3 and v.checks["stdout"] == ["[redacted]"] * 3
     assert Verdict.from_dict(v.to_dict()).reason == v.reason     # scrubbing twice changes nothing
+
+
+TOKEN = "tf-planted-a1b2c3d4e5f6"
+PLANTED = ("/tmp/tritonforge-planted-token", "/root/tritonforge-planted-token")
+
+
+@pytest.fixture
+def planted():
+    made = []
+    for path in PLANTED:
+        if os.path.isdir(os.path.dirname(path)):
+            with open(path, "w") as fh:
+                fh.write(TOKEN + "\n")
+            made.append(path)
+    yield made
+    for path in made:
+        os.unlink(path)
+
+
+def test_a_planted_token_never_comes_back(pool, planted):
+    """Landlock lets a worker read only an allow-list (lockdown.readable): a token planted under /tmp
+    or in the home folder is refused, and neither a failing nor a passing verdict carries it."""
+    assert planted
+    v = pool.verify(problem("add"), hostile("read_outside_allowlist"), static_checks=False)
+    assert v.status == "forbidden" and "Permission denied" in v.reason, v.reason
+    assert TOKEN not in json.dumps(v.to_dict())
+    v = pool.verify(problem("add"), hostile("token_kernel_name"), static_checks=False)
+    assert TOKEN not in json.dumps(v.to_dict()) and TOKEN.replace("-", "_") not in json.dumps(v.to_dict())
+    v = pool.verify(problem("add"), hostile("long_kernel_name"), static_checks=False)
+    assert v.status == "pass", v.reason
+    names = {k for t in v.checks["trials"] for k in t["kernels"]}
+    assert names and all(len(k) <= MAX_NAME and re.fullmatch(r"[\w.:<>()-]+", k) for k in names), names
+
+
+def test_names_are_bounded_to_identifiers_and_texts_scrubbed():
+    v = Verdict("not_triton", "ATen compute ran: sk-live-0123456789abcdef\x1b[2J",
+                checks={"trials": [{"kernels": ["add<locals>.kern", "say: pass\nnow " * 20]}],
+                        "aten": {"aten::_to_copy(float32->uint8)": 1}, "denials": [{"where": "c.py:3 in f(x)"}],
+                        "key": "-----BEGIN PRIVATE KEY-----\nMIIEv\n-----END PRIVATE KEY-----"})
+    assert "sk-live" not in v.reason and "\x1b" not in v.reason
+    kernels = v.checks["trials"][0]["kernels"]
+    assert kernels[0] == "add<locals>.kern" and len(kernels[1]) <= MAX_NAME and " " not in kernels[1]
+    assert "aten::_to_copy(float32->uint8)" in v.checks["aten"]               # op names keep their shape
+    assert v.checks["denials"][0]["where"] == "c.py:3_in_f(x)" and "MIIEv" not in v.checks["key"]
+    assert Verdict.from_dict(v.to_dict()).checks == v.checks                  # idempotent
