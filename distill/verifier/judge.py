@@ -296,7 +296,7 @@ def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, A
     if bad:
         return Finding("not_triton", f"{why} give wrong outputs ({bad.reason}){state}: the answer was not computed "
                        "by its Triton kernels from the inputs"[:1000],
-                       {**checks, "kernel_replay": bad.checks, "replay_state": poisoned})
+                       {**checks, "kernel_replay": bad.checks, "replay_poisoned": poisoned})
     if own is not None and own.get("outputs"):
         for i, (a, b) in enumerate(zip(own["outputs"], ro.get("outputs") or [])):
             ok, info = tolerance.compare(b["data"], a["data"], det=True) if a["data"].shape == b["data"].shape \

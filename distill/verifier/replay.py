@@ -45,6 +45,7 @@ _COPY_OUT = frozenset({"aten::clone", "aten::_to_copy", "aten::to", "aten::lift_
 # Ops that change a tensor's layout or storage in place: the record keeps one layout per tensor object.
 _RELAYOUT = frozenset({"aten::set_", "aten::resize_", "aten::resize_as_"})
 _SCALARS = (int, float, bool, str, type(None))
+_OP_SCALARS = _SCALARS + (torch.dtype, torch.device, torch.layout, torch.memory_format)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,79}\Z")
 MAX_STEPS = 200_000
 MAX_STORAGES = 100_000
@@ -57,6 +58,17 @@ class NotReplayable(Exception):
 
 def _scrub(name: Any) -> str:
     return name if type(name) is str and _NAME.match(name) else "<unnamed>"
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Only objects whose use runs no candidate Python: plain tensors, scalars, and tuples of them."""
+    if type(value) in _TENSORS or type(value) in _OP_SCALARS:
+        return True
+    if type(value) in (tuple, list) and depth < 3:
+        return all(_plain(v, depth + 1) for v in value)
+    if type(value) is dict and depth < 3:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    return False
 
 
 # -- the worker's side -------------------------------------------------------------------------------------
@@ -131,6 +143,9 @@ class _Writer:
         if name not in provenance.ALLOWED_OPS:
             raise NotReplayable(f"{name} ran inside forward")
         kwargs = kwargs or {}
+        if not (_plain(args) and _plain(kwargs) and _plain(out)):
+            bad = next((type(v).__name__ for v in (*args, *kwargs.values(), out) if not _plain(v)), "?")
+            raise NotReplayable(f"{name} took an object of type {_scrub(bad)}")
         target = out if type(out) in _TENSORS else None
         if name in provenance.POISONED | frozenset(_FILLS) | frozenset(_FILL_ARG):
             if target is None:

@@ -15,6 +15,7 @@ is the candidate computing the answer with Triton), or fails.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,7 @@ class Prepared:
     finding: judge.Finding | None = None
     poisoned: list[str] = field(default_factory=list)
     checks: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # kernelsrc: names left out of the kernels module
 
 
 def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, params: dict[str, Any],
@@ -88,15 +90,24 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
     storages, kinds, poisoned = _state(record, params)
     msg = {"cmd": "replay", "problem": problem, "kernels": source.text, "kernel_names": source.kernels,
            "trace": {**record, "storages": storages}, "byte_limit": byte_limit, "runs": RUNS, "seeds": seeds}
-    return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks)
+    return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks,
+                    skipped=source.skipped)
 
 
 def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], secret: int, other: int,
            run: dict[str, Any], device: str) -> judge.Finding:
     """The replayer's report judged (judge.judge_replay), after the inputs it made are checked."""
     _same_inputs(rep, trials, {"secret": secret, "other": other})
-    return judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
-                              prep.checks)
+    found = judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
+                               prep.checks)
+    if found.status == "not_triton" and (" failed: " in found.reason or "could not run" in found.reason):
+        # A kernel that needs a name the kernels module left out: say which, and why it was left out.
+        for name, why in prep.skipped.items():
+            if re.search(rf"\b{re.escape(name)}\b", found.reason):
+                found.reason = (f"{found.reason} (not replayable: {name} is not in the kernels module the replay "
+                                f"rebuilds from the source: {why})")[:1000]
+                break
+    return found
 
 
 def _same_inputs(rep: dict[str, Any], trials: list[dict[str, Any]], index: dict[str, int]) -> None:

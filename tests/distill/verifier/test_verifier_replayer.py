@@ -1,0 +1,286 @@
+"""The provenance replay outside the candidate's process (issue 30, forged reports).
+
+In this process: the traced call's record as data (replay.serialise) and what the replayer refuses to
+rebuild from it (replay.Program), the kernels module cut out of a candidate's source (kernelsrc.py),
+the state check against the reference's parameters (statecheck.py). Through a real pool: a perfect
+forger (every reply of the worker rewritten in the parent, as a candidate that owns its worker's
+channel could) gains nothing, and what a replay cannot rebuild says why.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from distill.verifier import codec, kernelsrc, procs, replay, statecheck
+from tests.distill.verifier.conftest import honest, problem
+
+
+@triton.jit
+def add_k(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+def _launch(kernel, args, grid, kwargs):
+    kernel[grid](*args, **kwargs)
+
+
+def _traced_add(a, b, extra_state=None):
+    """The record the guard would keep for `out = empty_like(a); add_k[...](a, b, out, ...)`."""
+    out = torch.empty_like(a).fill_(float("nan"))
+    trace = [("op", torch.ops.aten.empty_like.default, (a,), {}, out)]
+    src = extra_state if extra_state is not None else b
+    trace.append(("launch", add_k, (a, src, out, a.numel()), (triton.cdiv(a.numel(), 64),), {"BLOCK": 64}, True))
+    return trace, out
+
+
+def _wire(record):
+    return codec.decode(codec.encode(record))  # what crosses the pipe: data only
+
+
+def test_a_record_replays_on_inputs_it_never_saw_and_ablated_leaves_poison():
+    a, b = torch.randn(100), torch.randn(100)
+    trace, out = _traced_add(a, b)
+    record = _wire(replay.serialise(trace, [a, b], [out], torch.device("cpu")))
+    assert [s["kind"] for s in record["storages"]] == ["input", "input", "alloc"]
+    program = replay.Program(record, frozenset({"add_k"}), 1 << 30)
+    x, y = torch.randn(100), torch.randn(100)
+    got = program.run([x, y], {"add_k": add_k}, torch.device("cpu"), False, _launch)
+    assert torch.equal(got[0], x + y)
+    ablated = program.run([x, y], {"add_k": add_k}, torch.device("cpu"), True, _launch)
+    assert ablated[0].isnan().all()
+
+
+def test_state_travels_as_the_workers_claim():
+    a, w = torch.randn(100), torch.randn(100)
+    trace, out = _traced_add(a, None, extra_state=w)
+    record = replay.serialise(trace, [a], [out], torch.device("cpu"))
+    state = [s for s in record["storages"] if s["kind"] == "state"]
+    assert len(state) == 1 and torch.equal(state[0]["data"].view(torch.float32), w)
+
+
+def test_the_worker_refuses_records_it_cannot_write_faithfully():
+    a = torch.randn(8)
+
+    def make_kernel():
+        @triton.jit
+        def inner(x_ptr):
+            pass
+        return inner
+
+    class Sub(torch.Tensor):
+        pass
+
+    cases = {
+        "ran inside forward": [("op", torch.ops.aten.add.Tensor, (a, a), {}, a + a)],
+        "object of type Sub": [("op", torch.ops.aten.clone.default, (a.as_subclass(Sub),), {}, a.clone())],
+        "defined inside a function": [("launch", make_kernel(), (a,), (1,), {}, True)],
+        "outside the candidate's module": [("launch", add_k, (a,), (1,), {}, False)],
+        "grid is not": [("launch", add_k, (a,), (1.5,), {}, True)],
+        "launch argument of type object": [("launch", add_k, (object(),), (1,), {}, True)],
+    }
+    for why, trace in cases.items():
+        assert why in replay.serialise(trace, [a], [a], torch.device("cpu")).get("error", ""), why
+    t = torch.empty(0)
+    relayout = [("launch", add_k, (t,), (1,), {}, True), ("op", torch.ops.aten.resize_.default, (t, [4]), {}, t)]
+    assert "changed the layout" in replay.serialise(relayout, [a], [a], torch.device("cpu"))["error"]
+
+
+def test_the_replayer_refuses_forged_records():
+    a, b = torch.randn(100), torch.randn(100)
+    trace, out = _traced_add(a, b)
+    good = _wire(replay.serialise(trace, [a, b], [out], torch.device("cpu")))
+
+    def forged(change):
+        record = _wire(replay.serialise(trace, [a, b], [out], torch.device("cpu")))
+        change(record)
+        with pytest.raises(replay.NotReplayable) as info:
+            replay.Program(record, frozenset({"add_k"}), 1 << 30)
+        return str(info.value)
+
+    def past_end(r):
+        r["outputs"][0]["size"] = [10_000]
+    assert "past the end" in forged(past_end)
+
+    def half_cast(r):
+        r["storages"].append({"kind": "alloc", "nbytes": 200, "device": "job", "dtype": "float16"})
+        r["steps"].append(["copy", {"s": 3, "off": 0, "dtype": "float16", "size": [100], "stride": [1]},
+                           r["outputs"][0]])
+    assert "changes values" in forged(half_cast)
+
+    def bitcast(r):
+        r["outputs"][0]["dtype"] = "int32"
+    assert "read as" in forged(bitcast)
+
+    def other_kernel(r):
+        r["steps"][-1][1] = "secret_helper"
+    assert "not a kernel of the module" in forged(other_kernel)
+
+    def no_bytes(r):
+        r["storages"][2] = {**r["storages"][2], "kind": "state"}
+    assert "state without its bytes" in forged(no_bytes)
+
+    with pytest.raises(replay.NotReplayable, match="limit"):
+        replay.Program(good, frozenset({"add_k"}), 100)
+
+
+SOURCE = textwrap.dedent('''
+    import math
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    LOG2E = tl.constexpr(1.4426950408889634)
+    BLOCK_DEFAULT: int = 2 * 64
+    HALF = math.sqrt(0.25); TABLE = torch.arange(4)
+    NAMES = {torch.float32: tl.float32}
+
+
+    def helper(x):
+        return x * 2
+
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 64}),
+                              triton.Config({"BLOCK": 128})], key=["n"])
+    @triton.jit
+    def scaled(x_ptr, n, BLOCK: tl.constexpr = BLOCK_DEFAULT):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, libdevice.exp2(tl.load(x_ptr + offs) * LOG2E) * HALF, mask=offs < n)
+
+
+    class ModelNew(torch.nn.Module):
+        pass
+''')
+
+
+def test_the_kernels_module_keeps_kernels_and_constants_at_their_lines_and_nothing_else():
+    ks = kernelsrc.extract(SOURCE)
+    assert ks.kernels == ["scaled"] and not ks.error
+    src_lines, out_lines = SOURCE.splitlines(), ks.text.splitlines()
+    at = next(i for i, line in enumerate(src_lines) if line.startswith("def scaled"))
+    assert out_lines[at] == src_lines[at] and out_lines[at - 1] == "@triton.jit"
+    assert "autotune" not in ks.text and "class" not in ks.text and "def helper" not in ks.text
+    assert "LOG2E = tl.constexpr" in ks.text and "BLOCK_DEFAULT: int = 2 * 64" in ks.text
+    assert "HALF = math.sqrt(0.25)" in ks.text and "TABLE" not in ks.text and "import torch" not in ks.text
+    assert "plain Python function" in ks.why_missing("helper")
+    assert "not a constant" in ks.skipped["NAMES"] and "TABLE" in ks.skipped
+    namespace: dict = {}
+    exec(compile(ks.text, "<kernels>", "exec"), namespace)  # noqa: S102 - imports of triton and math only
+    assert namespace["HALF"] == 0.5 and "scaled" in namespace
+
+
+def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
+    model = torch.nn.Linear(8, 5)
+    ref = statecheck.summary(model)
+    w, bias = model.weight.detach(), model.bias.detach()
+
+    def taken(t):
+        return statecheck.classify({"data": codec.raw_u8(t.contiguous()).clone(), "dtype": codec.dtype_name(t.dtype)},
+                                   ref)
+
+    assert taken(w.t()) == taken(w[1:3]) == taken(torch.cat([w.flatten(), bias])) == "parameters"
+    assert taken(torch.zeros(7)) == taken(torch.arange(6)) == taken(torch.arange(5.0, 0.0, -1.0)) == "constant"
+    assert taken(w * 2) == taken(w @ w.t()) == taken(torch.cat([bias, bias])) == ""
+
+
+# -- through a pool: whatever the worker says ---------------------------------------------------------------
+def _forge_runs(monkeypatch, forge):
+    """Every `run` reply of every worker rewritten by `forge` before the parent reads it."""
+    real = procs.Proc.request
+
+    def request(self, msg, *args, **kwargs):
+        reply = real(self, msg, *args, **kwargs)
+        if msg.get("cmd") == "run":
+            forge(reply)
+        return reply
+
+    monkeypatch.setattr(procs.Proc, "request", request)
+
+
+def _record(reply):
+    return next(c["trace"] for c in reply["calls"] if isinstance(c.get("trace"), dict))
+
+
+def test_a_record_forged_to_serve_a_precomputed_answer_is_poisoned(pool, monkeypatch):
+    """The forger makes the traced call read its own (correct) outputs from a tensor that existed
+    before the call: what a worker that had the inputs ahead of time would claim."""
+    def forge(reply):
+        record = _record(reply)
+        traced = next(c for c in reply["calls"] if c.get("trace") is record)
+        answer = codec.raw_u8(traced["outputs"][0]["data"]).clone()
+        record["storages"].append({"kind": "state", "nbytes": answer.numel(), "device": "job", "dtype": "float32",
+                                   "data": answer})
+        zeros = {"s": len(record["storages"]), "off": 0, "dtype": "float32", "size": [1000], "stride": [1]}
+        record["storages"].append({"kind": "alloc", "nbytes": 4000, "device": "job", "dtype": "float32"})
+        record["steps"].insert(0, ["alloc", zeros, 0])
+        launch = next(st for st in record["steps"] if st[0] == "launch")
+        launch[2][0] = {"ref": {**zeros, "s": len(record["storages"]) - 2}}  # a := the kept answer
+        launch[2][1] = {"ref": zeros}  # b := 0
+    _forge_runs(monkeypatch, forge)
+    v = pool.verify(problem("add"), honest("add"))
+    assert v.status == "not_triton" and "replaced by NaN" in v.reason, v.reason
+    assert v.checks["replay_state"] == ["poisoned"]
+
+
+@pytest.mark.parametrize("forge,why", [
+    (lambda r: _record(r)["steps"][-1].__setitem__(1, "helper_of_mine"), "not rebuilt from the module's source"),
+    (lambda r: _record(r).__setitem__("storages", "garbage"), "malformed record"),
+    (lambda r: r["calls"][0].update(launches=0), "none of its own Triton kernels launched"),
+])
+def test_a_forged_record_gains_nothing(pool, monkeypatch, forge, why):
+    _forge_runs(monkeypatch, forge)
+    v = pool.verify(problem("add"), honest("add"))
+    assert v.status == "not_triton" and why in v.reason, v.reason
+
+
+GLOBAL_FROM_A_FUNCTION = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+def pick_block():
+    return 256
+
+
+BLOCK = tl.constexpr(pick_block())
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, out_ptr, n):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        out = torch.empty_like(a)
+        add_kernel[(triton.cdiv(a.numel(), 256),)](a, b, out, a.numel())
+        return out
+'''
+
+
+def test_what_the_replay_cannot_rebuild_says_what_to_change(pool):
+    """A constexpr computed by a plain function at import compiles in the worker; the kernels module
+    leaves it out (it would run candidate code), and the verdict says so."""
+    v = pool.verify(problem("add"), GLOBAL_FROM_A_FUNCTION)
+    assert v.status == "not_triton", v.reason
+    assert "not replayable: BLOCK is not in the kernels module" in v.reason and "calls something" in v.reason
+
+
+def test_a_replayer_never_loads_a_candidate(pool):
+    proc = pool.acquire_replayer(0)
+    try:
+        reply = proc.request({"cmd": "load", "source": honest("add"), "problem": problem("add"), "seeds": []}, 30,
+                             "load")
+        assert "does not serve load" in reply["error"]["message"]
+    finally:
+        pool.release_replayer(0, proc, False)
