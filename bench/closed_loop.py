@@ -1,7 +1,8 @@
 """The closed loop: does a model trained on TritonForge's data alone write verified Triton for programs it never saw?
 
-One subcommand per stage, each meant as one device call under 10 minutes on one GPU, each reading
-what the one before wrote under --out (docs/closed_loop.md has the GPU commands):
+One subcommand per stage, each reading what the one before wrote under --out; on a GPU box
+closed_loop_parts/one_machine.sh runs them back to back in one detached session, sized to its budgets
+(docs/closed_loop.md has the device calls):
 
     data     `tritonforge build` (the lowering teacher, verified) + `tritonforge export` (sft, rl); the
              held-out problems split into test sets disjoint from training by dag_hash (`dag`) and
@@ -16,6 +17,7 @@ what the one before wrote under --out (docs/closed_loop.md has the GPU commands)
 
     python bench/closed_loop.py --profile smoke all --out /tmp/cl        # CPU, interpreter, a few minutes
     python3 bench/closed_loop.py --profile gpu data --out out/closed-loop  # GPU box, then student, eval, ...
+    bash bench/closed_loop_parts/one_machine.sh run /tmp/cl-run             # GPU box: every stage, sized
 
 What it keeps: every stage goes through the project's own pieces (the build and its resume, export,
 the verifier pool, train-grpo with its curriculum, resume and metrics); the held-out checks are

@@ -28,11 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 def _pairs(n: int, seed: int) -> list[tuple[Any, str]]:
     import synth
     from distill.lowering import lower
+    from distill.teacher.extract import extract
 
     out = []
     for lv in (1, 2):
         for p in synth.sample(n=n, level=lv, seed=seed, unique=True):
-            out.append((p, lower(p).completion()))
+            out.append((p, extract(lower(p).completion(), "stop").code))
     return out
 
 
@@ -51,7 +52,8 @@ def verification(n: int, workers: int) -> dict[str, Any]:
             held.append(time.perf_counter() - t)
 
     res: dict[str, Any] = {}
-    with VerifierPool(workers=workers, device="cuda", timeout=120.0) as pool:
+    pool = VerifierPool(workers=workers, device="cuda", timeout=120.0)
+    try:
         t = time.perf_counter()
         pool.start()
         res["pool_start_s"] = round(time.perf_counter() - t, 1)
@@ -68,7 +70,9 @@ def verification(n: int, workers: int) -> dict[str, Any]:
             res[name] = {"pairs": len(pairs), "wall_s": round(wall, 1), "candidates_per_s": round(len(pairs) / wall, 2),
                          "statuses": dict(Counter(getattr(v, "status", type(v).__name__) for v in verdicts)),
                          "worker_s_by_phase": {k: round(s, 1) for k, s in phases.most_common(8)}}
+    finally:
         vp._ref_timing = real
+        pool.close()
     res["reference_timing_s"] = {"n": len(held), "median": round(statistics.median(held), 2) if held else None,
                                  "sum": round(sum(held), 1)}
     return res

@@ -8,7 +8,7 @@ as in the build). Recorded per (set, level): problems, passes, pass@1, passes fa
 only: the CPU times nothing), and the verdict breakdown; per problem: status, speedup, reason and
 the completion (eval/TAG.jsonl).
 
-Models: `base` (the random student), `sft`, `grpo` (train-grpo's last complete checkpoint, or
+Models: `base` (the random student, its answers cut at BASE_MAX_NEW_TOKENS), `sft`, `grpo` (train-grpo's last complete checkpoint, or
 `--checkpoint N`). The tag is the stage's name, or `grpo@N` for a checkpoint, which the report
 plots over GRPO steps.
 """
@@ -24,6 +24,10 @@ from closed_loop_parts.common import Layout, StageClock, StageError, read_json, 
 from closed_loop_parts.profiles import Profile
 
 SETS = ("dag", "ops")
+# The random-weight student writes no code and never stops: its answers are cut here rather than at
+# the SFT model's length (a 12-layer student decodes at ~72 ms a token on an H100 with `generate`, so
+# 3,072 tokens cost ~4 minutes a batch for the same verdict, `truncated`).
+BASE_MAX_NEW_TOKENS = 256
 
 
 def model_for(lay: Layout, stage: str, checkpoint: str | None) -> tuple[Path, str, int | None]:
@@ -159,8 +163,8 @@ def run(lay: Layout, p: Profile, stage: str, checkpoint: str | None, limit: int 
         sets = [(name, lv, rows[:limit] if limit else rows) for name, lv, rows in test_sets(lay, p)]
         flat = [(name, lv, r) for name, lv, rows in sets for r in rows]
         t0 = time.perf_counter()
-        answers = generate(model, [r["prompt"] for _, _, r in flat], student["max_new_tokens"], p.eval_batch,
-                           p.device, deadline)
+        max_new = min(BASE_MAX_NEW_TOKENS, student["max_new_tokens"]) if stage == "base" else student["max_new_tokens"]
+        answers = generate(model, [r["prompt"] for _, _, r in flat], max_new, p.eval_batch, p.device, deadline)
         gen_s = time.perf_counter() - t0
         problems = heldout_problems(lay)
         done = [(f, a) for f, a in zip(flat, answers) if a is not None]
@@ -171,7 +175,7 @@ def run(lay: Layout, p: Profile, stage: str, checkpoint: str | None, limit: int 
         records = [{"set": name, "level": lv, "problem_id": r["problem_id"], "ended": a[1], "new_tokens": a[2],
                     **v, "completion": a[0]} for ((name, lv, r), a), v in zip(done, verdicts)]
         result = {"tag": tag, "stage": stage, "grpo_step": step, "model": str(model),
-                  "max_new_tokens": student["max_new_tokens"], "not_reached_by_budget": len(flat) - len(done),
+                  "max_new_tokens": max_new, "not_reached_by_budget": len(flat) - len(done),
                   "seconds": {"generate": round(gen_s, 1), "verify": round(ver_s, 1)}, "sets": {}}
         for name, lv, _ in sets:
             mine = [x for x in records if x["set"] == name and x["level"] == lv]

@@ -24,7 +24,7 @@ cl() { python3 "$here/bench/closed_loop.py" --profile gpu "$@"; }
 PROBE_SIZE=${PROBE_SIZE:-48}
 BUILD_S=${BUILD_S:-480}
 SFT_S=${SFT_S:-240}
-SFT_TOKENS_PER_S=${SFT_TOKENS_PER_S:-120000}
+SFT_TOKENS_PER_S=${SFT_TOKENS_PER_S:-70000}   # 68.7k measured on an H100 (2026-11-26)
 EVAL_LIMIT=${EVAL_LIMIT:-50}
 EVAL_S=${EVAL_S:-120}
 GRPO_S=${GRPO_S:-180}
@@ -82,7 +82,7 @@ run() {
   [ "$rc" = 0 ] || { echo "$rc" >"$out/DONE"; return; }
   epochs=$(sft_epochs "$out/sft")
   stage student --epochs "$epochs" student --out "$out" --budget-s "$SFT_S" || { echo 2 >"$out/DONE"; return; }
-  stage eval-base eval --eval-stage base --limit 4 --budget-s 30 --out "$out"
+  stage eval-base eval --eval-stage base --limit 32 --budget-s 30 --out "$out"
   stage eval-sft eval --eval-stage sft --limit "$EVAL_LIMIT" --budget-s "$EVAL_S" --out "$out"
   stage grpo grpo --budget-s "$GRPO_S" --out "$out"
   stage eval-grpo eval --eval-stage grpo --limit "$EVAL_LIMIT" --budget-s "$EVAL_S" --out "$out"
