@@ -1,6 +1,9 @@
 """`tritonforge verify --problem P.py --candidate C.py`: one pair, one verdict (DESIGN §5).
 
 Exit 0 for `pass`, 1 for any other status, 2 for bad usage. `--json` prints exactly one JSON object.
+The problem is screened as `distill` screens it (screen.py, in the reference process); one that fails
+(a near-constant output, an input that barely moves it, nondeterminism) gets no verdict: exit 2, why
+on stderr.
 """
 from __future__ import annotations
 
@@ -102,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
         with VerifierPool(workers=1, device=args.device, timeout=args.timeout, max_memory_mb=args.max_memory,
                           device_memory_mb=args.device_memory) as pool:
             verdict = pool.verify(problem, candidate, seeds=args.seeds)
-    except ProblemError as exc:
-        print(f"tritonforge verify: error: --problem {args.problem} could not be run: {exc}", file=sys.stderr)
+    except ProblemError as exc:  # refused by screening, or its reference failed: no verdict, nothing charged
+        print(f"tritonforge verify: error: --problem {args.problem}: no verdict, the problem is at fault, not the "
+              f"candidate: {exc}", file=sys.stderr)
         return 2
     except PoolError as exc:   # no verdict: nothing is charged to the candidate
         print(f"tritonforge verify: error: the verifier could not run this pair: {exc}", file=sys.stderr)

@@ -104,13 +104,23 @@ def compare_outputs(call: dict[str, Any], expected: dict[str, Any], device: str)
             return Finding("wrong_output", f"output {i} has shape {list(data.shape)}, expected {list(r.shape)}")
         if o.get("device") != device:
             return Finding("wrong_output", f"output {i} is on {o.get('device')}, expected {device}")
-        ok, info = tolerance.compare(data, r)
+        ok, info = tolerance.compare(data, r, tol=_bound(expected, i))
         if not ok:
             what = info.get("error") or (f"norm rel err {info.get('norm_rel_err', 0):.3g} "
                                          f"(limit {info.get('norm_limit')}), "
                                          f"{info.get('elements_out_of_tol', 0)} elements out of tolerance")
             return Finding("wrong_output", f"output {i} differs from the reference: {what}", {"compare": info})
     return None
+
+
+def _bound(expected: dict[str, Any], i: int) -> tolerance.Tolerance | None:
+    """Output `i`'s bound as the reference's screening set it (tolerance.fitted); None: the table."""
+    tols = expected.get("tolerances") or []
+    rec = tols[i] if i < len(tols) else None
+    if not rec:
+        return None
+    return tolerance.Tolerance(norm_rel=rec["norm_rel"], atol_rel=rec["atol_rel"], rtol=rec["rtol"],
+                               det_rel=rec["det_rel"])
 
 
 _SUBSET = 1 << 16
@@ -211,6 +221,8 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     per_trial: list[dict[str, Any]] = []
     first: dict[int, dict] = {}
     checks: dict[str, Any] = {"trials": per_trial}
+    if trials and trials[0].get("tolerances"):  # each output's bound and how it was set (screen.py)
+        checks["tolerance"] = trials[0]["tolerances"]
     for call in run.get("calls", []):
         kind, t = call["kind"], call["trial"]
         left = left_behind(call)
@@ -299,8 +311,8 @@ def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, A
                        {**checks, "kernel_replay": bad.checks, "replay_poisoned": poisoned})
     if own is not None and own.get("outputs"):
         for i, (a, b) in enumerate(zip(own["outputs"], ro.get("outputs") or [])):
-            ok, info = tolerance.compare(b["data"], a["data"], det=True) if a["data"].shape == b["data"].shape \
-                else (False, {"error": "shapes differ"})
+            ok, info = tolerance.compare(b["data"], a["data"], det=True, tol=_bound(secret, i)) \
+                if a["data"].shape == b["data"].shape else (False, {"error": "shapes differ"})
             if not ok:
                 return Finding("nondeterministic", f"same inputs twice (a call and its replay): output {i} differs "
                                f"beyond rounding (norm rel diff {info.get('norm_rel_err', float('nan')):.3g})",

@@ -1,19 +1,25 @@
 """The trusted reference process: runs the problem's own `Model` to make the expected outputs.
 
 It is a separate process from every worker, so expected values never exist where candidate code
-runs. It also times the reference (eager and under torch.compile, GPU only) and measures the
-device's copy bandwidth and matmul peak for the physical floor.
+runs. Before a problem's first trials it screens the problem as `distill` does (screen.py, cached
+per problem in this process): a problem that fails is a ProblemError, never a candidate's verdict,
+and each expected output carries its bound (the problem's measured honest error, tolerance.fitted).
+It also times the reference (eager and under torch.compile, GPU only) and measures the device's
+copy bandwidth and matmul peak for the physical floor.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 import types
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import torch
 
-from distill.verifier import codec, memplan, statecheck, timing
+from distill.verifier import codec, memplan, screen, statecheck, timing
 from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
 from distill.verifier.provenance import OpCount
 
@@ -74,11 +80,39 @@ def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple
     return model, args, kwargs, counter.counts
 
 
+# Screening outcomes per (problem text, device) in this process: a problem is screened once, then
+# every later job on it reads the bounds from here (the cost: bench in docs/verifier.md, Tolerances).
+_SCREENED: "OrderedDict[tuple[str, str], screen.ScreenReport]" = OrderedDict()
+_SCREENED_MAX = 4096
+
+
+def screened(mod: types.ModuleType, source: str, device: torch.device) -> screen.ScreenReport:
+    """The problem's screening report (screen.screen_module, cached); a ProblemError naming why when
+    the problem fails it: the problem, not a candidate, is at fault."""
+    key = (hashlib.sha256(source.encode()).hexdigest(), device.type)
+    report = _SCREENED.get(key)
+    if report is None:
+        t0 = time.monotonic()
+        report = screen.screen_module(mod, device)
+        report.seconds = round(time.monotonic() - t0, 3)
+        memplan.release(device)
+        _SCREENED[key] = report
+        while len(_SCREENED) > _SCREENED_MAX:
+            _SCREENED.popitem(last=False)
+    else:
+        _SCREENED.move_to_end(key)
+    if report.status != "ok":
+        raise ProblemError(f"the problem fails screening ({report.status}): {report.reason}")
+    return report
+
+
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
-                calls: int = 0, budgets: dict[str, Any] | None = None) -> dict[str, Any]:
+                calls: int = 0, budgets: dict[str, Any] | None = None, source: str | None = None) -> dict[str, Any]:
     """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
     (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
-    the next one."""
+    the next one. With `source`, the problem is screened first (`screened`) and each trial carries
+    the outputs' bounds (`tolerances`: tolerance.Tolerance fields per output, None where exact)."""
+    report = screened(mod, source, device) if source is not None else None
     memplan.reset_peak(device)
     held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
@@ -98,41 +132,20 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
             plan = memplan.plan_from(host, out, params, calls, len(seeds), "measured")
             if budgets:
                 memplan.check(plan, device.type, budgets["device"], budgets["host"], budgets["timed"])
-        trials.append({"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)})
+        trial = {"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)}
+        if report is not None:
+            trial["tolerances"] = report.tolerances
+        trials.append(trial)
         del host, out
-    flags = insensitive_inputs(mod, model, seeds, device, trials[0]["outputs"], held) if len(seeds) > 1 else []
     io_bytes = plan.problem_bytes if plan is not None else params
     memory = {"plan": plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
               "reference_peak_bytes": memplan.peak(device), "reference_held_peak_bytes": held.peak}
     del model
     memplan.release(device)
-    return {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
-            "construct_ops": construct_ops, "insensitive_inputs": flags, "memory": memory, "params": state}
-
-
-def insensitive_inputs(mod: types.ModuleType, model: Any, seeds: list[int], device: torch.device,
-                       outputs: list[torch.Tensor], held: Held | None = None) -> list[int]:
-    """Positions of tensor inputs whose replacement (by another trial's) leaves the reference's
-    outputs bit-identical: the problem ignores them, so a kernel that ignores them is not wrong.
-    Reported with every verdict on the problem (`checks["problem"]`), not charged to anyone."""
-    held = held or Held()
-    first, other = make_inputs(mod, seeds[0], device), make_inputs(mod, seeds[1], device)
-    held.add(first)
-    held.add(other)
-    out = []
-    for i, (a, b) in enumerate(zip(first, other)):
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape or torch.equal(a, b):
-            continue
-        mixed = list(first)
-        mixed[i] = b
-        with torch.no_grad():
-            res = model(*mixed)
-        held.add(res)
-        got, _ = _outputs(res)
-        del res
-        if len(got) == len(outputs) and all(g.shape == o.shape and torch.equal(g.cpu(), o) for g, o in zip(got, outputs)):
-            out.append(i)
-        del got
+    out = {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
+           "construct_ops": construct_ops, "memory": memory, "params": state}
+    if report is not None:
+        out["screen"] = {"tolerances": report.tolerances, "effects": report.effects, "seconds": report.seconds}
     return out
 
 
@@ -214,7 +227,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 mod = load_problem(msg["source"], cache)
                 try:
                     out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
-                                      msg.get("budgets"))
+                                      msg.get("budgets"), source=msg["source"])
                 except torch.OutOfMemoryError as exc:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock

@@ -51,3 +51,12 @@ def test_device_defaults_to_cuda_only_where_a_gpu_is_present(capsys):
     assert main(["verify", "--problem", P, "--candidate", GOOD, "--json", "--timeout", "30"]) == 0
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_a_problem_screening_refuses_gets_no_verdict_and_exits_2(tmp_path, capsys):
+    weak = tmp_path / "weak.py"
+    weak.write_text(Path(P).read_text().replace("return a + b", "return a + 1e-7 * b"))
+    rc = main(["verify", "--problem", str(weak), "--candidate", GOOD, "--json", "--timeout", "30"])
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.out == ""
+    assert "the problem is at fault" in captured.err and "fails screening (degenerate): input 1" in captured.err

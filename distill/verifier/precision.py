@@ -1,0 +1,182 @@
+"""How exact a problem's float32 reference is: the error an honest fp32 kernel may make, measured.
+
+The dtype table (tolerance.py) has to admit every honest kernel of any problem, so it is as wide as
+the worst one needs (tf32 dot products, ~6e-4 normwise). Most problems are far more exact than that,
+and a kernel that drops a term whose effect is under the table would pass them. So each float32
+output gets a bound from its own problem, measured on the reference side (screen.py, cached per
+problem) against an fp64 evaluation of the same model (same weights, same inputs, every float
+parameter, input and default dtype in float64), for two fp32 evaluations:
+
+  fp32    the reference as written: its own rounding, amplified by the problem's conditioning;
+  honest  the reference as an honest GPU kernel might compute it: the operands of its dot products
+          (mm, addmm, bmm, convolution, attention, ...) rounded to tf32 (10 explicit mantissa bits,
+          to nearest even), what `tl.dot` does with float32 data by default; and every other op's
+          result moved by up to ULPS units of fp32 rounding, fixed-seed noise standing for another
+          order of summation and for fast-math exp/log/tanh/division (a few units each). Where the
+          problem amplifies rounding (a cancellation, a near-tie before an argmax or a floor) the
+          noise is amplified with it, so the bound grows where an honest kernel's error does.
+
+The larger of the two, times a margin, is the bound (tolerance.fitted), never looser than the table
+and never tighter than a floor.
+
+Simplified: a problem whose fp64 evaluation cannot be made (it raises, or computes some step in a
+lower precision on purpose, so that step's rounding would look exact) keeps the table, and says why.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from distill.verifier import policy
+
+# Operand positions of the ops whose float32 operands a GPU's tl.dot rounds to tf32 (schema names;
+# composite ops such as linear, matmul and einsum reach the dispatcher as these).
+_DOT_OPERANDS: dict[str, tuple[int, ...]] = {
+    **{op: (0, 1) for op in ("aten::mm", "aten::bmm", "aten::dot", "aten::vdot", "aten::mv", "aten::convolution",
+                             "aten::_convolution", "aten::conv_tbc", "aten::_euclidean_dist", "aten::_cdist_forward",
+                             "aten::tensordot")},
+    **{op: (1, 2) for op in ("aten::addmm", "aten::addmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addbmm",
+                             "aten::addbmm_", "aten::addmv", "aten::addmv_", "aten::addr", "aten::_addmm_activation")},
+    "aten::_trilinear": (0, 1, 2),
+}
+_ATTENTION = ("aten::_scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention")
+# Above this many bytes of parameters, inputs and outputs (the fp64 copies double them) the
+# reference keeps the table: the measurement would hold more memory than the trials themselves do.
+MEASURE_BYTES = 1 << 30
+# Units of fp32 rounding (2^-24) by which the honest evaluation moves each op's result, at most: fast
+# exp/log/division are within 2-3 of them (PTX ex2/lg2/div.full), libdevice within 1-2.
+ULPS = 4.0
+_NOISE_SEED = 20261124
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One output's error against its fp64 evaluation, the worst over the draws measured: normwise
+    (||d|| / ||ref64||) and elementwise (max |d| / (rms(ref64) + |ref64|)), for the fp32 reference
+    and its honest-kernel variant."""
+
+    fp32_norm: float
+    fp32_elem: float
+    honest_norm: float
+    honest_elem: float
+
+    @property
+    def norm(self) -> float:
+        return max(self.fp32_norm, self.honest_norm)
+
+    @property
+    def elem(self) -> float:
+        return max(self.fp32_elem, self.honest_elem)
+
+
+def tf32(t: torch.Tensor) -> torch.Tensor:
+    """`t` (float32) with its mantissa rounded to tf32's 10 bits, to nearest even."""
+    bits = t.contiguous().view(torch.int32)
+    bits = (bits + (0xFFF + ((bits >> 13) & 1))) & -0x2000
+    return bits.view(torch.float32).view(t.shape)
+
+
+class _HonestKernel(TorchDispatchMode):
+    """Rounds the float32 operands of dot-product ops to tf32 before they run, and moves every
+    float32 result of an op that rounds (not allocation, views or copies, nor an in-place op, which
+    would move its operand) by up to ULPS units of rounding, from a fixed seed."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.gen = torch.Generator(device=device).manual_seed(_NOISE_SEED)
+
+    def _noisy(self, t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() == 0:
+            return t
+        r = torch.rand(t.shape, generator=self.gen, device=t.device, dtype=torch.float32)
+        return t * (1.0 + (2.0 * r - 1.0) * (ULPS * 2.0 ** -24))
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = func._schema.name
+        where = _DOT_OPERANDS.get(name) or ((0, 1, 2) if name.startswith(_ATTENTION) else ())
+        if where:
+            args = tuple(tf32(a) if i in where and isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
+                         for i, a in enumerate(args))
+        out = func(*args, **(kwargs or {}))
+        if name in policy.ALLOWED_OPS or func.is_view or func._schema.is_mutable:
+            return out
+        if isinstance(out, (tuple, list)):
+            return type(out)(self._noisy(t) for t in out)
+        return self._noisy(out)
+
+
+class _LowerPrecision(TorchDispatchMode):
+    """Notes an op of the fp64 evaluation that made a floating tensor below float64 (a cast in the
+    problem's own forward): that step's rounding is then in both results and looks exact."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = ""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if not self.seen:
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) \
+                        and t.dtype not in (torch.float64, torch.complex128):
+                    self.seen = f"{func._schema.name} makes {str(t.dtype).removeprefix('torch.')}"
+                    break
+        return out
+
+
+def _double(x: Any) -> Any:
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _errors(got: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
+    d = (got.double() - exact).abs()
+    ref_norm = float(torch.linalg.vector_norm(exact))
+    if not (ref_norm > 0 and math.isfinite(ref_norm)):
+        return math.inf, math.inf
+    rms = ref_norm / math.sqrt(max(exact.numel(), 1))
+    norm = float(torch.linalg.vector_norm(d)) / ref_norm
+    elem = float((d / (rms + exact.abs())).max()) if d.numel() else 0.0
+    return norm, elem
+
+
+def measure(model: Any, model64: Any, draws: list[list[Any]], outs: list[list[torch.Tensor]],
+            run: Callable[[Any, list[Any]], list[torch.Tensor]]) -> list[Measured | None] | str:
+    """Per output, the fp32 and honest-kernel errors of the reference against `model64` (the same model in
+    float64) over `draws` (whose fp32 outputs are `outs`); None for outputs that are not float32.
+    A string instead says why nothing could be measured."""
+    if not any(o.dtype == torch.float32 for o in outs[0]):
+        return "no float32 output"
+    worst: list[list[float]] = [[0.0] * 4 for _ in outs[0]]
+    before = torch.get_default_dtype()
+    for inputs, got in zip(draws, outs):
+        watch = _LowerPrecision()
+        try:
+            torch.set_default_dtype(torch.float64)
+            with watch:
+                exact = run(model64, [_double(x) for x in inputs])
+        except Exception as exc:  # noqa: BLE001 - the problem may not run in fp64; the table stays
+            return f"the fp64 evaluation raised {type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            torch.set_default_dtype(before)
+        if watch.seen:
+            return f"the fp64 evaluation computes in lower precision ({watch.seen})"
+        try:
+            with _HonestKernel(got[0].device):
+                rounded = run(model, inputs)
+        except Exception as exc:  # noqa: BLE001 - as above
+            return f"the honest-kernel evaluation raised {type(exc).__name__}: {str(exc)[:200]}"
+        if len(exact) != len(got) or len(rounded) != len(got):
+            return "the fp64 evaluation returns another number of outputs"
+        for k, (g, e, r) in enumerate(zip(got, exact, rounded)):
+            if g.dtype != torch.float32:
+                continue
+            if e.shape != g.shape or r.shape != g.shape:
+                return f"output {k} has another shape in the fp64 evaluation"
+            errs = _errors(g, e) + _errors(r, e)
+            worst[k] = [max(a, b) for a, b in zip(worst[k], errs)]
+        del exact, rounded
+    return [Measured(*w) if o.dtype == torch.float32 else None for w, o in zip(worst, outs[0])]

@@ -1,0 +1,140 @@
+"""Each float32 output's bound follows its problem's measured honest error (precision.py,
+tolerance.fitted): tight where the reference is exact, the dtype table where an honest kernel's own
+error reaches it (tf32 dot products, rounding amplified by the problem). Screening (screen.py) sets
+the bounds and refuses problems an answer that ignores an input would pass."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from distill.verifier import precision, screen, tolerance
+from distill.verifier.problemio import load_problem
+
+CPU = torch.device("cpu")
+
+
+def _module(body: str, inputs: str, init: str = "[]") -> types.ModuleType:
+    return load_problem(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n{body}\n"
+                        f"def get_inputs():\n    return {inputs}\n\ndef get_init_inputs():\n    return {init}\n", {})
+
+
+def _screen(body: str, inputs: str, init: str = "[]") -> screen.ScreenReport:
+    return screen.screen_module(_module(body, inputs, init), CPU)
+
+
+def _bound(report: screen.ScreenReport, k: int = 0) -> tolerance.Tolerance:
+    rec = report.tolerances[k]
+    return tolerance.Tolerance(rec["norm_rel"], rec["atol_rel"], rec["rtol"], rec["det_rel"])
+
+
+def test_fitted_bounds_stay_between_the_floor_and_the_table():
+    table = tolerance.TOLERANCES[torch.float32]
+    exact = tolerance.fitted(torch.float32, 1e-9, 1e-9)
+    assert exact == tolerance.FLOOR_FP32
+    loose = tolerance.fitted(torch.float32, 1.0, 1.0)
+    assert (loose.norm_rel, loose.atol_rel, loose.rtol, loose.det_rel) == (table.norm_rel, table.atol_rel, table.rtol,
+                                                                           table.det_rel)
+    mid = tolerance.fitted(torch.float32, 3e-5, 2e-4)
+    assert mid.norm_rel == pytest.approx(3e-4) and mid.atol_rel == pytest.approx(2e-3)
+    for dtype in (torch.bfloat16, torch.float16, torch.float64):  # measured against their own references
+        assert tolerance.fitted(dtype, 1e-9, 1e-9) == tolerance.TOLERANCES[dtype]
+    assert tolerance.fitted(torch.int64, 0.0, 0.0) is None
+
+
+def test_an_exact_problem_gets_a_tight_bound_and_a_dropped_term_fails_it():
+    report = _screen("class Model(nn.Module):\n    def forward(self, a, b, c):\n        return a * b + 1e-3 * c\n",
+                     "[torch.randn(1000), torch.randn(1000), torch.randn(1000)]")
+    assert report.status == "ok" and report.tolerances[0]["basis"] == "measured"
+    tol = _bound(report)
+    assert tol.norm_rel == tolerance.FLOOR_FP32.norm_rel
+    assert report.effects[2] >= screen.EFFECT_MARGIN  # c moves the output ~100x the bound
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(1000, generator=g) for _ in range(3))
+    ref = a * b + 1e-3 * c
+    assert not tolerance.compare(a * b, ref, tol=tol)[0]             # 1e-3 of the norm: the table passed it
+    assert tolerance.compare(a * b, ref)[0]
+    # an honest kernel: products and sums in another order, each a few units of rounding off
+    honest = (a.double() * b.double() + 1e-3 * c.double()) * (1 + 4 * 2.0 ** -24 * (2 * torch.rand(1000, generator=g) - 1))
+    assert tolerance.compare(honest.float(), ref, tol=tol)[0]
+
+
+def test_fast_math_exp_and_another_summation_order_stay_within_the_bound():
+    report = _screen("class Model(nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n",
+                     "[torch.randn(64, 512) * 3]")
+    tol = _bound(report)
+    x = torch.randn(64, 512, generator=torch.Generator().manual_seed(1)) * 3
+    ref = torch.softmax(x, dim=1)
+    # exp through exp2 with the argument rounded (PTX ex2.approx), a sum in fp64 then rounded: a GPU kernel's way
+    z = (x - x.amax(dim=1, keepdim=True)) * 1.4426950408889634
+    num = torch.exp2(z)
+    fast = (num.double() / num.double().sum(dim=1, keepdim=True)).float()
+    assert tolerance.compare(fast, ref, tol=tol)[0], tolerance.compare(fast, ref, tol=tol)[1]
+
+
+def test_tf32_dot_products_keep_the_table_for_a_matmul():
+    report = _screen("class Model(nn.Module):\n    def forward(self, a, b):\n        return a @ b\n",
+                     "[torch.randn(128, 512), torch.randn(512, 96)]")
+    tol = _bound(report)
+    assert tol.norm_rel == tolerance.TOLERANCES[torch.float32].norm_rel
+    assert report.tolerances[0]["measured"]["honest_norm"] > 1e-4  # tf32 rounding, measured
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(128, 512, generator=g), torch.randn(512, 96, generator=g)
+
+    def truncate(t: torch.Tensor) -> torch.Tensor:  # tf32 by dropping bits: worse than rounding
+        return (t.view(torch.int32) & -0x2000).view(torch.float32)
+
+    assert tolerance.compare(truncate(a) @ truncate(b), a @ b, tol=tol)[0]
+    assert not tolerance.compare(a.bfloat16().float() @ b.bfloat16().float(), a @ b, tol=tol)[0]
+
+
+def test_a_small_matmul_term_tightens_the_bound_in_proportion():
+    report = _screen("class Model(nn.Module):\n    def forward(self, x, w):\n        return torch.exp(x) + 0.01 * (x @ w)\n",
+                     "[torch.randn(64, 256), torch.randn(256, 256) / 16]")
+    tol = _bound(report)
+    assert tolerance.FLOOR_FP32.norm_rel < tol.norm_rel < tolerance.TOLERANCES[torch.float32].norm_rel
+
+
+def test_rounding_the_problem_amplifies_loosens_the_bound():
+    """x - tanh(x) cancels near 0: an honest kernel's few units of rounding come out larger, and so
+    does the bound; 1 - cos(x) for tiny x is ill-conditioned enough to keep the table."""
+    shrink = _bound(_screen("class Model(nn.Module):\n    def forward(self, x):\n        return x - torch.tanh(x)\n",
+                            "[torch.randn(4096) * 0.05]"))
+    assert shrink.norm_rel > 10 * tolerance.FLOOR_FP32.norm_rel
+    ill = _bound(_screen("class Model(nn.Module):\n    def forward(self, x):\n        return 1 - torch.cos(x)\n",
+                         "[torch.randn(4096) * 1e-3 + 1e-2]"))
+    assert ill.norm_rel == tolerance.TOLERANCES[torch.float32].norm_rel
+
+
+def test_a_problem_that_computes_in_lower_precision_keeps_the_table():
+    report = _screen("class Model(nn.Module):\n    def forward(self, x):\n        return torch.exp(x.half()).float()\n",
+                     "[torch.randn(256)]")
+    rec = report.tolerances[0]
+    assert rec["basis"] == "table" and "lower precision" in rec["why"] and "float16" in rec["why"]
+    assert rec["norm_rel"] == tolerance.TOLERANCES[torch.float32].norm_rel
+
+
+def test_exact_and_low_precision_outputs_keep_their_comparisons():
+    report = _screen("class Model(nn.Module):\n    def forward(self, x):\n"
+                     "        return x.argmax(dim=1), (x * 2).bfloat16()\n", "[torch.randn(16, 32)]")
+    assert report.status == "ok" and report.tolerances[0] is None
+    assert report.tolerances[1]["basis"] == "table" and report.tolerances[1]["norm_rel"] == 2e-2
+
+
+def test_screening_refuses_what_a_kernel_could_ignore():
+    weak = _screen("class Model(nn.Module):\n    def forward(self, a, b):\n        return a + 1e-6 * b\n",
+                   "[torch.randn(1000), torch.randn(1000)]")
+    assert weak.status == "degenerate" and "input 1" in weak.reason
+    flat = _screen("class Model(nn.Module):\n    def forward(self, x):\n        return 1.0 + 1e-3 * x.mean()\n",
+                   "[torch.rand(4096)]")
+    assert flat.status == "degenerate" and "constant" in flat.reason
+    # a discrete output that agrees on two draws by chance is not constant over four
+    ok = _screen("class Model(nn.Module):\n    def forward(self, x):\n        return x.sum(dim=1).argmax()\n",
+                 "[torch.randn(3, 8)]")
+    assert ok.status == "ok", ok.reason
+
+
+def test_tf32_rounds_to_nearest_even():
+    x = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.0 + 2.0 ** -10 + 2.0 ** -12, float("inf")])
+    assert precision.tf32(x).tolist() == [1.0, 1.0 + 2.0 ** -9, 1.0 + 2.0 ** -10, float("inf")]
