@@ -107,12 +107,15 @@ def screen_problem(source: str, device: str = "cpu", timeout: float = 300.0) -> 
 
 # ---------------------------------------------------------------------------------------- the child
 def _child(req: dict[str, Any]) -> ScreenReport:
-    from distill.verifier import caps, lockdown
+    from distill.verifier import caps, lockdown, trusted
 
     caps.cap_files()
     netns = lockdown.unshare_network()
+    # Reads as a worker's: the system, the Python installation and every site torch may come from,
+    # and this package (its checks import lazily); not /tmp or a home folder.
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lockdown.lock_down(req["scratch"], [], no_children=True, layers=("landlock", "seccomp", "capabilities"),
-                       netns=netns)
+                       netns=netns, read_paths=lockdown.readable(trusted.code_roots() + [package]))
     import torch
 
     device = torch.device("cuda" if req["device"] == "cuda" else "cpu")
