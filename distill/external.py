@@ -2,9 +2,10 @@
 
 They become `synth.Problem` records that keep the user's `name` and `data_source`, with an id made
 from the text (`<name>-<sha256[:12]>`, the same text always has the same id). They have no operator
-graph and no recipe: the verifier makes no twins of them, and the lowering teacher answers only
-those it can trace (distill/lowering). Before a teacher sees any of them, each is screened in the
-sandbox (distill/verifier/screen.py); problems that fail are returned as rows with the reason.
+graph and no recipe: the verifier resizes them through their module-level size constants
+(distill/verifier/twins.py), and the lowering teacher answers only those it can trace
+(distill/lowering). Before a teacher sees any of them, each is screened in the sandbox
+(distill/verifier/screen.py); problems that fail are returned as rows with the reason.
 """
 from __future__ import annotations
 

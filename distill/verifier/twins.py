@@ -1,16 +1,25 @@
-"""Twins of synth problems in the verifier: the CPU lane's cpu twin and the resized check.
+"""Twins in the verifier: the CPU lane's cpu twin of a synth problem, and the resized check.
 
-A synth problem carries its recipe (synth.problem.Problem.twin). On the CPU lane a problem drawn at
-a larger profile runs as its `cpu` twin; a passing candidate then runs once more, untimed, on a
-secret twin at other sizes, which kernels with baked-in sizes or shape-keyed shortcuts fail. That
-twin keeps every size the reference's constructor reads (`nn.Linear(6, 11)`, conv channels, norm
-groups: `twin(..., keep_constructor=True)`), since the candidate's own `__init__` builds weights of
-those sizes, and redraws the others. A problem whose every size feeds its constructor has nothing
-to resize: "unavailable", which decides nothing (the candidate already passed at those sizes).
-Module text and external problems have no recipe: nothing is resized and nothing is charged.
+A passing candidate runs once more, untimed, on a secret twin of its problem at other sizes, which
+kernels with baked-in sizes or shape-keyed shortcuts fail. A twin keeps every size the reference's
+constructor reads (`nn.Linear(6, 11)`, conv channels, norm groups), since the candidate's own
+`__init__` builds weights of those sizes, and changes the others.
+
+* A synth problem carries its recipe (synth.problem.Problem.twin(..., keep_constructor=True)); on
+  the CPU lane one drawn at a larger profile runs as its `cpu` twin. A problem whose every size
+  feeds its constructor has nothing to resize: "unavailable", which decides nothing.
+* Module text (a user's KernelBench file, an external problem) has no recipe, but its sizes are
+  usually module-level constants (`batch_size = 16`, `dim = 1024`, `H, W = 32, 32`). `module_twin`
+  rewrites, in the text itself, each integer constant that `get_inputs` reads and the constructor
+  does not (`get_init_inputs`, `Model` outside `forward`, whatever they read in turn, and any size
+  the constructor spells as a literal: kept as synth's keep_constructor keeps them) to a secret
+  smaller size (1 and 2 kept: broadcasting, and the twin's memory stays under the original's). Where
+  it cannot tell (no such constant, a size reassigned, the text does not parse) the check says
+  "not covered" and why, and decides nothing.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import secrets
@@ -51,24 +60,156 @@ def lane_problem(problem: Any, device: str) -> tuple[Any, dict[str, str] | None]
     return twin, {"of": problem.problem_id, "profile": problem.profile, "twin": twin.problem_id}
 
 
+class NotCovered(ValueError):
+    """Module text whose sizes the verifier cannot change; the message says why."""
+
+
+def _int_value(node: ast.AST) -> int | None:
+    """The value of an integer literal or of arithmetic on integer literals (`1 << 22`, `2 ** 10`)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _int_value(node.operand)
+        return None if v is None else -v
+    if isinstance(node, ast.BinOp):
+        a, b = _int_value(node.left), _int_value(node.right)
+        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b, ast.FloorDiv: lambda: a // b,
+               ast.LShift: lambda: a << b if 0 <= b < 63 else None, ast.Pow: lambda: a ** b if 0 <= b < 63 else None}
+        if a is not None and b is not None and type(node.op) in ops and (b != 0 or type(node.op) is not ast.FloorDiv):
+            return ops[type(node.op)]()
+    return None
+
+
+def _names(nodes: list[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, str]]:
+    """`source` with each size constant `get_inputs` reads, and the constructor does not, changed to a
+    size drawn from `rng` in [max(2, ceil(v/2)), v - 1] (1 and 2 kept); returns the text and what
+    changed ("name": "16 -> 11"). Raises NotCovered saying why when nothing can be changed."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as exc:
+        raise NotCovered(f"the module does not parse ({exc})") from None
+    defs: dict[str, list[ast.AST]] = {}        # module-level name -> the statements that define it
+    sizes: dict[str, list[ast.AST]] = {}       # name -> its integer literal(s) (one, or a tuple's elements)
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            defs.setdefault(stmt.name, []).append(stmt)
+            continue
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
+            stmt, (ast.AnnAssign, ast.AugAssign)) else []
+        value = getattr(stmt, "value", None)
+        for target in targets:
+            pairs = list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple) and isinstance(
+                value, ast.Tuple) and len(target.elts) == len(value.elts) else [(target, value)]
+            for t, v in pairs:
+                for name in (n.id for n in ast.walk(t) if isinstance(n, ast.Name)):
+                    defs.setdefault(name, []).append(v if v is not None else stmt)
+                    if isinstance(stmt, ast.Assign) and isinstance(t, ast.Name) and v is not None:
+                        lits = v.elts if isinstance(v, ast.Tuple) else [v]
+                        if all(_int_value(x) is not None for x in lits):
+                            sizes.setdefault(name, []).extend(lits)
+    model = next((d for d in defs.get("Model", []) if isinstance(d, ast.ClassDef)), None)
+    if "get_inputs" not in defs or model is None:
+        raise NotCovered("the module defines no get_inputs or no class Model")
+    # What the constructor reads, and what that reads in turn: kept at its size.
+    seeds = list(defs.get("get_init_inputs", [])) + [b for b in model.body if not (
+        isinstance(b, ast.FunctionDef) and b.name == "forward")] + model.bases + model.decorator_list
+    kept = _closure(_names(seeds), defs)
+    # A size the constructor spells as a literal (`nn.Linear(128, 3)` beside `K = 128`) is kept too.
+    literal = {v for node in seeds + [d for n in kept for d in defs[n]] for v in map(_int_value, ast.walk(node))
+               if v is not None}
+    read = _closure(_names(defs["get_inputs"]), defs)
+    candidates = {n: lits for n, lits in sizes.items()
+                  if n in read and n not in kept and not any(_int_value(x) in literal for x in lits)}
+    if not candidates:
+        why = "get_inputs reads no module-level integer constant" if not any(n in read for n in sizes) else \
+            f"every size get_inputs reads also feeds the constructor ({', '.join(sorted(n for n in sizes if n in read))})"
+        raise NotCovered(why)
+    # A size assigned anywhere else (a second time, in a block, through `global` in a function) may
+    # not be the value the literal shows.
+    stores: dict[str, int] = {}
+    for node in ast.walk(tree):
+        for name in (node.names if isinstance(node, ast.Global) else
+                     [node.id] if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) else []):
+            stores[name] = stores.get(name, 0) + 1
+    reassigned = sorted(n for n in candidates if stores.get(n, 0) > 1)
+    if reassigned:
+        raise NotCovered(f"{', '.join(reassigned)} assigned more than once")
+    edits: list[tuple[ast.AST, int]] = []
+    changed: dict[str, str] = {}
+    for name in sorted(candidates):
+        olds, news = [], []
+        for lit in candidates[name]:
+            v = _int_value(lit)
+            new = v if v is None or v <= 2 else rng.randint(max(2, -(-v // 2)), v - 1)
+            olds.append(v)
+            news.append(new)
+            if new != v:
+                edits.append((lit, new))
+        if olds != news:
+            changed[name] = f"{olds[0] if len(olds) == 1 else tuple(olds)} -> {news[0] if len(news) == 1 else tuple(news)}"
+    if not edits:
+        raise NotCovered(f"every size get_inputs reads outside the constructor is 1 or 2 ({', '.join(sorted(candidates))})")
+    return _apply(source, edits), changed
+
+
+def _closure(names: set[str], defs: dict[str, list[ast.AST]]) -> set[str]:
+    seen: set[str] = set()
+    todo = [n for n in names if n in defs]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [n for n in _names(defs[name]) if n in defs and n not in seen]
+    return seen
+
+
+def _apply(source: str, edits: list[tuple[ast.AST, int]]) -> str:
+    """Replace each literal's exact span in the text (the rest of the module, comments included, stays)."""
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode()))
+    raw = source.encode()
+    spans = sorted(((starts[n.lineno - 1] + n.col_offset, starts[n.end_lineno - 1] + n.end_col_offset, v)
+                    for n, v in edits), reverse=True)
+    for a, b, v in spans:
+        raw = raw[:a] + str(v).encode() + raw[b:]
+    return raw.decode()
+
+
+def _twin_of(problem: Any) -> tuple[Any, dict[str, Any]]:
+    """The secret resized twin to run and what to record of it: synth's recipe where the problem has
+    one, else the module text rewritten (`module_twin`). Raises NotCovered (module text) or
+    synth's TwinError (a recipe with nothing to resize)."""
+    if not isinstance(problem, str):
+        from synth.problem import Problem  # synth problems keep their own path for now
+
+        if isinstance(problem, Problem) and problem.recipe:
+            twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
+            return twin, {"problem_id": twin.problem_id}
+    source = problem if isinstance(problem, str) else problem.source
+    text, changed = module_twin(source, secrets.SystemRandom())
+    return text, {"problem_id": hashlib.sha256(text.encode()).hexdigest()[:16], "sizes": changed}
+
+
 def check_resized(pool: "VerifierPool", problem: Any, candidate_source: str, spec: JobSpec, verdict: Verdict) -> Verdict:
-    """Run a passing candidate once more, untimed, on a secret twin of the problem: the same
-    graph and constructor at other sizes (synth's `Problem.twin(..., keep_constructor=True)`).
-    Kernels with baked-in sizes or shape-keyed shortcuts fail there. Recorded in
-    `checks["resized"]`; with resized="required" a failure there is the verdict. Problems without
-    a recipe (module text, external files) or with nothing to resize are recorded as unavailable
-    and decide nothing."""
-    if isinstance(problem, str):  # module text never imports synth
-        verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
-        return verdict
-    from synth.problem import Problem
+    """Run a passing candidate once more, untimed, on a secret twin of the problem (the module
+    docstring). Kernels with baked-in sizes or shape-keyed shortcuts fail there. Recorded in
+    `checks["resized"]`; with resized="required" a failure there is the verdict. A twin that cannot be
+    made ("unavailable" for a synth recipe with nothing to resize, "not covered" for module text) or
+    whose reference fails decides nothing."""
     from synth.realize import TwinError
 
-    if not isinstance(problem, Problem):
-        verdict.checks["resized"] = {"status": "unavailable", "reason": "not a synth problem (no recipe)"}
-        return verdict
     try:
-        twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
+        twin, record = _twin_of(problem)
+    except NotCovered as exc:
+        verdict.checks["resized"] = {"status": "not covered", "reason": str(exc)[:300]}
+        return verdict
     except TwinError as exc:
         verdict.checks["resized"] = {"status": "unavailable", "reason": str(exc)[:300]}
         return verdict
@@ -78,10 +219,11 @@ def check_resized(pool: "VerifierPool", problem: Any, candidate_source: str, spe
     try:
         tv, _, _ = pool._attempt(tspec, last=True)
     except ProblemError as exc:  # the twin's reference broke: says nothing of the candidate
-        verdict.checks["resized"] = {"status": "unavailable", "reason": f"twin's reference failed: {exc}"[:300]}
+        status = "unavailable" if "sizes" not in record else "not covered"
+        verdict.checks["resized"] = {"status": status, "reason": f"twin's reference failed: {exc}"[:300], **record}
         return verdict
     assert tv is not None
-    verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], "problem_id": twin.problem_id}
+    verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], **record}
     if tv.status == "pass" or pool.resized != "required":
         return verdict
     return dataclasses.replace(verdict, status=tv.status, reason=f"on a resized twin of the problem (same graph, "

@@ -1,5 +1,6 @@
-"""A passing candidate runs again on a secret resized twin of a synth problem (same graph, other
-sizes): a size-generic kernel holds there, one with the problem's sizes baked in does not."""
+"""A passing candidate runs again on a secret resized twin of its problem (same graph, other sizes):
+a size-generic kernel holds there, one with the problem's sizes baked in does not. Synth problems
+resize through their recipe; module text through its module-level size constants (twins.module_twin)."""
 from __future__ import annotations
 
 import hashlib
@@ -80,9 +81,50 @@ def test_lowered_linear_passes_a_twin_that_keeps_its_constructor(pools):
     assert baked.status != "pass" and baked.reason.startswith("on a resized twin"), baked.reason
 
 
-def test_module_text_has_no_twin_and_is_not_charged(pools, relu_problem):
+def test_module_text_gets_a_twin_from_its_size_constants(pools, relu_problem):
     v = pools[0].verify(relu_problem.source, GENERIC.replace("N_OR_NUMEL", "x.numel()"))
-    assert v.status == "pass" and v.checks["resized"]["status"] == "unavailable"
+    assert v.status == "pass", v.reason
+    resized = v.checks["resized"]
+    assert resized["status"] == "pass" and set(resized["sizes"]) == {"D", "D1"}
+    # every size shrinks, so a baked-in element count is wrong on every twin
+    baked = GENERIC.replace("N_OR_NUMEL", str(_numel(relu_problem)))
+    for _ in range(2):
+        got = pools[0].verify(relu_problem.source, baked)
+        assert got.status != "pass" and got.reason.startswith("on a resized twin"), got.reason
+
+
+def test_an_external_problem_is_resized_as_module_text(pools, relu_problem):
+    from distill.external import load_external
+
+    text = relu_problem.source.replace("D = 61", "batch_size = 61").replace("(D, D1)", "(batch_size, D1)")
+    external = load_external_text(load_external, text)
+    v = pools[0].verify(external, GENERIC.replace("N_OR_NUMEL", "x.numel()"))
+    assert v.status == "pass" and v.checks["resized"]["status"] == "pass", v.checks["resized"]
+    assert set(v.checks["resized"]["sizes"]) == {"batch_size", "D1"}
+
+
+def load_external_text(load_external, text):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "mine.py").write_text(text)
+        return load_external(Path(d) / "mine.py")[0]
+
+
+def test_module_text_whose_sizes_all_feed_the_constructor_is_not_covered(pools):
+    from tests.distill.verifier.conftest import honest, problem
+
+    v = pools[0].verify(problem("linear_relu"), honest("linear_relu"))
+    assert v.status == "pass", v.reason
+    assert v.checks["resized"]["status"] == "pass" and set(v.checks["resized"]["sizes"]) == {"BATCH"}
+    source = problem("linear_relu").replace("return [IN, OUT]", "return [IN, OUT, BATCH]").replace(
+        "def __init__(self, in_features, out_features):", "def __init__(self, in_features, out_features, batch):")
+    v = pools[0].verify(source, honest("linear_relu").replace(
+        "def __init__(self, in_features, out_features):", "def __init__(self, in_features, out_features, batch):"))
+    assert v.status == "pass", v.reason
+    assert v.checks["resized"] == {"status": "not covered", "reason": "every size get_inputs reads also feeds the "
+                                   "constructor (BATCH, IN)"}
 
 
 def test_bad_resized_setting_is_refused():
@@ -122,3 +164,66 @@ def test_cpu_lane_twin_is_the_plain_cpu_twin():
     assert twin.source.split("def forward")[0] != big.source.split("def forward")[0]
     seed = int(hashlib.sha256(big.problem_id.encode()).hexdigest()[:15], 16)  # fixed by the problem
     assert big.twin("cpu", seed).source == twin.source == lane_problem(big, "cpu")[0].source
+
+
+MODULE = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.norm = nn.LayerNorm(30)
+
+    def forward(self, x):
+        return self.norm(torch.relu(self.conv(x)))
+
+batch_size = 128  # the batch
+in_channels = 3
+out_channels = 16
+height, width = 32, 30
+kernel_size = 3
+depth = 1 << 5
+unused = 4096
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width + 2) * depth]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+"""
+
+
+def test_module_twin_rewrites_only_the_sizes_get_inputs_reads_outside_the_constructor():
+    import secrets
+
+    from distill.verifier.twins import module_twin
+
+    text, changed = module_twin(MODULE, secrets.SystemRandom())
+    # in_channels feeds the constructor, width equals a literal it spells (LayerNorm(30)), unused is never read
+    assert set(changed) == {"batch_size", "height", "depth"}
+    assert "# the batch" in text and text.count("\n") == MODULE.count("\n")  # only the literals moved
+    ns: dict = {}
+    exec(compile(text.split("class Model")[0] + text.split("return self.norm(torch.relu(self.conv(x)))")[1],  # noqa: S102
+                 "<twin>", "exec"), ns)
+    assert 64 <= ns["batch_size"] < 128 and 16 <= ns["height"] < 32 and 16 <= ns["depth"] < 32
+    assert (ns["in_channels"], ns["width"], ns["kernel_size"], ns["unused"]) == (3, 30, 3, 4096)
+
+
+@pytest.mark.parametrize("edit,why", [
+    (lambda s: s + "\nbatch_size = 64\n", "assigned more than once"),
+    (lambda s: s.replace("def get_inputs():\n", "def get_inputs():\n    global height\n"), "assigned more than once"),
+    (lambda s: s.replace("batch_size = 128", "batch_size = 2").replace("32, 30", "1, 30").replace("1 << 5", "2"),
+     "is 1 or 2"),
+    (lambda s: s.replace("(batch_size, in_channels, height, width + 2) * depth", "(4, 3, 5, 5)"),
+     "reads no module-level integer constant"),
+    (lambda s: s.replace("class Model", "class Mod"), "no class Model"),
+    (lambda s: s.replace("def get_inputs():", "def get_inputs(:"), "does not parse"),
+])
+def test_module_twin_says_why_it_cannot_resize(edit, why):
+    import secrets
+
+    from distill.verifier.twins import NotCovered, module_twin
+
+    with pytest.raises(NotCovered, match=why):
+        module_twin(edit(MODULE), secrets.SystemRandom())
