@@ -1,30 +1,44 @@
 """On the CPU lane, every kernel a candidate launches is also compiled for a GPU.
 
 Triton's interpreter runs a kernel body as Python, so it happily runs what no GPU compile accepts:
-a plain Python helper or numpy called inside the kernel, a loaded value turned into a Python int.
-`install` wraps the interpreter's launch (`InterpretedFunction.run`) so that each launch is first
-compiled with Triton's own code generator and NVIDIA backend for an H100 (`GPUTarget("cuda", 90,
-32)`), with the signature, constexprs and options (`num_warps`, `num_stages`, ...) that Triton's GPU
-launcher derives from the same arguments through its own binder. What that binder refuses (a dtype
-for a non-constexpr parameter, an unknown keyword) raises here as it does at a GPU launch. A compile
-that fails raises `GpuCompileError`, naming the kernel, the source line and Triton's reason, which
-the judge reports as `compile_error`; OutOfResources and a failed static assertion keep Triton's own
-types, so the autotuner skips such a config as it does on a GPU.
+a plain Python helper or numpy called inside the kernel, a loaded value turned into a Python int,
+a block too large for a GPU's shared memory. `install` wraps the interpreter's launch
+(`InterpretedFunction.run`) so that each launch is first compiled with Triton's own code generator
+and NVIDIA backend for an H100 (`GPUTarget("cuda", 90, 32)`), with the signature, constexprs and
+options (`num_warps`, `num_stages`, ...) that Triton's GPU launcher derives from the same arguments
+through its own binder. What that binder refuses (a dtype for a non-constexpr parameter, an unknown
+keyword) raises here as it does at a GPU launch. A compile that fails raises `GpuCompileError`,
+naming the kernel, the source line and Triton's reason, which the judge reports as `compile_error`;
+OutOfResources and a failed static assertion keep Triton's own types, so the autotuner skips such a
+config as it does on a GPU.
 
-How deep it goes: to TTGIR (TTIR -> TTGIR, in this process, without Triton's on-disk cache), where
-a plain Python helper, numpy or a host value in a kernel fails. The LLVM and PTX stages are not run:
-one large-tile attention kernel of the lowering teacher took 43 s to LLVM and 73 s to PTX, past a
-call's time limit. So shared memory per block (known after LLVM) and registers per thread (known to
-ptxas) are not checked on the CPU lane.
+How deep it goes: TTIR -> TTGIR -> the LLVM dialect (Triton's `make_llir` pass pipeline, in this
+process, without Triton's on-disk cache). On the way:
+
+* **Shared memory** is allocated as on a GPU (`allocate_shared_memory_nv`) and a kernel needing more
+  than an H100 block may have (`SHARED_LIMIT`, 227 KiB: Triton's launcher raises OutOfResources
+  past the device's opt-in maximum) raises the same OutOfResources; so does a block of more than
+  1,024 threads. Always checked: the allocation costs under 10 ms.
+* **Lowering** to the LLVM dialect, where a kernel Triton cannot lower for sm_90 fails, runs while the
+  job's compile time is under `LOWER_BUDGET_S` (measured: 3-40 ms per honest fixture, 0.9 s for a
+  128x128x256 fp32 attention tile); past it, only the checks above run (`spent()` counts the skips).
+* **Not run**: LLVM's O3 pipeline, PTX and ptxas (a subprocess, which the CPU sandbox forbids). So
+  registers and spills are not known on the CPU lane. A GPU does not refuse a kernel for either
+  (ptxas spills past the registers a block allows), so no verdict depends on them.
+* **A crash of the compiler** (a segfault or abort in MLIR or LLVM) kills the worker, not an
+  exception: while a compile runs, a marker file in the worker's scratch names the kernel
+  (`inflight.py`), and the parent reports a worker that died with it as `compile_error`.
 
 The interpreter's kernels are `InterpretedFunction`s, which Triton's code generator does not
 compile; each gets a JIT twin (`_Twin`) whose globals, and the `triton.language` modules it reaches
-(through the code generator's `module_map`), show JIT twins in their place. Results, failures
-included, are kept per (kernel, specialization, options) until `forget()` at the end of each job:
-a candidate pays once per kernel and signature. Measured on the CPU box over the 43 honest fixtures
-(2026-11): 66 ms per candidate at the median, 89 ms mean, 0.33 s at most (an autotuned matmul's
-configs), about 11% of the verification wall time; a cache hit costs ~10 us per launch, and a worker
-pays ~0.2 s once when it starts.
+(through the code generator's `module_map`), show JIT twins in their place. The interpreter runs the
+twin's source text (`interp_rewrite.py`), and only the branches the code generator generated code
+for (`compiled` blocks, recorded per compile). Results, failures included, are kept per (kernel,
+specialization, options) while the launch's dependencies stand (`gpu_deps.py`: a rebound global or
+function is compiled again; a rebound plain value raises as Triton's GPU launcher does), until
+`forget()` at the end of each job. Measured on the CPU box over the 43 honest fixtures (2026-11,
+to TTGIR): 66 ms per candidate at the median, 89 ms mean, 0.33 s at most (an autotuned matmul's
+configs); a cache hit costs ~10 us per launch, and a worker pays ~0.2 s once when it starts.
 """
 from __future__ import annotations
 
@@ -35,19 +49,22 @@ import types
 from typing import Any
 
 from triton import knobs
-from triton._C.libtriton import ir
+from triton._C.libtriton import ir, nvidia, passes
 from triton.backends.compiler import GPUTarget
+from triton.compiler.code_generator import CodeGenerator
 from triton.compiler.compiler import ASTSource, make_backend
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure
 from triton.runtime.errors import OutOfResources
 from triton.runtime.interpreter import InterpretedFunction
-from triton.runtime.jit import JITCallable, JITFunction, create_function_from_signature
+from triton.runtime.jit import JITCallable, JITFunction, create_function_from_signature, get_jit_fn_file_line
+
+from distill.verifier import gpu_deps, inflight
 
 TARGET = GPUTarget("cuda", 90, 32)
-# Up to TTGIR: where a plain Python helper, numpy or a host value in a kernel fails, at ~0.2 s. The
-# LLVM and PTX stages (shared memory is known only after LLVM) cost 43 s and 73 s for one large-tile
-# attention kernel of the lowering teacher, past a call's time limit, so they are not run.
 STAGES = ("ttir", "ttgir")
+SHARED_LIMIT = 232448  # an H100's shared memory per block, opt-in maximum (227 KiB)
+MAX_THREADS = 1024
+LOWER_BUDGET_S = 20.0
 _LANG_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")
 
 
@@ -60,7 +77,7 @@ class _Views:
     """JIT twins of interpreted functions, and their globals as the twins see them, by id (each entry
     holds its original, so the id stays its own while cached)."""
 
-    twins: dict[int, tuple[InterpretedFunction, "_Twin"]] = dataclasses.field(default_factory=dict)
+    twins: dict[int, tuple[InterpretedFunction, Any, types.CodeType, "_Twin"]] = dataclasses.field(default_factory=dict)
     scopes: dict[int, tuple[dict, dict]] = dataclasses.field(default_factory=dict)
 
 
@@ -72,8 +89,11 @@ class _State:
     lang: _Views = dataclasses.field(default_factory=_Views)  # triton.language's: kept for the worker's life
     job: _Views = dataclasses.field(default_factory=_Views)  # the candidate's: dropped after each job
     wrapped: bool = False
+    scratch: str = ""
+    visited: set | None = None  # the code generator's visits, while one compile runs
     compile_s: float = 0.0
     compiles: int = 0
+    lowering_skipped: int = 0
 
 
 _STATE = _State()
@@ -82,28 +102,36 @@ _STATE = _State()
 class _Twin(JITFunction):
     """The JIT view of an interpreted kernel: the same function, seeing JIT twins in its globals."""
 
-    checked: dict[str, BaseException | None]
+    checked: dict[str, tuple[BaseException | None, frozenset]]
     binder: Any
+    deps: tuple | None
+    rewritten: Any
 
     def get_capture_scope(self) -> dict[str, Any]:
         return {k: _jit_value(v) for k, v in super().get_capture_scope().items()}
 
 
 def _views(fn: InterpretedFunction) -> _Views:
-    return _STATE.lang if fn.fn.__module__.startswith("triton.") else _STATE.job
+    return _STATE.lang if gpu_deps.is_triton_code(fn.fn) else _STATE.job
 
 
-def _twin_of(fn: InterpretedFunction) -> _Twin:
+def twin_of(fn: InterpretedFunction) -> _Twin:
+    """The JIT twin of `fn` as it is now (a new one when its function or code was replaced)."""
     views = _views(fn)
     hit = views.twins.get(id(fn))
-    if hit is not None and hit[0] is fn:
-        return hit[1]
+    if hit is not None and hit[0] is fn and hit[1] is fn.fn and hit[2] is fn.fn.__code__:
+        return hit[3]
     twin = _Twin(fn.fn, **fn.kwargs)
-    twin.checked = {}
-    twin.binder = None
-    views.twins[id(fn)] = (fn, twin)  # before its globals: they usually hold `fn` itself
+    twin.checked, twin.binder, twin.deps, twin.rewritten = {}, None, None, None
+    views.twins[id(fn)] = (fn, fn.fn, fn.fn.__code__, twin)  # before its globals: they usually hold `fn` itself
     twin.__globals__ = _scope(fn.fn.__globals__, views)  # also what Triton's dependency hashing reads
     return twin
+
+
+def source(fn: InterpretedFunction) -> tuple[str, int]:
+    """The text the GPU compile compiles for `fn` (from its `def`) and the file line it starts on."""
+    twin = twin_of(fn)
+    return twin.src, get_jit_fn_file_line(twin)[1]
 
 
 def _scope(globs: dict[str, Any], views: _Views) -> dict[str, Any]:
@@ -118,7 +146,7 @@ def _scope(globs: dict[str, Any], views: _Views) -> dict[str, Any]:
 
 def _jit_value(v: Any) -> Any:
     if isinstance(v, InterpretedFunction):
-        return _twin_of(v)
+        return twin_of(v)
     if type(v) is tuple:
         return tuple(_jit_value(x) for x in v)
     return v
@@ -143,37 +171,69 @@ def prepare() -> None:
     _STATE.module_map = {**{name: _lang_proxy(sys.modules[name]) for name in _LANG_MODULES},
                          **backend.get_module_map()}
     _STATE.backend = backend
+    real_visit = CodeGenerator.visit
+
+    def visit(self: CodeGenerator, node: Any) -> Any:
+        seen = _STATE.visited
+        if seen is not None and node is not None and hasattr(node, "lineno"):
+            seen.add((self.jit_fn.fn.__code__, node.lineno, node.col_offset))
+        return real_visit(self, node)
+
+    CodeGenerator.visit = visit
 
 
-def install() -> None:
-    """`prepare`, then wrap the interpreter's launch: each launch is compiled for the GPU first."""
+def install(scratch: str = "") -> None:
+    """`prepare`, then wrap the interpreter's launch: each launch is compiled for the GPU first, and
+    runs with the blocks that compile generated code for (interp_rewrite.ACTIVE)."""
     if _STATE.wrapped:
         return
     prepare()
-    _STATE.wrapped = True
+    from distill.verifier import interp_rewrite
+
+    _STATE.wrapped, _STATE.scratch = True, scratch
     real_run = InterpretedFunction.run
+    active = interp_rewrite.ACTIVE
 
     def run(self: InterpretedFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        check(self, args, kwargs)
-        return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        compiled = check(self, args, kwargs)
+        outer, active.compiled = active.compiled, compiled
+        try:
+            return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            active.compiled = outer
 
     InterpretedFunction.run = run
 
 
 def spent() -> dict[str, float]:
-    """What this job's GPU compiles cost so far: seconds and count."""
-    return {"gpu_compile_s": _STATE.compile_s, "gpu_compiles": _STATE.compiles}
+    """What this job's GPU compiles cost so far: seconds, count, and lowerings skipped for the budget."""
+    return {"gpu_compile_s": _STATE.compile_s, "gpu_compiles": _STATE.compiles,
+            "gpu_lowering_skipped": _STATE.lowering_skipped}
 
 
 def forget() -> None:
     """End of a job: drop the candidate's twins, results and costs."""
     _STATE.job = _Views()
-    _STATE.compile_s, _STATE.compiles = 0.0, 0
+    _STATE.compile_s, _STATE.compiles, _STATE.lowering_skipped = 0.0, 0, 0
 
 
-def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> None:
-    """Compile the launch `fn[grid](*args, **kwargs)` for the GPU target, once per specialization."""
-    twin = _twin_of(fn)
+def _module_dicts() -> dict[int, dict]:
+    return {id(view): real for views in (_STATE.job, _STATE.lang) for real, view in views.scopes.values()}
+
+
+def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> frozenset:
+    """Compile the launch `fn[grid](*args, **kwargs)` for the GPU target, once per specialization and
+    dependencies; returns the blocks the compile generated code for ((code, line, column))."""
+    twin = twin_of(fn)
+    if twin.hash is not None:  # compiled before: Triton's launcher checks the globals it read
+        moved = gpu_deps.changed_global(twin.used_global_vals, _module_dicts())
+        if moved:
+            raise RuntimeError(moved)
+    deps = gpu_deps.fingerprint(fn)
+    if twin.deps is not None and deps != twin.deps:
+        _STATE.job = _Views()  # something it reaches was rebound: fresh views, compiled and checked again
+        twin = twin_of(fn)
+    twin.deps = deps
     backend = _STATE.backend
     if twin.binder is None:
         twin.binder = create_function_from_signature(twin.signature, twin.params, backend)
@@ -183,28 +243,51 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> None:
     kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
     # The GPU launcher's own binding: a missing argument or an unknown keyword raises here as there.
     bound, specialization, options = twin.binder(*args, **kwargs)
+    for name, spec in zip(bound, specialization):
+        why = gpu_deps.refused_constexpr(spec[1]) if spec[0] == "constexpr" else None
+        if why:
+            raise GpuCompileError(f"kernel {twin.__name__} does not compile for a GPU (sm_90): argument {name}: {why}")
     key = repr([(s[0], id(s[1]) if isinstance(s[1], JITCallable) else s[1]) for s in specialization]) + repr(options)
-    if key in twin.checked:
-        failure = twin.checked[key]
-        if failure is not None:
-            raise failure
-        return
-    options, signature, constexprs, attrs = twin._pack_args(backend, kwargs, bound, specialization, options)
-    options = dataclasses.replace(options, ptx_version=_STATE.ptx_version)
+    hit = twin.checked.get(key)
+    if hit is not None:
+        if hit[0] is not None:
+            raise hit[0]
+        return hit[1]
     t0 = time.perf_counter()
+    inflight.mark(_STATE.scratch, twin.__name__)
     try:
-        _compile(ASTSource(twin, signature, constexprs, attrs), options)
-        twin.checked[key] = None
+        _dependencies(twin)
+        options, signature, constexprs, attrs = twin._pack_args(backend, kwargs, bound, specialization, options)
+        options = dataclasses.replace(options, ptx_version=_STATE.ptx_version)
+        compiled = _compile(ASTSource(twin, signature, constexprs, attrs), options)
+        twin.checked[key] = (None, compiled)
+        return compiled
     except (CompileTimeAssertionFailure, OutOfResources) as exc:  # Triton's autotuner skips such a config
-        twin.checked[key] = exc
+        twin.checked[key] = (exc, frozenset())
         raise
     except Exception as exc:  # noqa: BLE001 - the code generator, an MLIR pass or LLVM refused it
-        failure = GpuCompileError(f"kernel {twin.__name__} does not compile for a GPU (sm_90): {_explain(exc)}")
-        twin.checked[key] = failure
+        failure = exc if isinstance(exc, GpuCompileError) else GpuCompileError(
+            f"kernel {twin.__name__} does not compile for a GPU (sm_90): {_explain(exc)}")
+        twin.checked[key] = (failure, frozenset())
         raise failure from exc
     finally:
+        inflight.clear(_STATE.scratch)
         _STATE.compile_s += time.perf_counter() - t0
         _STATE.compiles += 1
+
+
+def _dependencies(twin: _Twin) -> None:
+    """Triton's dependency walk over the whole source (dead branches too), as a GPU launch runs it:
+    a plain Python function named anywhere in a kernel refuses it; then the values of the globals it
+    reads must be plain (gpu_deps.refused_constexpr)."""
+    try:
+        _ = twin.cache_key  # computed once per twin: the walk, its hash, used_global_vals
+    except RuntimeError as exc:
+        raise GpuCompileError(f"kernel {twin.__name__} does not compile for a GPU (sm_90): {exc}") from None
+    for (name, _), (value, _) in twin.used_global_vals.items():
+        why = gpu_deps.refused_constexpr(value)
+        if why:
+            raise GpuCompileError(f"kernel {twin.__name__} does not compile for a GPU (sm_90): global {name}: {why}")
 
 
 def _explain(exc: BaseException) -> str:
@@ -223,16 +306,55 @@ def _explain(exc: BaseException) -> str:
     return where + (reason or "the code generator refused it")
 
 
-def _compile(src: ASTSource, options: Any) -> None:
-    """Triton's `compile` pipeline up to TTGIR, without its on-disk cache."""
+def _compile(src: ASTSource, options: Any) -> frozenset:
+    """Triton's `compile` pipeline to TTGIR and its resource checks (then the LLVM dialect, within the
+    budget), without its on-disk cache; returns the code generator's visits."""
     backend = _STATE.backend
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    module = src.make_ir(TARGET, options, backend.get_codegen_implementation(options), _STATE.module_map, context)
+    _STATE.visited = visited = set()
+    try:
+        module = src.make_ir(TARGET, options, backend.get_codegen_implementation(options), _STATE.module_map, context)
+    finally:
+        _STATE.visited = None
     metadata: dict[str, Any] = {"hash": "gpu-compile-check", "target": TARGET, **options.__dict__}
     stages: dict[str, Any] = {}
     backend.add_stages(stages, options, src.language)
     for ext in STAGES:
         module = stages[ext](module, metadata)
+    _resources(module, options)
+    return frozenset(visited)
 
+
+def _resources(module: Any, options: Any) -> None:
+    """`make_llir`'s passes, in its order: shared memory allocated and checked against an H100's
+    limits, then (within the budget) the lowering to the LLVM dialect."""
+    capability, ptx = TARGET.arch, _STATE.ptx_version
+    pm = ir.pass_manager(module.context)
+    passes.ttgpuir.add_combine_tensor_select_and_if(pm)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    passes.convert.add_scf_to_cf(pm)
+    passes.gluon.add_inliner(pm)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, capability, ptx)
+    pm.run(module, "tritonforge-shared-memory")
+    shared = module.get_int_attr("ttg.shared") or 0
+    if shared > SHARED_LIMIT:
+        raise OutOfResources(shared, SHARED_LIMIT, "shared memory")
+    threads = (module.get_int_attr("ttg.total-num-warps") or options.num_warps) * 32
+    if threads > MAX_THREADS:
+        raise OutOfResources(threads, MAX_THREADS, "threads")
+    if _STATE.compile_s > LOWER_BUDGET_S:
+        _STATE.lowering_skipped += 1
+        return
+    pm = ir.pass_manager(module.context)
+    nvidia.passes.ttnvgpuir.add_allocate_tensor_memory(pm)
+    passes.ttgpuir.add_allocate_global_scratch_memory(pm)
+    nvidia.passes.ttnvgpuir.add_proxy_fence_insertion(pm, capability)
+    nvidia.passes.ttgpuir.add_to_llvmir(pm, capability, ptx)
+    passes.common.add_canonicalizer(pm)
+    passes.common.add_cse(pm)
+    nvidia.passes.ttnvgpuir.add_nvgpu_to_llvm(pm)
+    nvidia.passes.ttnvgpuir.add_warp_specialize_to_llvm(pm)
+    passes.convert.add_nvvm_to_llvm(pm)
+    pm.run(module, "tritonforge-lowering")

@@ -18,11 +18,13 @@ MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.testing", "torch
            "distill.verifier.codec", "distill.verifier.timing", "distill.verifier.lockdown",
            # the CPU lane's shims and GPU compile check (interp_shims.py, gpu_compile.py)
            "triton.runtime.interpreter", "triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
-           "distill.verifier.interp_shims", "distill.verifier.gpu_compile", "distill.verifier.libdevice_np")
+           "distill.verifier.interp_shims", "distill.verifier.gpu_compile", "distill.verifier.libdevice_np",
+           "distill.verifier.interp_grid", "distill.verifier.interp_rewrite", "distill.verifier.gpu_deps")
 CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream",
            "triton.runtime.jit.JITFunction", "triton.runtime.interpreter.InterpretedFunction",
            "triton.runtime.jit.KernelInterface", "torch.utils._python_dispatch.TorchDispatchMode",
-           "triton.runtime.autotuner.Autotuner", "triton.runtime.interpreter.InterpreterBuilder")
+           "triton.runtime.autotuner.Autotuner", "triton.runtime.interpreter.InterpreterBuilder",
+           "triton.runtime.interpreter.GridExecutor", "triton.compiler.code_generator.CodeGenerator")
 # Attributes that legitimately change while code runs (caches, counters, lazily built state).
 _VOLATILE = frozenset({"modules", "path_importer_cache", "last_exc", "last_value", "last_type",
                        "last_traceback", "_current_frames", "dont_write_bytecode", "ps1", "ps2",

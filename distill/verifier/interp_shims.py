@@ -4,13 +4,20 @@ Installed by a CPU-lane worker (`install`), in trusted code, before any candidat
 before the integrity snapshot, so the snapshot holds them as the baseline. Triton 3.6's interpreter
 fails kernels written in common public styles that pass on a GPU; each shim closes one such gap:
 
-* **Autotune.** `Autotuner.do_bench` asks the active driver for a benchmarker, and the interpreter
-  has no driver ("0 active drivers"). The shim is a benchmarker that runs each (pruned) config once
-  through Triton's own `_bench`, so `pre_hook`, `reset_to_zero` and `restore_value` act as they do
-  on a GPU, and reports equal timings: every config is exercised and the first one is kept. A
-  config that fails with OutOfResources or a static assertion scores inf, as on a GPU. Not covered:
-  which config a GPU would pick (only the first is kept), a user `do_bench` (it is replaced: there
-  is nothing to measure), the disk cache (`cache_results` is off under the interpreter anyway).
+* **Autotune: any config may be kept.** `Autotuner.do_bench` asks the active driver for a
+  benchmarker, and the interpreter has no driver ("0 active drivers"). The shim is a benchmarker
+  that runs each (pruned) config once through Triton's own `_bench`, so `pre_hook`, `reset_to_zero`
+  and `restore_value` act as they do on a GPU, and gives each a secret random time: the config kept
+  first is any of them, as a GPU's autotuner may keep any (a config that fails with OutOfResources
+  or a static assertion scores inf and is never kept, as on a GPU). Each later call with the same
+  tuning key keeps the next config of a secret rotation over the configs that ran, so every config
+  is kept for whole trials and compared with the reference (five trials: up to five configs). The
+  rotation starts with the configs whose results at the benchmark differ from the first kept one's
+  (the addresses its programs stored to, and the kernel's tensor arguments right after they ran,
+  within 1e-3 normwise), so two configs that disagree are both kept within the first two calls. Not covered: a kernel with more configs
+  than calls, whose configs agree at the benchmark and differ only later (a `pre_hook` that tells
+  the benchmark apart), has some configs never kept; a user `do_bench` is replaced (there is nothing
+  to measure); the disk cache (`cache_results` is off under the interpreter anyway).
 * **libdevice.** `triton.language.extra.libdevice` holds stubs that a GPU compile maps to the CUDA
   module, and the CUDA module's `@core.extern` functions need a `_semantic` that the interpreter
   never passes; its builder raises on `create_extern_elementwise`. The shim wraps every function
@@ -27,6 +34,10 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   of them; the GPU compile check in `gpu_compile.py` reports that), Triton's specialisation of an
   int argument equal to 1 into a constant (the GPU compile check sees it; the interpreter runs the
   kernel with an i32 either way).
+* **Constexprs read as on a GPU.** The code generator unwraps a `tl.constexpr` before an attribute
+  access; the interpreter did not, so `tl.constexpr(x.dtype).is_fp32()` or a dtype constexpr global's
+  `.primitive_bitwidth` failed. Inside a launch `tl.constexpr` forwards unknown attributes to its
+  value. (Assignments of constexprs, which failed too, are `interp_rewrite.py`'s.)
 * **One patch scope per launch.** The interpreter swaps `triton.language` builtins for its own while
   a kernel runs and puts them back after, but a device-function call inside the kernel (every
   `tl.sum`, `tl.sigmoid`, ... is one) patches `triton.language.core` in a scope it drops, so those
@@ -53,16 +64,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+import secrets
 import types
 from typing import Any, Callable
 
 import numpy as np
+import torch
 import triton.language as tl
 from triton.language.extra import libdevice as stub_libdevice
 from triton.language.extra.cuda import libdevice as cuda_libdevice
 from triton.runtime import autotuner, interpreter
 
-from distill.verifier import libdevice_np
+from distill.verifier import interp_grid, interp_rewrite, libdevice_np
 
 # Inside an interpreted launch: the interpreter's semantic (which libdevice calls then use), the
 # launch's patch scope and the attributes it records.
@@ -71,7 +84,10 @@ _ACTIVE = types.SimpleNamespace(semantic=None, scope=None, recorded=None)
 
 @functools.cache
 def install() -> None:
-    """Install every shim (once per process). CPU lane only: a GPU compiles kernels for real."""
+    """Install every shim (once per process), with the interpreter's rewrite (interp_rewrite) and grid
+    executor (interp_grid). CPU lane only: a GPU compiles kernels for real."""
+    interp_rewrite.install()
+    interp_grid.install()
     _install_autotune()
     _install_libdevice()
     _install_launch_scope()
@@ -80,14 +96,117 @@ def install() -> None:
 
 
 # -- autotune ----------------------------------------------------------------------------------------
-def bench_once(kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
-    """A benchmarker that runs the config once and gives every config the same time."""
-    kernel_call()
-    return [0.0] * len(quantiles) if quantiles else 0.0
+# While a tuning key is benchmarked: each config's snapshot, and the config being benchmarked.
+_BENCH = types.SimpleNamespace(results=None, config=None)
+_RANDOM = secrets.SystemRandom()
+AGREE = 1e-3  # normwise: configs that differ by less count as one result when ordering the rotation
+
+
+def _snapshot(args: list, kwargs: dict, written: np.ndarray) -> list[np.ndarray]:
+    """The addresses a launch stored to, then the values of its tensor arguments, read from memory
+    by the interpreter's own loads (torch ops are blocked inside forward, and this runs in a launch)."""
+    out = [written]
+    for t in [*args, *kwargs.values()]:
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        span = 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
+        size = t.element_size()
+        ptrs = np.uint64(t.data_ptr()) + np.arange(span, dtype=np.uint64) * np.uint64(size)
+        raw = interpreter._interpreter.load(ptrs, np.ones(span, bool), np.zeros(span, f"u{size}"), np.dtype(f"u{size}"))
+        if t.dtype == torch.bfloat16:
+            out.append(bf16_to_f32(raw).astype(np.float64))
+        elif t.is_floating_point() and size in (2, 4, 8):
+            out.append(raw.view(f"f{size}").astype(np.float64))
+        else:
+            out.append(raw)
+    return out
+
+
+def _agree(a: list[np.ndarray] | None, b: list[np.ndarray] | None) -> bool:
+    if a is None or b is None or len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.dtype != np.float64:
+            if not np.array_equal(x, y):
+                return False
+            continue
+        same = np.isnan(x) == np.isnan(y)
+        if not same.all():
+            return False
+        x, y = np.where(same & ~np.isnan(x), x, 0), np.where(same & ~np.isnan(y), y, 0)
+        if not np.isfinite(x).all() or not np.isfinite(y).all():
+            if not np.array_equal(x, y):
+                return False
+            continue
+        if np.linalg.norm(x - y) > AGREE * max(np.linalg.norm(y), 1e-30):
+            return False
+    return True
+
+
+def _bench_config(kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+    """A benchmarker that runs the config once, keeps its snapshot and gives it a secret random time."""
+    box: list = []
+    interp_grid.AFTER_PROGRAMS.hook = lambda args, kwargs, written: box.append(_snapshot(args, kwargs, written))
+    try:
+        kernel_call()
+    finally:
+        interp_grid.AFTER_PROGRAMS.hook = None
+        if _BENCH.results is not None:
+            _BENCH.results[_BENCH.config] = box[-1] if box else None
+    t = _RANDOM.random()
+    return [t] * len(quantiles) if quantiles else t
+
+
+def _tuning_key(tuner: Any, args: tuple, kwargs: dict) -> tuple:
+    """Autotuner.run's key (Triton 3.6): the key arguments' values and every argument's dtype."""
+    given = {**dict(zip(tuner.arg_names, args)), **kwargs}
+    given = {k: v for k, v in given.items() if k in tuner.arg_names}
+    key = [given[k] for k in tuner.keys if k in given]
+    key += [str(v.dtype) for v in given.values() if hasattr(v, "dtype")]
+    return tuple(key)
+
+
+def _rotation(kept: Any, timings: dict, results: dict) -> list:
+    """The configs each later call keeps in turn: after the first kept one, those whose benchmark
+    result differs from its result, then the rest, each group in a secret order."""
+    ran = [(c, results.get(c)) for c, t in timings.items() if t and t[0] != float("inf")]
+    first = results.get(kept)
+    differ = [c for c, r in ran if c is not kept and not _agree(r, first)]
+    agree = [c for c, r in ran if c is not kept and _agree(r, first)]
+    _RANDOM.shuffle(differ)
+    _RANDOM.shuffle(agree)
+    return [kept, *differ, *agree]
 
 
 def _install_autotune() -> None:
-    autotuner.Autotuner.do_bench = property(lambda self: bench_once)
+    tuner_cls = autotuner.Autotuner
+    tuner_cls.do_bench = property(lambda self: _bench_config)
+    real_run, real_bench = tuner_cls.run, tuner_cls._bench
+
+    def bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
+        _BENCH.config = config
+        return real_bench(self, *args, config=config, **meta)
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(self.configs) <= 1:
+            return real_run(self, *args, **kwargs)
+        key = _tuning_key(self, args, kwargs)
+        turns = vars(self).setdefault("_tf_rotation", {})
+        if key in self.cache and key in turns:
+            order, count = turns[key]
+            self.cache[key] = order[count % len(order)]
+            turns[key] = (order, count + 1)
+            return real_run(self, *args, **kwargs)
+        outer, _BENCH.results = _BENCH.results, {}
+        results = _BENCH.results
+        try:
+            return real_run(self, *args, **kwargs)
+        finally:
+            _BENCH.results = outer
+            if key in self.cache and key not in turns:
+                turns[key] = (_rotation(self.cache[key], self.configs_timings, results), 1)
+
+    tuner_cls.run, tuner_cls._bench = run, bench
 
 
 # -- libdevice ---------------------------------------------------------------------------------------
@@ -128,6 +247,14 @@ def _install_libdevice() -> None:
                     if name in originals else _missing(name))
 
 
+def _constexpr_attribute(self: Any, name: str) -> Any:
+    """`tl.constexpr.__getattr__` inside a launch: an attribute of the wrapped value, as the code
+    generator reads it (`_unwrap_if_constexpr` before `getattr`)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(self.value, name)
+
+
 # -- one scope per launch ------------------------------------------------------------------------------
 def _install_launch_scope() -> None:
     real_patch_lang = interpreter._patch_lang
@@ -146,6 +273,7 @@ def _install_launch_scope() -> None:
                     _ACTIVE.recorded.add(key)
                     outer._changes.append(change)
             return scope
+        scope.set_attr(tl.constexpr, "__getattr__", _constexpr_attribute)
         scope.set_attr(_ACTIVE, "semantic", interpreter.interpreter_semantic)
         scope.set_attr(_ACTIVE, "recorded", {(id(obj), name) for obj, name, _ in scope._changes})
         scope.set_attr(_ACTIVE, "scope", scope)

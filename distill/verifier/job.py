@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distill.verifier import environ, judge, memplan, procs, reference, replaycheck, running, static, timing
+from distill.verifier import environ, inflight, judge, memplan, procs, reference, replaycheck, running, static, timing
 from distill.verifier.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -352,6 +352,9 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
     except procs.ProcTimeout as exc:
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:
+        kernel = inflight.died_compiling(slot.scratch)  # the CPU lane's GPU compile crashed (gpu_compile.py)
+        if kernel is not None and not pool.memory.tripped(proc.pid):
+            return verdict("compile_error", f"Triton's compiler crashed compiling kernel {kernel} ({exc})"), False
         if pool.memory.tripped(proc.pid):
             return verdict("crash", f"worker killed at the {pool.max_memory_mb} MB memory limit during {exc.phase}"), False
         return verdict("crash", str(exc)), False

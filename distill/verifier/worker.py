@@ -104,7 +104,7 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
         # semantics, and every launch is also compiled for a GPU (its ptxas version read now, while
         # this process may still start one).
         interp_shims.install()
-        gpu_compile.install()
+        gpu_compile.install(cfg["scratch"])
     flush = _warm_up(device)  # on CPU this also pays the GPU compile's first-use costs
     gpu_compile.forget()
     sync = (lambda: timing._SYNC(device)) if device.type == "cuda" else (lambda: None)
