@@ -253,12 +253,13 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> froze
         if hit[0] is not None:
             raise hit[0]
         return hit[1]
+    # An unknown keyword raises KeyError here, as at a GPU launch.
+    options, signature, constexprs, attrs = twin._pack_args(backend, kwargs, bound, specialization, options)
+    options = dataclasses.replace(options, ptx_version=_STATE.ptx_version)
     t0 = time.perf_counter()
     inflight.mark(_STATE.scratch, twin.__name__)
     try:
         _dependencies(twin)
-        options, signature, constexprs, attrs = twin._pack_args(backend, kwargs, bound, specialization, options)
-        options = dataclasses.replace(options, ptx_version=_STATE.ptx_version)
         compiled = _compile(ASTSource(twin, signature, constexprs, attrs), options)
         twin.checked[key] = (None, compiled)
         return compiled
