@@ -1,0 +1,199 @@
+"""The CPU lane's interpreter as a GPU runs kernels (interp_grid, interp_rewrite, gpu_deps, inflight,
+the CPU-seconds limit in procs).
+
+The hostile and honest fixtures of cases.d/cpu_lane.json run through the pool in
+test_verifier_adversarial.py and test_verifier_pool.py; here, the mechanisms one at a time: the
+program order, the write-conflict record, the rewrite's branch markers and assignments (in a fresh
+process, as a worker installs them), what a constexpr may be, the GPU launcher's global check, a
+worker dying inside the GPU compile, and a phase limit counted in CPU seconds.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import triton.language as tl
+
+from distill.verifier import codec, gpu_deps, inflight, interp_grid, procs
+from tests.distill.verifier.conftest import honest, problem
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+# -- programs in a secret order ----------------------------------------------------------------------------
+def test_program_order_is_a_permutation_never_the_identity():
+    for n in (1, 2, 3, 7, 100):
+        orders = [interp_grid.order(n) for _ in range(20)]
+        assert all(sorted(o.tolist()) == list(range(n)) for o in orders)
+        if n > 1:
+            assert not any((o == np.arange(n)).all() for o in orders)
+    assert len({tuple(interp_grid.order(100).tolist()) for _ in range(5)}) == 5  # fresh each launch
+
+
+# -- write conflicts -----------------------------------------------------------------------------------------
+def _stores(prog: int, addrs: list[int], values: list[int], size: int = 4) -> tuple:
+    a = np.array(addrs, np.uint64)
+    return prog, a, np.array(values, np.uint64), np.full(a.size, size, np.uint8)
+
+
+def test_disjoint_programs_and_equal_values_are_no_conflict():
+    assert interp_grid._conflicts([_stores(0, [0, 4], [1, 2]), _stores(1, [8, 12], [1, 2])])[0].size == 0
+    # a row statistic written by every column block: the same bits from each program
+    assert interp_grid._conflicts([_stores(0, [0, 100], [1, 7]), _stores(1, [4, 100], [2, 7])])[0].size == 0
+    # a program overwriting its own value, then agreeing with another program's last value
+    assert interp_grid._conflicts([_stores(0, [100, 100], [5, 7]), _stores(1, [100], [7])])[0].size == 0
+
+
+def test_programs_leaving_different_values_at_one_address_conflict():
+    addrs, sizes, pair = interp_grid._conflicts([_stores(2, [0, 100], [1, 7]), _stores(5, [4, 100], [2, 8])])
+    assert addrs.tolist() == [100] and sizes.tolist() == [4] and set(pair) == {2, 5}
+
+
+# -- what a constexpr may be -----------------------------------------------------------------------------------
+def test_constexprs_are_plain_values():
+    for ok in (None, True, 3, 2.5, "relu", tl.float16, tl.pointer_type(tl.float32), torch.float16,
+               tl.constexpr(8), (1, tl.float32, "x")):
+        assert gpu_deps.refused_constexpr(ok) is None, ok
+
+    class Mine:
+        def __eq__(self, other):
+            return True
+
+    def helper(x):
+        return x
+
+    assert "callable" in gpu_deps.refused_constexpr(helper)
+    assert "callable" in gpu_deps.refused_constexpr(lambda x: x)
+    assert "callable" in gpu_deps.refused_constexpr(tl.constexpr(helper))
+    assert "Mine" in gpu_deps.refused_constexpr(Mine())
+    assert gpu_deps.refused_constexpr((1, Mine())) is not None
+
+
+def test_a_rebound_plain_global_is_named_as_the_gpu_launcher_names_it():
+    view, real = {"SHIFT": tl.constexpr(0.0)}, {"SHIFT": tl.constexpr(0.0), "K": 4}
+    used = {("SHIFT", id(view)): (tl.constexpr(0.0), view), ("K", id(view)): (4, view)}
+    assert gpu_deps.changed_global(used, {id(view): real}) is None
+    real["K"] = 5
+    assert "Global variable K has changed" in gpu_deps.changed_global(used, {id(view): real})
+
+
+# -- the rewrite, in a fresh process as a worker installs it -----------------------------------------------------
+_REWRITE = '''
+import pytest, torch
+import triton, triton.language as tl
+from distill.verifier import gpu_compile, interp_shims
+interp_shims.install()
+gpu_compile.install()
+
+ACC = tl.constexpr(tl.float32)
+
+
+@triton.jit
+def dtypes(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    out_dtype = tl.constexpr(out_ptr.dtype.element_ty)
+    nothing = tl.constexpr(None)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    if tl.constexpr(x.dtype).is_fp16() and nothing is None:
+        x = x.to(ACC) * 2
+    tl.store(out_ptr + offs, x.to(out_dtype), mask=offs < n)
+
+
+@triton.jit
+def diverges(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    y = x * 2 if getattr(x.handle, "data", None) is None else x * 3
+    tl.store(out_ptr + offs, y, mask=offs < n)
+
+
+@triton.jit
+def reserved(x_ptr, n, BLOCK: tl.constexpr):
+    __tf_branch__ = 1
+    tl.store(x_ptr + tl.arange(0, BLOCK), __tf_branch__)
+
+
+x, out = torch.randn(64).half(), torch.empty(64).half()
+dtypes[(1,)](x, out, 64, BLOCK=64)
+assert torch.equal(out, x * 2)
+assert "np" not in globals() and "TensorHandle" not in globals()  # nothing of the interpreter leaked here
+with pytest.raises(gpu_compile.GpuCompileError, match="generated no code"):
+    diverges[(1,)](x.float(), out.float(), 64, BLOCK=64)
+with pytest.raises(gpu_compile.GpuCompileError, match="reserved"):
+    reserved[(1,)](x, 64, BLOCK=64)
+'''
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the CPU lane runs on Linux")
+def test_the_rewrite_assigns_as_a_gpu_and_runs_only_compiled_branches(tmp_path):
+    script = tmp_path / "rewrite_check.py"  # jit functions need a source file
+    script.write_text(_REWRITE)
+    r = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+# -- a worker that dies inside the GPU compile ---------------------------------------------------------------
+def test_died_compiling_reads_a_scrubbed_kernel_name(tmp_path):
+    assert inflight.died_compiling(str(tmp_path)) is None
+    inflight.mark(str(tmp_path), "my_kernel\n$(x)")
+    assert inflight.died_compiling(str(tmp_path)) == "my_kernelx"
+    inflight.clear(str(tmp_path))
+    assert inflight.died_compiling(str(tmp_path)) is None
+
+
+DIES_COMPILING = honest("add").replace("        out = torch.empty_like(a)\n", (
+    "        with open('gpu_compile.inflight', 'w') as fh:  # what gpu_compile writes while it compiles\n"
+    "            fh.write('add_kernel')\n"
+    "        torch.os.abort()\n"))
+
+
+def test_a_worker_dying_while_the_gpu_compile_runs_is_a_compile_error(pool):
+    """A segfault in Triton's compiler is a compile error on a GPU. The marker is what the worker keeps
+    while compiling; a candidate that writes it itself only turns its own crash into another failure."""
+    assert "abort" in DIES_COMPILING
+    v = pool.verify(problem("add"), DIES_COMPILING, static_checks=False)
+    assert v.status == "compile_error" and "add_kernel" in v.reason, v.reason
+
+
+# -- a limit in CPU seconds --------------------------------------------------------------------------------------
+def _sleep_then_reply(conn, cfg) -> None:
+    time.sleep(cfg["sleep"])
+    conn.send_bytes(codec.encode({"done": True}))
+
+
+def _spin_then_reply(conn, cfg) -> None:
+    while time.process_time() < cfg["cpu"]:
+        pass
+    conn.send_bytes(codec.encode({"done": True}))
+
+
+def test_a_cpu_lane_limit_counts_cpu_seconds():
+    """A process that did not get its CPU seconds (here: it sleeps, as one starved by a busy box does)
+    is waited for up to STARVED_WALL times the limit; one that used them is stopped at the limit."""
+    made = []
+
+    def proc(target, **cfg) -> procs.Proc:
+        made.append(procs.Proc(target, {"device": "cpu", **cfg}, "tritonforge-test-limit"))
+        return made[-1]
+
+    try:
+        assert proc(_sleep_then_reply, sleep=2.5).receive(1.0, "call")["done"]
+        wall = proc(_sleep_then_reply, sleep=2.5)
+        wall.cpu_clock = False  # the GPU lane's wall-clock limit
+        with pytest.raises(procs.ProcTimeout):
+            wall.receive(1.0, "call")
+        busy = proc(_spin_then_reply, cpu=30.0)
+        t0 = time.monotonic()
+        with pytest.raises(procs.ProcTimeout):
+            busy.receive(1.0, "call")
+        assert time.monotonic() - t0 < procs.STARVED_WALL * 1.0 + 0.6
+    finally:
+        for p in made:
+            p.kill()
