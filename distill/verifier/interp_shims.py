@@ -88,21 +88,11 @@ def install() -> None:
     executor (interp_grid). CPU lane only: a GPU compiles kernels for real."""
     interp_rewrite.install()
     interp_grid.install()
-    _start_blas_threads()
     _install_autotune()
     _install_libdevice()
     _install_launch_scope()
     _install_scalar_args()
     _install_bfloat16()
-
-
-def _start_blas_threads() -> None:
-    """The interpreter's `tl.dot` is numpy's matmul, whose BLAS starts a thread pool the first time a
-    product is large enough (a 256x16 by 16x256 tile did): started now, before the worker reports its
-    thread count, so an honest large-tile kernel does not read as one that leaves threads running."""
-    for dtype in (np.float32, np.float64):
-        m = np.ones((512, 512), dtype)
-        m @ m
 
 
 # -- autotune ----------------------------------------------------------------------------------------
@@ -148,7 +138,7 @@ def _agree(a: list[np.ndarray] | None, b: list[np.ndarray] | None) -> bool:
             if not np.array_equal(x, y):
                 return False
             continue
-        # Sums, not np.linalg.norm: BLAS would start its thread pool inside the candidate's call.
+        # Sums, not np.linalg.norm: no BLAS threads woken inside the candidate's call.
         if float(np.sum(np.square(x - y))) > AGREE * AGREE * max(float(np.sum(np.square(y))), 1e-60):
             return False
     return True
