@@ -13,7 +13,8 @@ constructor reads (`nn.Linear(6, 11)`, conv channels, norm groups), since the ca
   rewrites, in the text itself, each integer constant that `get_inputs` reads and the constructor
   does not (`get_init_inputs`, `Model` outside `forward`, whatever they read in turn, and any size
   the constructor spells as a literal: kept as synth's keep_constructor keeps them) to a secret
-  smaller size (1 and 2 kept: broadcasting, and the twin's memory stays under the original's). Where
+  smaller size (1 and 2 kept: broadcasting; even sizes kept even; the twin's memory stays under the
+  original's). Where
   it cannot tell (no such constant, a size reassigned, the text does not parse) the check says
   "not covered" and why, and decides nothing.
 """
@@ -86,7 +87,7 @@ def _names(nodes: list[ast.AST]) -> set[str]:
 
 def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, str]]:
     """`source` with each size constant `get_inputs` reads, and the constructor does not, changed to a
-    size drawn from `rng` in [max(2, ceil(v/2)), v - 1] (1 and 2 kept); returns the text and what
+    size drawn from `rng` in [max(2, ceil(v/2)), v - 1] (1 and 2 kept, even sizes kept even); returns the text and what
     changed ("name": "16 -> 11"). Raises NotCovered saying why when nothing can be changed."""
     try:
         tree = ast.parse(source)
@@ -144,7 +145,7 @@ def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, 
         olds, news = [], []
         for lit in candidates[name]:
             v = _int_value(lit)
-            new = v if v is None or v <= 2 else rng.randint(max(2, -(-v // 2)), v - 1)
+            new = v if v is None or v <= 2 else _smaller(v, rng)
             olds.append(v)
             news.append(new)
             if new != v:
@@ -154,6 +155,14 @@ def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, 
     if not edits:
         raise NotCovered(f"every size get_inputs reads outside the constructor is 1 or 2 ({', '.join(sorted(candidates))})")
     return _apply(source, edits), changed
+
+
+def _smaller(v: int, rng: secrets.SystemRandom) -> int:
+    """A size in [max(2, ceil(v/2)), v - 1], even where v is: problems often need an even size (rotary
+    halves, a stride of 2); at the CPU fixtures' sizes an odd one failed unsloth_rope's reference."""
+    if v % 2:
+        return rng.randint(max(2, -(-v // 2)), v - 1)
+    return 2 * rng.randint(max(1, -(-v // 4)), v // 2 - 1)
 
 
 def _closure(names: set[str], defs: dict[str, list[ast.AST]]) -> set[str]:
