@@ -33,8 +33,6 @@ KNOWN_CYCLES = {
     # check calls pool._attempt: a JobContext handed to the job, and an `attempt` callable handed to
     # the twins, remove it
     frozenset({"distill.verifier.job", "distill.verifier.pool", "distill.verifier.twins"}),
-    # the audit hook (guard) installs replay's and provenance's taps, and they read guard's state back
-    frozenset({"distill.verifier.guard", "distill.verifier.replay", "distill.verifier.provenance"}),
 }
 # Imports against the one-way flow: (importer, imported).
 KNOWN_VIOLATIONS = {

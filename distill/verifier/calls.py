@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy
 import torch
 
-from distill.verifier import codec, guard, provenance, replay
+from distill.verifier import codec, guard, provenance, record
 from distill.verifier.bands import Bands
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
@@ -122,7 +122,7 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
              sync: Callable[[], None], input_bands: Bands | None = None) -> dict[str, Any]:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
     `pristine` are host copies of `inputs` as made, to tell whether forward changed them. With
-    `trace`, the report's "trace" is the call's record as data (replay.serialise), for a replayer."""
+    `trace`, the report's "trace" is the call's record as data (record.serialise), for a replayer."""
     guard.ctl(token, "record", True)
     if trace:
         guard.ctl(token, "trace", None)
@@ -158,7 +158,7 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
             report["aliases"] = aliasing(tensors, inputs)
             if trace:
                 device = next((t.device for t in _tensors(inputs)), tensors[0].device if tensors else None)
-                report["trace"] = replay.serialise(box[0], inputs, tensors, device) if device is not None else \
+                report["trace"] = record.serialise(box[0], inputs, tensors, device) if device is not None else \
                     {"error": "forward returned no tensor"}
             # Copies now: a candidate may hand back the same buffer next call, or write it later. On
             # the device (microseconds); the reply's encoding moves them to the host in one copy.

@@ -73,7 +73,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     launch. Stack walks stop at a frame running one of the `stop_at` code objects (the worker's entry
     point): what lies below it is process bootstrap, e.g. a `python -c` frame named '<string>'.
     `stream_of` returns the raw current GPU stream: each recorded launch notes the one it ran on.
-    `traced_code` is the code of the dispatch mode method that reports traced ATen ops (replay.py):
+    `traced_code` is the code of the dispatch mode method that reports traced ATen ops (record.py):
     trace entries from anywhere else are ignored.
     """
     token = object()
@@ -86,7 +86,6 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     barrier = frozenset(id(c) for c in stop_at)
     keep_codes = tuple(stop_at)  # holds the code objects alive so their ids stay theirs
     trust_cache: dict[str, bool] = {}
-    replay_launch_code: list = [None]
     busy: set[int] = set()
     get_ident = threading.get_ident
     getframe = sys._getframe
@@ -148,7 +147,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
         f = getframe(depth + 1)
         while f is not None:
             code = f.f_code
-            if code is launch_code or code is replay_launch_code[0]:
+            if code is launch_code:
                 return True
             if not trusted(code.co_filename):
                 return False
@@ -199,7 +198,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
         own = type(fn).__name__ == "function" and fn.__code__.co_filename == st["own_file"]
         name = getattr(fn, "__qualname__", "?") if type(fn).__name__ == "function" else "?"
         tracing = st["trace"] is not None and not warmup and not st["in_launch"]
-        if tracing and callable(grid):  # the replay must not call candidate code: keep the grid it resolved to
+        if tracing and callable(grid):  # the record keeps the grid a callable resolved to (record.py)
             grids: list = []
             user_grid = grid
 
@@ -235,17 +234,6 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             else:
                 arg.append(st["trace"] or [])
                 st["trace"] = None
-        elif cmd == "replay":  # arg = (trace, ablate, errors): the launches through the real launchers
-            from distill.verifier import replay as _replay
-
-            def real_launch(kernel: Any, largs: tuple, grid: Any, kwargs: dict) -> None:  # noqa: E306
-                st["in_launch"] += 1
-                try:
-                    real["launch:" + type(kernel).__name__](kernel, *largs, grid=grid, warmup=False, **kwargs)
-                finally:
-                    st["in_launch"] -= 1
-            replay_launch_code[0] = real_launch.__code__
-            arg[2].extend(_replay.run(arg[0], real_launch, kinds, arg[1]))
         elif cmd == "harness":  # arg True: profile the harness's own steps for candidate code
             sys.setprofile(profile if arg else None)
         elif cmd == "collect":

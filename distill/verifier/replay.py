@@ -1,235 +1,31 @@
-"""A traced forward as data: written by the worker (`serialise`), rebuilt and run by a replayer (`Program`).
+"""A traced forward rebuilt and run by a replayer (replayer.py), from the worker's record (record.py).
 
-During one secret trial call the worker's guard keeps, in order, every ATen op forward ran
-(allocation, view and copy ops only: compute is refused before this runs) and every launch of a
-Triton kernel, with the tensors involved and the grid each launch resolved to. `serialise` turns that
-record into plain data:
-* memory as *storages*: the call's inputs, the buffers it allocated, and *state* (storages that
-  existed before the call: parameters, buffers, caches), with the bytes the worker claims they hold;
-* tensors as references: storage, byte offset, dtype, size, stride;
-* ops as `alloc` (poisoned, or filled with a scalar), `fill` and `copy` steps; views need no step;
-* launches as kernel name, arguments, constexprs and options, and the resolved grid.
-
-A replayer (replayer.py), a fresh sandboxed process that never imported the candidate's module,
-rebuilds the steps (`Program`) with kernels rebuilt from the candidate's source by the trusted parent
-(kernelsrc.py) and runs them on inputs it made itself from a seed the worker never saw, with the
-candidate's launches or without them (ablation). Everything in the record is a claim, so `Program`
-checks every reference against its storage's bounds and knows only layout steps (a copy that changes
-values' type, like float32 to float16, is refused): whatever record the worker sends, the replay
+A replayer, a fresh sandboxed process that never imported the candidate's module, rebuilds the record
+(`Program`) with kernels rebuilt from the candidate's source by the trusted parent (kernelsrc.py) and
+runs it on inputs it made itself from a seed the worker never saw, with the candidate's launches or
+without them (ablation), or binds it to memory allocated once for timing (`Bound`). Everything in the
+record is a claim, so `Program` checks every reference against its storage's bounds and knows only
+layout steps (a copy that changes values' type, like float32 to float16, and bytes read as another
+type are refused, as in the worker: policy.op_name): whatever record the worker sends, the replay
 computes with the candidate's Triton kernels or fails. State the parent could not match to the
-reference's parameters (statecheck.py) is handed over poisoned, so cached or precomputed values
-cannot reach the outputs. Not covered: scalar arguments and fill values are claims too, and could
-carry a few numbers computed from the weights beforehand (never from the secret trial's inputs).
+reference's parameters (statecheck.py) arrives poisoned, so cached or precomputed values cannot reach
+the outputs. Not covered: scalar arguments and fill values are claims too, and could carry a few
+numbers computed from the weights beforehand (never from the secret trial's inputs).
 """
 from __future__ import annotations
 
 import math
-import re
-import types
 from typing import Any, Callable
 
 import torch
 import triton.language as tl
 
 from distill.verifier import codec, policy, provenance
+from distill.verifier.record import MAX_DIMS, MAX_STEPS, MAX_STORAGES, NAME, SCALARS, NotReplayable, scrub
 
-_OpOverload = torch._ops.OpOverload
-_TENSORS = (torch.Tensor, torch.nn.Parameter)
-# Allocation ops whose result is rebuilt filled with a constant: name -> the constant, or the position
-# of the fill value among the op's arguments.
-_FILLS = {"aten::zeros": 0, "aten::zeros_like": 0, "aten::new_zeros": 0, "aten::ones": 1, "aten::ones_like": 1,
-          "aten::new_ones": 1}
-_FILL_ARG = {"aten::full": 1, "aten::full_like": 1, "aten::new_full": 2, "aten::scalar_tensor": 0}
-_COPY_OUT = frozenset({"aten::clone", "aten::_to_copy", "aten::to", "aten::lift_fresh_copy", "aten::_pin_memory",
-                       "aten::pin_memory"})
-# Ops that change a tensor's layout or storage in place: the record keeps one layout per tensor object.
-_RELAYOUT = frozenset({"aten::set_", "aten::resize_", "aten::resize_as_"})
-_SCALARS = (int, float, bool, str, type(None))
-_OP_SCALARS = _SCALARS + (torch.dtype, torch.device, torch.layout, torch.memory_format)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,79}\Z")
-MAX_STEPS = 200_000
-MAX_STORAGES = 100_000
-MAX_DIMS = 12
+__all__ = ["Bound", "NotReplayable", "Program"]
 
 
-class NotReplayable(Exception):
-    """The record cannot be replayed faithfully; the message says why, for the candidate's author."""
-
-
-def _scrub(name: Any) -> str:
-    return name if type(name) is str and _NAME.match(name) else "<unnamed>"
-
-
-def _plain(value: Any, depth: int = 0) -> bool:
-    """Only objects whose use runs no candidate Python: plain tensors, scalars, and tuples of them."""
-    if type(value) in _TENSORS or type(value) in _OP_SCALARS:
-        return True
-    if type(value) in (tuple, list) and depth < 3:
-        return all(_plain(v, depth + 1) for v in value)
-    if type(value) is dict and depth < 3:
-        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
-    return False
-
-
-# -- the worker's side -------------------------------------------------------------------------------------
-class _Writer:
-    def __init__(self, inputs: list[Any], device: torch.device) -> None:
-        self.device = device
-        self.storages: list[dict[str, Any]] = []
-        self.keys: dict[tuple[int, int], int] = {}
-        self.objects: list[Any] = []  # the storage objects of state, read at the end
-        self.steps: list[list] = []
-        self.used: set[int] = set()  # ids of tensor objects referenced by steps so far
-        for i, t in enumerate(inputs):
-            if type(t) in _TENSORS:
-                sid = self._storage(t, {"kind": "input", "index": i})
-                self.storages[sid]["view"] = self._geometry(t)
-
-    def _key(self, t: torch.Tensor) -> tuple[int, int]:
-        s = t.untyped_storage()
-        return (s.data_ptr(), s.nbytes()) if s.nbytes() else (-len(self.storages) - 1, 0)
-
-    def _storage(self, t: torch.Tensor, entry: dict[str, Any]) -> int:
-        s = t.untyped_storage()
-        if t.device.type not in ("cpu", self.device.type):
-            raise NotReplayable(f"a tensor on {t.device.type} (the job runs on {self.device.type})")
-        sid = len(self.storages)
-        self.storages.append({**entry, "nbytes": s.nbytes(), "device": "cpu" if t.device.type == "cpu" else "job",
-                              "dtype": codec.dtype_name(t.dtype)})
-        self.keys[self._key(t)] = sid
-        self.objects.append(s if entry["kind"] == "state" else None)
-        return sid
-
-    @staticmethod
-    def _geometry(t: torch.Tensor) -> dict[str, Any]:
-        try:
-            dtype = codec.dtype_name(t.dtype)
-        except codec.CodecError:
-            raise NotReplayable(f"a tensor of dtype {str(t.dtype).replace('torch.', '')}") from None
-        if t.layout != torch.strided:
-            raise NotReplayable("a tensor that is not strided (sparse or nested)")
-        return {"off": t.storage_offset() * t.element_size(), "dtype": dtype, "size": list(t.size()),
-                "stride": list(t.stride())}
-
-    def ref(self, t: Any, fresh: bool = False) -> dict[str, Any]:
-        """A reference to tensor `t`; `fresh`: `t` was just allocated by the op being written."""
-        if type(t) not in _TENSORS:
-            raise NotReplayable(f"an op or launch took an object of type {_scrub(type(t).__name__)} as a tensor")
-        geo = self._geometry(t)
-        sid = self.keys.get(self._key(t))
-        if sid is None:
-            sid = self._storage(t, {"kind": "alloc" if fresh else "state"})
-        self.used.add(id(t))
-        return {"s": sid, **geo}
-
-    def value(self, v: Any, depth: int = 0) -> Any:
-        """A launch argument: tensors as references, Triton dtypes by name, scalars and tuples as they are."""
-        if type(v) in _TENSORS:
-            return {"ref": self.ref(v)}
-        if type(v) in _SCALARS:
-            return v
-        if type(v) in (tuple, list) and depth < 4 and len(v) <= 64:
-            return tuple(self.value(x, depth + 1) for x in v)
-        if type(v) is tl.constexpr:
-            return self.value(v.value, depth + 1)
-        if type(v) is tl.dtype:
-            return {"tl_dtype": v.name}
-        raise NotReplayable(f"a launch argument of type {_scrub(type(v).__name__)}")
-
-    def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        if type(func) is not _OpOverload:
-            raise NotReplayable("a traced op is not an ATen operator")
-        name = func._schema.name
-        if name not in provenance.ALLOWED_OPS:
-            raise NotReplayable(f"{name} ran inside forward")
-        kwargs = kwargs or {}
-        if not (_plain(args) and _plain(kwargs) and _plain(out)):
-            bad = next((type(v).__name__ for v in (*args, *kwargs.values(), out) if not _plain(v)), "?")
-            raise NotReplayable(f"{name} took an object of type {_scrub(bad)}")
-        target = out if type(out) in _TENSORS else None
-        if name in provenance.POISONED | frozenset(_FILLS) | frozenset(_FILL_ARG):
-            if target is None:
-                return
-            if name in provenance.POISONED:
-                fill: Any = "poison"
-            elif name in _FILLS:
-                fill = _FILLS[name]
-            else:
-                pos = _FILL_ARG[name]
-                fill = args[pos] if len(args) > pos else kwargs.get("fill_value", kwargs.get("s"))
-            self.steps.append(["alloc", self.ref(target, fresh=True), self._scalar(fill, name)])
-        elif name in ("aten::fill_", "aten::zero_"):
-            value = 0 if name == "aten::zero_" else (args[1] if len(args) > 1 else kwargs.get("value"))
-            if type(value) in _TENSORS:
-                self.steps.append(["copy", self.ref(args[0]), self.ref(value)])
-            else:
-                self.steps.append(["fill", self.ref(args[0]), self._scalar(value, name)])
-        elif name == "aten::copy_":
-            self.steps.append(["copy", self.ref(args[0]), self.ref(args[1])])
-        elif name in _COPY_OUT:
-            if target is None or not args or type(args[0]) not in _TENSORS or target is args[0]:
-                return
-            if self.keys.get(self._key(target)) is None:
-                self.steps.append(["alloc", self.ref(target, fresh=True), "poison"])
-            self.steps.append(["copy", self.ref(target), self.ref(args[0])])
-        elif name in _RELAYOUT:
-            if args and id(args[0]) in self.used:
-                raise NotReplayable(f"{name} changed the layout of a tensor forward had already used (the replay "
-                                    "keeps one layout per tensor: allocate a new one instead)")
-        # views, lift_fresh, record_stream, is_pinned, detach_: nothing to redo (they alias or ask)
-
-    @staticmethod
-    def _scalar(v: Any, name: str) -> Any:
-        if v == "poison" or type(v) in (int, float, bool):
-            return v
-        raise NotReplayable(f"{name} with a fill value of type {_scrub(type(v).__name__)}")
-
-    def launch(self, kernel: Any, largs: tuple, grid: Any, kwargs: dict, own: bool) -> None:
-        fn = vars(kernel).get("fn")
-        if not own or type(fn) is not types.FunctionType:
-            raise NotReplayable("a launch of a kernel defined outside the candidate's module")
-        if fn.__qualname__ != fn.__name__:
-            raise NotReplayable(f"kernel {_scrub(fn.__name__)} is defined inside a function or class: the replay "
-                                "rebuilds the module's top-level @triton.jit functions only")
-        if vars(kernel).get("pre_run_hooks"):
-            raise NotReplayable("a kernel carries pre-run hooks (candidate code at launch)")
-        if type(grid) not in (tuple, list) or not 1 <= len(grid) <= 3 or any(type(g) is not int for g in grid):
-            raise NotReplayable("a launch whose grid is not 1 to 3 Python ints")
-        self.steps.append(["launch", fn.__name__, [self.value(a) for a in largs],
-                           {str(k): self.value(v) for k, v in kwargs.items()}, list(grid)])
-
-    def state_data(self, limit: int) -> None:
-        total = 0
-        for entry, s in zip(self.storages, self.objects):
-            if s is None:
-                continue
-            total += entry["nbytes"]
-            if total > limit:
-                raise NotReplayable(f"forward read {total >> 20} MiB of tensors made before it (limit {limit >> 20} MiB)")
-            raw = torch.empty(0, dtype=torch.uint8, device=self.device if entry["device"] == "job" else "cpu")
-            entry["data"] = raw.set_(s, 0, (entry["nbytes"],), (1,)).to("cpu", copy=True)
-
-
-def serialise(trace: list[tuple], inputs: list[Any], outputs: list[torch.Tensor], device: torch.device,
-              state_limit: int = 1 << 30) -> dict[str, Any]:
-    """The wire form of a traced call (module docstring), or {"error": why it cannot be replayed}."""
-    w = _Writer(inputs, device)
-    try:
-        for entry in trace[:MAX_STEPS + 1]:
-            if entry[0] == "op":
-                w.op(*entry[1:5])
-            else:
-                w.launch(entry[1], entry[2], entry[3], entry[4], entry[5])
-        if len(trace) > MAX_STEPS:
-            raise NotReplayable(f"forward made over {MAX_STEPS} ops and launches")
-        outs = [w.ref(t) for t in outputs]
-        w.state_data(state_limit)
-    except NotReplayable as exc:
-        return {"error": str(exc)}
-    return {"storages": w.storages, "steps": w.steps, "outputs": outs}
-
-
-# -- the replayer's side -----------------------------------------------------------------------------------
 def _int(x: Any, lo: int, hi: int, what: str) -> int:
     if type(x) is not int or not lo <= x <= hi:
         raise NotReplayable(f"malformed record: {what}")
@@ -312,13 +108,13 @@ class Program:
         return {"s": sid, "off": off // width, "dtype": dtype, "size": size, "stride": stride}
 
     def _value(self, v: Any, depth: int = 0) -> Any:
-        if type(v) in _SCALARS:
+        if type(v) in SCALARS:
             return v
         if type(v) in (tuple, list) and depth < 4 and len(v) <= 64:
             return tuple(self._value(x, depth + 1) for x in v)
         if type(v) is dict and len(v) == 1 and "ref" in v:
             return self._ref(v["ref"])
-        if type(v) is dict and len(v) == 1 and type(v.get("tl_dtype")) is str and _NAME.match(v["tl_dtype"]):
+        if type(v) is dict and len(v) == 1 and type(v.get("tl_dtype")) is str and NAME.match(v["tl_dtype"]):
             try:
                 return tl.dtype(v["tl_dtype"])
             except (AssertionError, ValueError, TypeError):
@@ -342,27 +138,29 @@ class Program:
         if kind == "launch" and len(st) == 5 and type(st[2]) is list and type(st[3]) is dict and type(st[4]) is list:
             name = st[1]
             if type(name) is not str or name not in self.kernels:
-                raise NotReplayable(f"malformed record: a launch of {_scrub(name)}, not a kernel of the module")
+                raise NotReplayable(f"malformed record: a launch of {scrub(name)}, not a kernel of the module")
             if not 1 <= len(st[4]) <= 3:
                 raise NotReplayable("malformed record: a grid")
             grid = tuple(_int(g, 0, (1 << 31) - 1, "a grid") for g in st[4])
-            if any(type(k) is not str or not _NAME.match(k) for k in st[3]):
+            if any(type(k) is not str or not NAME.match(k) for k in st[3]):
                 raise NotReplayable("malformed record: a keyword argument")
             return ("launch", name, [self._value(a) for a in st[2]], {k: self._value(v) for k, v in st[3].items()},
                     grid)
         raise NotReplayable("malformed record: a step")
 
     # -- running ---------------------------------------------------------------------------------------------
-    def _memory(self, inputs: list[Any], device: torch.device) -> list[torch.UntypedStorage]:
+    def _allocate(self, device: torch.device) -> list[torch.UntypedStorage]:
+        """Fresh memory for every storage: state as accepted, the rest 0xFF (NaN in every float
+        width, -1 in every integer one)."""
         mem = []
         for s in self.storages:
-            dev = device if s["device"] == "job" else torch.device("cpu")
-            raw = torch.empty(s["nbytes"], dtype=torch.uint8, device=dev)
-            if s["kind"] == "state":
-                raw.copy_(s["data"])
-            else:
-                raw.fill_(0xFF)  # NaN in every float width, -1 in every integer one
+            raw = torch.empty(s["nbytes"], dtype=torch.uint8, device=device if s["device"] == "job" else "cpu")
+            raw.copy_(s["data"]) if s["kind"] == "state" else raw.fill_(0xFF)
             mem.append(raw.untyped_storage())
+        return mem
+
+    def _place(self, mem: list[torch.UntypedStorage], inputs: list[Any]) -> None:
+        """The replayer's own inputs into the storages the record's inputs lived in."""
         for s in self.storages:
             if s["kind"] == "input":
                 i = s["index"]
@@ -372,7 +170,6 @@ class Program:
                 if view.shape != inputs[i].shape or view.dtype != inputs[i].dtype:
                     raise NotReplayable(f"the record's input {i} is not laid out as the problem's input")
                 view.copy_(inputs[i])
-        return mem
 
     @staticmethod
     def _view(mem: list[torch.UntypedStorage], r: dict[str, Any]) -> torch.Tensor:
@@ -386,21 +183,46 @@ class Program:
             return tuple(self._arg(mem, x) for x in v)
         return v
 
-    def run(self, inputs: list[Any], kernels: dict[str, Any], device: torch.device, ablate: bool,
-            launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
-        """Execute the steps on fresh memory holding `inputs`; the outputs, as views of that memory.
-        With `ablate`, every launch is left out."""
-        mem = self._memory(inputs, device)
+    def _execute(self, mem: list[torch.UntypedStorage], kernels: dict[str, Any], ablate: bool, poison: bool,
+                 launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
         for st in self.steps:
             if st[0] == "launch":
                 if not ablate:
                     launch(kernels[st[1]], tuple(self._arg(mem, a) for a in st[2]), st[4],
                            {k: self._arg(mem, v) for k, v in st[3].items()})
             elif st[0] == "alloc":
-                view = self._view(mem, st[1])
-                provenance.poison_(view) if st[2] == "poison" else view.fill_(st[2])
+                if st[2] != "poison":
+                    self._view(mem, st[1]).fill_(st[2])
+                elif poison:
+                    provenance.poison_(self._view(mem, st[1]))
             elif st[0] == "fill":
                 self._view(mem, st[1]).fill_(st[2])
             else:
                 self._view(mem, st[1]).copy_(self._view(mem, st[2]))
         return [self._view(mem, r) for r in self.outputs]
+
+    def run(self, inputs: list[Any], kernels: dict[str, Any], device: torch.device, ablate: bool,
+            launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
+        """Execute the steps on fresh memory holding `inputs`; the outputs, as views of that memory.
+        With `ablate`, every launch is left out."""
+        mem = self._allocate(device)
+        self._place(mem, inputs)
+        return self._execute(mem, kernels, ablate, True, launch)
+
+    def bind(self, device: torch.device) -> "Bound":
+        """The record on memory allocated once, for timing (`Bound`)."""
+        return Bound(self, self._allocate(device))
+
+
+class Bound:
+    """A record on memory allocated once: `load` places an input set (untimed), `call` runs the steps
+    as forward would, without the poison fills a fresh `torch.empty` never had (timing.py times it)."""
+
+    def __init__(self, program: Program, mem: list[torch.UntypedStorage]) -> None:
+        self.program, self.mem = program, mem
+
+    def load(self, inputs: list[Any]) -> None:
+        self.program._place(self.mem, inputs)
+
+    def call(self, kernels: dict[str, Any], launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
+        return self.program._execute(self.mem, kernels, False, False, launch)

@@ -1,7 +1,7 @@
 """The parent's side of the replay: what a replayer gets, and what its answer decides.
 
 After the worker's trials pass, the parent takes the record of the traced call from the worker's
-report (replay.serialise: a claim like everything else the worker says), cuts the kernels module out
+report (record.serialise: a claim like everything else the worker says), cuts the kernels module out
 of the candidate's source itself (kernelsrc.py), checks every tensor the record says existed before
 forward against the reference's parameters (statecheck.py: accepted ones keep the worker's bytes,
 the others are poisoned), and has a replayer (replayer.py, a process that never imported the

@@ -1,6 +1,6 @@
 """The provenance replay outside the candidate's process (issue 30, forged reports).
 
-In this process: the traced call's record as data (replay.serialise) and what the replayer refuses to
+In this process: the traced call's record as data (record.serialise) and what the replayer refuses to
 rebuild from it (replay.Program), the kernels module cut out of a candidate's source (kernelsrc.py),
 the state check against the reference's parameters (statecheck.py). Through a real pool: a perfect
 forger (every reply of the worker rewritten in the parent, as a candidate that owns its worker's
@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from distill.verifier import codec, kernelsrc, procs, replay, statecheck
+from distill.verifier.record import serialise
 from tests.distill.verifier.conftest import honest, problem
 
 
@@ -46,7 +47,7 @@ def _wire(record):
 def test_a_record_replays_on_inputs_it_never_saw_and_ablated_leaves_poison():
     a, b = torch.randn(100), torch.randn(100)
     trace, out = _traced_add(a, b)
-    record = _wire(replay.serialise(trace, [a, b], [out], torch.device("cpu")))
+    record = _wire(serialise(trace, [a, b], [out], torch.device("cpu")))
     assert [s["kind"] for s in record["storages"]] == ["input", "input", "alloc"]
     program = replay.Program(record, frozenset({"add_k"}), 1 << 30)
     x, y = torch.randn(100), torch.randn(100)
@@ -59,7 +60,7 @@ def test_a_record_replays_on_inputs_it_never_saw_and_ablated_leaves_poison():
 def test_state_travels_as_the_workers_claim():
     a, w = torch.randn(100), torch.randn(100)
     trace, out = _traced_add(a, None, extra_state=w)
-    record = replay.serialise(trace, [a], [out], torch.device("cpu"))
+    record = serialise(trace, [a], [out], torch.device("cpu"))
     state = [s for s in record["storages"] if s["kind"] == "state"]
     assert len(state) == 1 and torch.equal(state[0]["data"].view(torch.float32), w)
 
@@ -85,19 +86,19 @@ def test_the_worker_refuses_records_it_cannot_write_faithfully():
         "launch argument of type object": [("launch", add_k, (object(),), (1,), {}, True)],
     }
     for why, trace in cases.items():
-        assert why in replay.serialise(trace, [a], [a], torch.device("cpu")).get("error", ""), why
+        assert why in serialise(trace, [a], [a], torch.device("cpu")).get("error", ""), why
     t = torch.empty(0)
     relayout = [("launch", add_k, (t,), (1,), {}, True), ("op", torch.ops.aten.resize_.default, (t, [4]), {}, t)]
-    assert "changed the layout" in replay.serialise(relayout, [a], [a], torch.device("cpu"))["error"]
+    assert "changed the layout" in serialise(relayout, [a], [a], torch.device("cpu"))["error"]
 
 
 def test_the_replayer_refuses_forged_records():
     a, b = torch.randn(100), torch.randn(100)
     trace, out = _traced_add(a, b)
-    good = _wire(replay.serialise(trace, [a, b], [out], torch.device("cpu")))
+    good = _wire(serialise(trace, [a, b], [out], torch.device("cpu")))
 
     def forged(change):
-        record = _wire(replay.serialise(trace, [a, b], [out], torch.device("cpu")))
+        record = _wire(serialise(trace, [a, b], [out], torch.device("cpu")))
         change(record)
         with pytest.raises(replay.NotReplayable) as info:
             replay.Program(record, frozenset({"add_k"}), 1 << 30)
