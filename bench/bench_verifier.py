@@ -72,7 +72,7 @@ def make_pairs(n_pairs: int, device: str, seed: int) -> list[tuple[str, str, str
     return pairs
 
 
-def start_pool(pairs: list, device: str, workers: int, lockdown) -> tuple:
+def start_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str = "worker") -> tuple:
     """Start the pool and check one honest pair passes; if the kernel layers break this machine's
     CUDA stack, fall back layer by layer and say so (the table reports what ran)."""
     from distill.verifier import VerifierPool
@@ -83,7 +83,8 @@ def start_pool(pairs: list, device: str, workers: int, lockdown) -> tuple:
     notes = []
     for layers in tries:
         t0 = time.perf_counter()
-        pool = VerifierPool(workers=workers, device=device, timeout=60, max_memory_mb=16384, lockdown=layers)
+        pool = VerifierPool(workers=workers, device=device, timeout=60, max_memory_mb=16384, lockdown=layers,
+                            timing_in=timing_in)
         pool.start()
         startup = time.perf_counter() - t0
         v = pool.verify(probe[2], probe[3])
@@ -96,8 +97,8 @@ def start_pool(pairs: list, device: str, workers: int, lockdown) -> tuple:
     raise SystemExit("no configuration passed the probe:\n" + "\n".join(notes))
 
 
-def run_pool(pairs: list, device: str, workers: int, lockdown) -> dict:
-    pool, startup, notes = start_pool(pairs, device, workers, lockdown)
+def run_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str = "worker") -> dict:
+    pool, startup, notes = start_pool(pairs, device, workers, lockdown, timing_in)
     try:
         t1 = time.perf_counter()
         verdicts = pool.verify_many([(p, c) for _, _, p, c in pairs])
@@ -238,6 +239,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=int, default=10, help="honest pairs for the fresh-process baseline")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-lockdown", action="store_true", help="diagnosis only: workers without kernel confinement")
+    ap.add_argument("--timing-in", choices=("worker", "replayer"), default="worker",
+                    help="the process that times candidates (VerifierPool timing_in; replayer: not yet run on a GPU)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--baseline-one", nargs=2, metavar=("PROBLEM", "CANDIDATE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -248,7 +251,7 @@ def main() -> None:
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "interpreter"
     pairs = make_pairs(args.pairs, args.device, args.seed)
     workers = args.workers or (max(1, min(12, (os.cpu_count() or 4) - 4)) if args.device == "cuda" else 2)
-    res = run_pool(pairs, args.device, workers, not args.no_lockdown)
+    res = run_pool(pairs, args.device, workers, not args.no_lockdown, args.timing_in)
     print(f"pool: {len(pairs)} pairs in {res['wall_s']:.1f} s", flush=True)
     spread = repeat_spread(pairs, res["verdicts"])
 

@@ -208,25 +208,39 @@ def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
 
 
 def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
-          verdict: dict[str, Any]) -> judge.Finding:
+          verdict: dict[str, Any], replayed: replaycheck.Prepared | None = None) -> judge.Finding:
+    """Time the candidate: in its worker, or (`replayed`, pool `timing_in="replayer"`) its replayed
+    record in a replayer, where none of its Python runs (replayer.time_replay; not yet run on a GPU)."""
     sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
     peaks = pool.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
-    t0 = time.monotonic()
-    with pool.gates[slot.gpu].quiet(keep=slot.proc.pid):
-        t1 = time.monotonic()
-        rep = _watched(pool, slot.proc, slot.proc.request({"cmd": "time", "warmup": spec.warmup,
-                                                      "trials": spec.timing_trials, "check": checks},
-                                                     spec.timeout, "timing"))
-        verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
-    if not rep.get("error"):
-        rep["checked"] = slot.proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
-    hyg = judge.hygiene(rep)
-    f, info = judge.judge_timing(rep, sets, spec.device, found.checks.get("launches_per_call", 1),
-                                 spec.warmup + spec.timing_trials, floor)
+    msg = {"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials, "check": checks}
+    proc, launches = slot.proc, found.checks.get("launches_per_call", 1)
+    if replayed is not None:
+        proc, launches = pool.acquire_replayer(slot.gpu), replayed.launches
+        msg = {**{k: v for k, v in replayed.msg.items() if k != "runs"}, **msg, "cmd": "time_replay",
+               "seeds": {f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)}}
+    assert proc is not None
+    broken = True
+    try:
+        t0 = time.monotonic()
+        with pool.gates[slot.gpu].quiet(keep=proc.pid):
+            t1 = time.monotonic()
+            rep = _watched(pool, proc, proc.request(msg, spec.timeout, "timing"))
+            verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
+        if replayed is None and not rep.get("error"):
+            rep["checked"] = proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
+        if replayed is not None:
+            replaycheck.same_inputs(rep, ref["trials"], {f"t{k}": spec.trials + k for k in range(TIMING_SETS)})
+        hyg = judge.hygiene(rep) or judge.left_behind(rep)
+        f, info = judge.judge_timing(rep, sets, spec.device, launches, spec.warmup + spec.timing_trials, floor)
+        broken = (hyg or f).status is not None
+    finally:
+        if replayed is not None:
+            pool.release_replayer(slot.gpu, proc, broken)
     verdict.update(kernel_ms=info.get("kernel_ms"))
-    found.checks["timing"] = {**info, "peaks": peaks}
+    found.checks["timing"] = {**info, "peaks": peaks, "timed_in": "worker" if replayed is None else "replayer"}
     found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
     res = hyg or f
     res.checks = {**found.checks, **res.checks}  # the correctness record stays beside the timing one
@@ -234,13 +248,14 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
 
 
 def _replay(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
-            found: judge.Finding) -> judge.Finding:
-    """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's module."""
+            found: judge.Finding) -> tuple[judge.Finding, replaycheck.Prepared]:
+    """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's
+    module; and what was sent to it (the timing may send it again)."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
                                {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
                                pool.max_memory_mb << 20, found.checks)
     if prep.msg is None:
-        return prep.finding
+        return prep.finding, prep
     proc = pool.acquire_replayer(slot.gpu)
     broken, checks = True, prep.checks
     try:
@@ -248,17 +263,17 @@ def _replay(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, A
                                                 total=spec.timeout * (len(replaycheck.RUNS) + 2)))
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
         broken = found.status is not None  # kept only after a clean replay, like a worker after a pass
-        return found
+        return found, prep
     except procs.ProcTimeout as exc:
         return judge.Finding("timeout", f"replaying its kernels ({exc.phase}) ran past its {exc.seconds:g} s limit",
-                             checks)
+                             checks), prep
     except procs.ProcDied as exc:
         if pool.memory.tripped(proc.pid):
             return judge.Finding("crash", f"the replay process was killed at the {pool.max_memory_mb} MB memory "
-                                 "limit", checks)
-        return judge.Finding("crash", f"the replay process died while its kernels ran: {exc}", checks)
+                                 "limit", checks), prep
+        return judge.Finding("crash", f"the replay process died while its kernels ran: {exc}", checks), prep
     except procs.ProcProtocol as exc:
-        return judge.Finding("forbidden", f"at run time: {exc} (the replay's channel)", checks)
+        return judge.Finding("forbidden", f"at run time: {exc} (the replay's channel)", checks), prep
     finally:
         pool.release_replayer(slot.gpu, proc, broken)
 
@@ -328,13 +343,14 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
         found.checks["phase_s"] = phases
         lap("judge")
+        replayed = None
         if found.status is None:  # provenance, from a process that never ran the candidate's module
             phase = "replay"
-            found = _replay(pool, slot, spec, ref, run, found)
+            found, replayed = _replay(pool, slot, spec, ref, run, found)
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
-            found = _time(pool, slot, spec, ref, found, fields)
+            found = _time(pool, slot, spec, ref, found, fields, replayed if pool.timing_in == "replayer" else None)
             lap("timing")
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False

@@ -55,11 +55,17 @@ class VerifierPool:
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
                  lockdown: bool | tuple[str, ...] = True, references: int | None = None,
                  start_timeout: float = 300.0, resized: str = twins.RESIZED[0], device_memory_mb: int | None = None,
-                 stream_inputs: bool | None = None) -> None:
+                 stream_inputs: bool | None = None, timing_in: str = "worker") -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
         if resized not in twins.RESIZED:
             raise ValueError(f"resized must be one of {', '.join(twins.RESIZED)}, not {resized!r}")
+        if timing_in not in ("worker", "replayer"):
+            raise ValueError(f"timing_in must be 'worker' or 'replayer', not {timing_in!r}")
+        # Which process a GPU timing runs in: the candidate's worker (the default, measured on the H100),
+        # or a replayer timing the replayed record, where none of the candidate's Python runs
+        # (replayer.time_replay: written for issue 30, not yet run on a GPU).
+        self.timing_in = timing_in
         self.device = device
         self.resized = resized
         self.gpus = gpus if gpus is not None else (self._count_gpus() if device == "cuda" else [0])

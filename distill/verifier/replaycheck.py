@@ -36,9 +36,12 @@ def _own_call(run: dict[str, Any], trial: int) -> dict[str, Any] | None:
     return next((c for c in run.get("calls") or [] if isinstance(c, dict) and c.get("trial") == trial), None)
 
 
+def _launched_steps(record: dict[str, Any]) -> list[list]:
+    return [st for st in record.get("steps") or [] if type(st) is list and len(st) > 1 and st[0] == "launch"]
+
+
 def _launched(record: dict[str, Any]) -> set[str]:
-    return {st[1] for st in record.get("steps") or [] if type(st) is list and len(st) > 1 and st[0] == "launch"
-            and type(st[1]) is str}
+    return {st[1] for st in _launched_steps(record) if type(st[1]) is str}
 
 
 def _state(record: dict[str, Any], params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
@@ -67,6 +70,11 @@ class Prepared:
     poisoned: list[str] = field(default_factory=list)
     checks: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # kernelsrc: names left out of the kernels module
+
+    @property
+    def launches(self) -> int:
+        """Launches in one run of the record."""
+        return len(_launched_steps(self.msg["trace"])) if self.msg else 0
 
 
 def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, params: dict[str, Any],
@@ -97,7 +105,7 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
 def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], secret: int, other: int,
            run: dict[str, Any], device: str) -> judge.Finding:
     """The replayer's report judged (judge.judge_replay), after the inputs it made are checked."""
-    _same_inputs(rep, trials, {"secret": secret, "other": other})
+    same_inputs(rep, trials, {"secret": secret, "other": other})
     found = judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
                                prep.checks)
     if found.status == "not_triton" and (" failed: " in found.reason or "could not run" in found.reason):
@@ -110,9 +118,10 @@ def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], se
     return found
 
 
-def _same_inputs(rep: dict[str, Any], trials: list[dict[str, Any]], index: dict[str, int]) -> None:
-    """The replayer made its inputs from the same seeds as the reference (both trusted): a problem
-    whose `get_inputs` ignores the seed is the problem's fault, as in judge_calls."""
+def same_inputs(rep: dict[str, Any], trials: list[dict[str, Any]], index: dict[str, int]) -> None:
+    """The replayer made its input sets (by name; `index`: the reference's trial of each) from the
+    same seeds as the reference, both trusted: a problem whose `get_inputs` ignores the seed is the
+    problem's fault, as in judge_calls."""
     prints = rep.get("fingerprints") or {}
     for name, i in index.items():
         if name in prints and prints[name] != trials[i]["fingerprint"]:

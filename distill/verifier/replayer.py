@@ -23,18 +23,19 @@ compile check (gpu_compile.py), as in a worker; on a GPU they are compiled code.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from distill.verifier import calls, gpu_compile, guard, problemio, provenance
+from distill.verifier import calls, gpu_compile, guard, problemio, provenance, timing
 from distill.verifier.replay import NotReplayable, Program
 
 _KINDS = (JITFunction, InterpretedFunction)
@@ -49,8 +50,7 @@ def _launch(kernel: Any, args: tuple, grid: tuple, kwargs: dict) -> None:
     kernel.run(*args, grid=grid, warmup=False, **kwargs)  # through the guard's launcher: recorded as a launch
 
 
-def _import_kernels(text: str, scratch: str, serial: int, token: object) -> tuple[dict[str, Any], str]:
-    path = os.path.join(scratch, f"kernels_{serial}.py")
+def _import_kernels(text: str, path: str, serial: int, token: object) -> tuple[dict[str, Any], str]:
     with open(path, "w") as fh:
         fh.write(text)
     guard.ctl(token, "own_file", path)  # its launches are the candidate's own
@@ -67,53 +67,112 @@ def _import_kernels(text: str, scratch: str, serial: int, token: object) -> tupl
     return kernels, name
 
 
-def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
-           block: provenance.BackendBlock, sync: Callable[[], None], reply: Callable[[dict], None]) -> dict[str, Any]:
-    """Serve one `replay` command (module docstring). `state` lives as long as the process."""
+@contextlib.contextmanager
+def _session(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
+             block: provenance.BackendBlock, out: dict[str, Any]) -> Iterator[tuple[Program, dict, dict] | None]:
+    """The record rebuilt, every input set made (trusted, before any kernel exists here), then the
+    kernel-table block on and the kernels module imported; None (and `out["error"]`) when the record
+    or the module cannot be rebuilt. Everything is taken down again on the way out."""
     state["serial"] = state.get("serial", 0) + 1
-    out: dict[str, Any] = {"runs": [], "fingerprints": {}, "error": None}
-    t0 = time.perf_counter()
     mod = problemio.load_problem(msg["problem"], state.setdefault("problems", {}))
     try:
         program = Program(msg["trace"], frozenset(msg.get("kernel_names") or ()), int(msg["byte_limit"]))
     except NotReplayable as exc:
         out["error"] = f"not replayable: {exc}"
-        return out
-    name = ""
+        yield None
+        return
+    name, path = "", os.path.join(scratch, f"kernels_{state['serial']}.py")
     try:
-        # Every input set first (making inputs is compute), then the kernel-table block for the rest.
         sets = {}
-        for key in dict.fromkeys(run["inputs"] for run in msg["runs"]):
-            sets[key] = problemio.make_inputs(mod, msg["seeds"][key], device)
+        for key, seed in msg["seeds"].items():  # making inputs is compute: before the block goes on
+            sets[key] = problemio.make_inputs(mod, seed, device)
             out["fingerprints"][key] = problemio.fingerprint(sets[key])
         block.install()
         block.complete()
         try:
-            kernels, name = _import_kernels(msg["kernels"], scratch, state["serial"], token)
+            kernels, name = _import_kernels(msg["kernels"], path, state["serial"], token)
         except BaseException as exc:  # noqa: BLE001 - the extraction left something a kernel needs
             err = calls.describe_error(exc)
             out["error"] = f"not replayable: loading the kernels module failed: {err['type']}: {err['message'][:300]}"
-            return out
+            yield None
+            return
         guard.ctl(token, "harness", True)  # from here, candidate code outside a launch is reported
-        out["setup_s"] = time.perf_counter() - t0
-        for run in msg["runs"]:
-            reply({"progress": f"replay {run['name']}"})
-            out["runs"].append(_run(program, sets[run["inputs"]], run, kernels, device, token, sync))
-            if out["runs"][-1]["error"] and out["runs"][-1].get("fatal"):
-                break
+        yield program, sets, kernels
     finally:
         guard.ctl(token, "harness", False)
         block.remove()
         guard.ctl(token, "harness", True)  # finalizers of the kernels module run in the harness's step
         try:
             sys.modules.pop(name, None)
-            if os.path.exists(os.path.join(scratch, f"kernels_{state['serial']}.py")):
-                os.unlink(os.path.join(scratch, f"kernels_{state['serial']}.py"))  # scratch stays small
+            if os.path.exists(path):
+                os.unlink(path)  # the scratch folder stays small
             gpu_compile.forget()
             gc.collect()
         finally:
             guard.ctl(token, "harness", False)
+
+
+def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
+           block: provenance.BackendBlock, sync: Callable[[], None], reply: Callable[[dict], None]) -> dict[str, Any]:
+    """Serve one `replay` command (module docstring): the record's runs, each on fresh memory."""
+    out: dict[str, Any] = {"runs": [], "fingerprints": {}, "error": None}
+    t0 = time.perf_counter()
+    with _session(msg, state, scratch, device, token, block, out) as ready:
+        if ready is None:
+            return out
+        program, sets, kernels = ready
+        out["setup_s"] = time.perf_counter() - t0
+        for run in msg["runs"]:
+            reply({"progress": f"replay {run['name']}"})
+            out["runs"].append(_run(program, sets[run["inputs"]], run, kernels, device, token, sync))
+            if out["runs"][-1]["error"] and out["runs"][-1].get("fatal"):
+                break
     out["replay_s"] = time.perf_counter() - t0
+    return out
+
+
+def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
+                block: provenance.BackendBlock, flush: torch.Tensor) -> dict[str, Any]:
+    """Serve one `time_replay` command (GPU only; the parent holds the timing gate): the record timed
+    with timing.py's protocol, input sets alternating in memory allocated once (replay.Bound), with
+    the outputs of the calls in `msg["check"]` kept for the parent to compare. Written for the H100
+    and not yet run on one: the pool times in the worker unless asked (pool.py `timing_in`)."""
+    out: dict[str, Any] = {"error": None, "fingerprints": {}, "checked": {}}
+    with _session(msg, state, scratch, device, token, block, out) as ready:
+        if ready is None:
+            return out
+        program, sets, kernels = ready
+        order = list(sets)
+        bound = program.bind(device)
+        checked: dict[str, Any] = {}
+
+        def after(i: int, result: Any) -> None:
+            if i in msg["check"]:
+                checked[str(i)] = {"set": i % len(order), "problem": "",
+                                   "outputs": [t.detach().clone() for t in result]}
+
+        def timed(window: str) -> timing.Samples:
+            return timing.time_calls(lambda i: bound.call(kernels, _launch), lambda i: bound.load(sets[order[i % len(order)]]),
+                                     int(msg["warmup"]), int(msg["trials"]), flush, after, window)
+
+        guard.ctl(token, "record", True)
+        try:
+            samples = timed("stream")
+            fallback = "the device stayed busy after the call" if samples.work_after_window() else ""
+            if fallback:
+                samples = timed("device")
+            retried = samples.unstable()
+            if retried:
+                samples = timed(samples.window)
+            out.update(samples.to_dict(), fallback=fallback, retried=retried)
+            out["checked"] = {k: {**v, "outputs": [t.to("cpu") for t in v["outputs"]]} for k, v in checked.items()}
+        except BaseException as exc:  # noqa: BLE001 - a kernel failing while timed is the candidate's
+            out["error"] = calls.describe_error(exc)
+        finally:
+            guard.ctl(token, "record", False)
+        rec = guard.collect(token)
+        out.update(launches=len(rec["launches"]), aten=rec["aten"], blocked=rec["blocked"], denials=rec["denials"],
+                   harness_code=rec["harness_code"])
     return out
 
 

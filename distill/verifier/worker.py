@@ -25,6 +25,7 @@ import triton.language as tl
 from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, inputsets, integrity, interp_shims,
                               lockdown, memplan, problemio, provenance, replayer, running, seal, timing)
 
+_REPLAYER = ("replay", "time_replay")  # the commands a replayer serves (replayer.py), and a worker never does
 # Captured before any candidate runs, like timing's CUDA entry points.
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
@@ -162,10 +163,13 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
                 data = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}})
             conn.send_bytes(data)
 
-        if (cmd == "replay") != (role == "replayer") and cmd in ("load", "run", "time", "replay"):
+        if (cmd in _REPLAYER) != (role == "replayer") and cmd in ("load", "run", "time", *_REPLAYER):
             reply({"error": {"type": "harness", "message": f"a {role} does not serve {cmd}"}})
         elif cmd == "replay":
             reply(_hygiene(replayer.replay(msg, kept, cfg["scratch"], device, token, block, sync, reply), token, snap,
+                           threads0))
+        elif cmd == "time_replay":
+            reply(_hygiene(replayer.time_replay(msg, kept, cfg["scratch"], device, token, block, flush), token, snap,
                            threads0))
         elif cmd == "load":
             serial += 1

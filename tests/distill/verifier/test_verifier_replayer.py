@@ -285,3 +285,18 @@ def test_a_replayer_never_loads_a_candidate(pool):
         assert "does not serve load" in reply["error"]["message"]
     finally:
         pool.release_replayer(0, proc, False)
+
+
+def test_a_bound_record_alternates_input_sets_on_memory_allocated_once():
+    """What a replayer times (replayer.time_replay, GPU only): the steps on memory allocated once,
+    inputs placed untimed between calls, no poison fill a fresh torch.empty never had."""
+    a, b = torch.randn(100), torch.randn(100)
+    trace, out = _traced_add(a, b)
+    program = replay.Program(_wire(serialise(trace, [a, b], [out], torch.device("cpu"))), frozenset({"add_k"}), 1 << 30)
+    bound = program.bind(torch.device("cpu"))
+    sets = [[torch.randn(100), torch.randn(100)] for _ in range(2)]
+    for i in range(4):
+        bound.load(sets[i % 2])
+        got = bound.call({"add_k": add_k}, _launch)
+        assert torch.equal(got[0], sets[i % 2][0] + sets[i % 2][1])
+    assert got[0].untyped_storage().data_ptr() == bound.call({"add_k": add_k}, _launch)[0].untyped_storage().data_ptr()
