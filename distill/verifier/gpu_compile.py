@@ -36,9 +36,10 @@ twin's source text (`interp_rewrite.py`), and only the branches the code generat
 for (`compiled` blocks, recorded per compile). Results, failures included, are kept per (kernel,
 specialization, options) while the launch's dependencies stand (`gpu_deps.py`: a rebound global or
 function is compiled again; a rebound plain value raises as Triton's GPU launcher does), until
-`forget()` at the end of each job. Measured on the CPU box over the 43 honest fixtures (2026-11,
-to TTGIR): 66 ms per candidate at the median, 89 ms mean, 0.33 s at most (an autotuned matmul's
-configs); a cache hit costs ~10 us per launch, and a worker pays ~0.2 s once when it starts.
+`forget()` at the end of each job. Measured on the CPU box (2026-11, with the shared memory
+allocation and the lowering): 40-520 ms per candidate over 8 honest fixtures under load (30-360 ms
+to TTGIR only); a cache hit costs ~10-30 us per launch (the dependencies' fingerprint), and a
+worker pays ~0.2 s once when it starts.
 """
 from __future__ import annotations
 
