@@ -22,7 +22,11 @@ copies, pre-run hooks, the patch scope, the write-back) and changes two:
   `runtime_error`: the interpreter cannot know which write a GPU would keep, so it names the race,
   as the verifier names an out-of-bounds store (also silent on a GPU) rather than guess its effect.
   Programs storing the same value to one address (a row statistic written by each column block)
-  agree on every GPU and pass. Cost: the recorded addresses are copies of each store's pointers;
+  agree on every GPU and pass, and so do stores that atomics order: the earlier program made an
+  atomic after its store and the later one an atomic before its own (a spin lock around the
+  accumulation, as Triton's layer-norm backward tutorial takes one). Not covered: atomics that
+  order without excluding (a compare-and-swap whose failure the program ignores) make a race look
+  locked, since one thread never sees a lock contended. Cost: the recorded addresses are copies of each store's pointers;
   when the programs' address ranges are disjoint (elementwise and row kernels) nothing more runs,
   otherwise one stable sort of the launch's stored addresses (~0.1 s per million).
 """
@@ -45,8 +49,10 @@ class WriteConflict(RuntimeError):
     """Two programs of one launch stored different values to the same address without atomics."""
 
 
-# While a launch's programs run: the current program's stores ([addresses, bits, item sizes]).
-_REC = types.SimpleNamespace(stores=None)
+# While a launch's programs run: the current program's stores ([addresses, bits, item size, sequence
+# number]), and the sequence numbers of its first and last atomic operation.
+_REC = types.SimpleNamespace(stores=None, seq=0, first_atomic=None, last_atomic=None)
+_NEVER = np.iinfo(np.int64).max
 # Called with the launch's host arguments and the addresses its programs stored to, once they ran
 # (interp_shims' autotune comparison).
 AFTER_PROGRAMS = types.SimpleNamespace(hook=None)
@@ -67,30 +73,42 @@ def _record(ptrs: Any, value: Any, mask: Any) -> None:
         vals = np.ascontiguousarray(v[m])
         size = vals.dtype.itemsize
         bits = vals.view(f"u{size}").astype(np.uint64)
-        _REC.stores.append((addrs, bits, size))
+        _REC.seq += 1
+        _REC.stores.append((addrs, bits, size, _REC.seq))
 
 
-def _conflicts(done: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, tuple]:
-    """(addresses, item sizes, an example (program, program)) of the addresses whose last values from
-    two programs differ; `done` holds (program, addresses, bits, item sizes) in execution order."""
+def _atomic() -> None:
+    _REC.seq += 1
+    if _REC.first_atomic is None:
+        _REC.first_atomic = _REC.seq
+    _REC.last_atomic = _REC.seq
+
+
+def _conflicts(done: list[tuple]) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """(addresses, item sizes, an example (program, program)) of the addresses where two programs, one
+    after the other, left different last values without atomics ordering them; `done` holds (program,
+    addresses, bits, item sizes, sequence numbers, first atomic, last atomic) in execution order."""
     empty = np.zeros(0, np.uint64), np.zeros(0, np.uint8), ()
-    spans = sorted((int(a.min()), int((a + s).max()), prog) for prog, a, _, s in done)
-    if all(hi <= spans[i + 1][0] for i, (_, hi, _) in enumerate(spans[:-1])):
+    spans = sorted((int(d[1].min()), int((d[1] + d[3]).max())) for d in done)
+    if all(hi <= spans[i + 1][0] for i, (_, hi) in enumerate(spans[:-1])):
         return empty  # every program wrote a range of its own
-    addrs = np.concatenate([a for _, a, _, _ in done])
-    bits = np.concatenate([b for _, _, b, _ in done])
-    sizes = np.concatenate([s for _, _, _, s in done])
-    progs = np.concatenate([np.full(a.size, prog, np.int64) for prog, a, _, _ in done])
-    by = np.argsort(addrs, kind="stable")  # execution order kept among equal addresses
-    a, b, s, p = addrs[by], bits[by], sizes[by], progs[by]
-    last = np.ones(a.size, bool)  # each program's last store to each address
-    last[:-1] = (a[:-1] != a[1:]) | (p[:-1] != p[1:])
-    a, b, s, p = a[last], b[last], s[last], p[last]
-    clash = (a[:-1] == a[1:]) & (b[:-1] != b[1:])
+    a, b, s, q = (np.concatenate([d[k] for d in done]) for k in (1, 2, 3, 4))
+    r = np.concatenate([np.full(d[1].size, i, np.int64) for i, d in enumerate(done)])  # execution position
+    first_atomic = np.array([d[5] for d in done], np.int64)
+    last_atomic = np.array([d[6] for d in done], np.int64)
+    by = np.argsort(a, kind="stable")  # execution order kept among equal addresses
+    a, b, s, q, r = a[by], b[by], s[by], q[by], r[by]
+    starts = np.flatnonzero(np.concatenate(([True], (a[1:] != a[:-1]) | (r[1:] != r[:-1]))))
+    ends = np.concatenate((starts[1:], [a.size])) - 1  # one group per (address, program)
+    ga, gr, first, last, bits, size = a[starts], r[starts], q[starts], q[ends], b[ends], s[ends]
+    # The lock pattern: the earlier program's atomic after its last store there (a release) and the
+    # later one's atomic before its first store there (an acquire) order the two.
+    ordered = (last_atomic[gr[:-1]] > last[:-1]) & (first_atomic[gr[1:]] < first[1:])
+    clash = (ga[1:] == ga[:-1]) & (bits[1:] != bits[:-1]) & ~ordered
     if not clash.any():
         return empty
     at = np.flatnonzero(clash)
-    return a[at], s[at], (int(p[at[0]]), int(p[at[0] + 1]))
+    return ga[at + 1], size[at + 1], (done[int(gr[at[0]])][0], done[int(gr[at[0] + 1])][0])
 
 
 def _poison(addrs: np.ndarray, sizes: np.ndarray) -> None:
@@ -116,16 +134,19 @@ def _compile_error(exc: BaseException) -> BaseException | None:
 def _run_programs(self: Any, args: dict, grid: tuple[int, int, int]) -> list:
     builder = interpreter.interpreter_builder
     builder.set_grid_dim(*grid)
-    done: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+    done: list[tuple] = []
     try:
         for flat in order(grid[0] * grid[1] * grid[2]).tolist():
-            _REC.stores = []
+            _REC.stores, _REC.first_atomic, _REC.last_atomic = [], None, None
             builder.set_grid_idx(*_coords(flat, grid))
             self.fn(**args)
             if _REC.stores:
-                done.append((flat, np.concatenate([a for a, _, _ in _REC.stores]),
-                             np.concatenate([b for _, b, _ in _REC.stores]),
-                             np.concatenate([np.full(a.size, s, np.uint8) for a, _, s in _REC.stores])))
+                done.append((flat, np.concatenate([a for a, _, _, _ in _REC.stores]),
+                             np.concatenate([b for _, b, _, _ in _REC.stores]),
+                             np.concatenate([np.full(a.size, s, np.uint8) for a, _, s, _ in _REC.stores]),
+                             np.concatenate([np.full(a.size, n, np.int64) for a, _, _, n in _REC.stores]),
+                             _NEVER if _REC.first_atomic is None else _REC.first_atomic,
+                             -1 if _REC.last_atomic is None else _REC.last_atomic))
     except Exception as e:
         if knobs.compilation.front_end_debugging:
             raise
@@ -161,7 +182,7 @@ def _call(self: Any, *args_dev: Any, **kwargs: Any) -> None:
     finally:
         patch_scope.restore()
     if AFTER_PROGRAMS.hook is not None:
-        AFTER_PROGRAMS.hook(args_hst, kwargs_hst, np.unique(np.concatenate([a for _, a, _, _ in done])) if done
+        AFTER_PROGRAMS.hook(args_hst, kwargs_hst, np.unique(np.concatenate([d[1] for d in done])) if done
                             else np.zeros(0, np.uint64))
     self._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
 
@@ -179,3 +200,14 @@ def install() -> None:
         return real_store(self, ptrs, value, mask, cache_modifier, eviction_policy)
 
     builder.create_masked_store = create_masked_store
+    for name in ("create_atomic_rmw", "create_atomic_cas"):
+        setattr(builder, name, _noting_atomics(getattr(builder, name)))
+
+
+def _noting_atomics(real: Callable) -> Callable:
+    def atomic(self: Any, *args: Any) -> Any:
+        if _REC.stores is not None:
+            _atomic()
+        return real(self, *args)
+
+    return atomic

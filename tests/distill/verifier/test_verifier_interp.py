@@ -37,9 +37,13 @@ def test_program_order_is_a_permutation_never_the_identity():
 
 
 # -- write conflicts -----------------------------------------------------------------------------------------
-def _stores(prog: int, addrs: list[int], values: list[int], size: int = 4) -> tuple:
+def _stores(prog: int, addrs: list[int], values: list[int], seqs: list[int] | None = None,
+            atomics: tuple[int, int] = (2**62, -1)) -> tuple:
+    """One program's record as interp_grid keeps it: addresses, bits, item sizes, sequence numbers,
+    and its first and last atomic's sequence numbers (none by default)."""
     a = np.array(addrs, np.uint64)
-    return prog, a, np.array(values, np.uint64), np.full(a.size, size, np.uint8)
+    seq = np.array(seqs if seqs is not None else [0] * a.size, np.int64)
+    return prog, a, np.array(values, np.uint64), np.full(a.size, 4, np.uint8), seq, *atomics
 
 
 def test_disjoint_programs_and_equal_values_are_no_conflict():
@@ -52,7 +56,16 @@ def test_disjoint_programs_and_equal_values_are_no_conflict():
 
 def test_programs_leaving_different_values_at_one_address_conflict():
     addrs, sizes, pair = interp_grid._conflicts([_stores(2, [0, 100], [1, 7]), _stores(5, [4, 100], [2, 8])])
-    assert addrs.tolist() == [100] and sizes.tolist() == [4] and set(pair) == {2, 5}
+    assert addrs.tolist() == [100] and sizes.tolist() == [4] and pair == (2, 5)
+
+
+def test_stores_ordered_by_atomics_are_the_lock_pattern():
+    """Program 0: acquire (seq 1), store (2), release (3); program 1: acquire (4), store (5), release (6)."""
+    locked = [_stores(0, [100], [7], [2], (1, 3)), _stores(1, [100], [9], [5], (4, 6))]
+    assert interp_grid._conflicts(locked)[0].size == 0
+    # no release after the first program's store, or no acquire before the second's: a race
+    assert interp_grid._conflicts([_stores(0, [100], [7], [2], (1, 1)), _stores(1, [100], [9], [5], (4, 6))])[0].size
+    assert interp_grid._conflicts([_stores(0, [100], [7], [2], (1, 3)), _stores(1, [100], [9], [5], (6, 6))])[0].size
 
 
 # -- what a constexpr may be -----------------------------------------------------------------------------------
