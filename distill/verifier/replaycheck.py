@@ -21,6 +21,7 @@ from typing import Any
 
 from distill.verifier import judge, kernelsrc, statecheck
 
+_PLAIN = re.compile(r"[^A-Za-z0-9_ .,:;()'\-/<>=+\[\]]")
 RUNS = [{"name": "secret", "inputs": "secret"}, {"name": "other", "inputs": "other"},
         {"name": "ablate", "inputs": "secret", "ablate": True}]
 
@@ -44,15 +45,19 @@ def _launched(record: dict[str, Any]) -> set[str]:
     return {st[1] for st in _launched_steps(record) if type(st[1]) is str}
 
 
-def _state(record: dict[str, Any], params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+def _state(record: dict[str, Any], params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], list[str],
+                                                                                list[str]]:
     """The record's storages as the replayer gets them, what each state one was taken as, and the
-    poisoned ones named for a reason (its first layout: dtype and bytes)."""
+    poisoned ones named for a reason (its first layout: dtype and bytes). Past `limit` bytes of
+    claimed state the rest is poisoned unread: the parent never spends more on a worker's claims."""
     storages, kinds, poisoned = [], [], []
-    for s in record.get("storages") or []:
+    for s in record["storages"]:
         if not isinstance(s, dict) or s.get("kind") != "state":
             storages.append(s)
             continue
-        taken = statecheck.classify(s, params or {})
+        nbytes = s.get("nbytes") if type(s.get("nbytes")) is int else 0
+        limit -= nbytes
+        taken = statecheck.classify(s, params or {}) if limit >= 0 else ""
         kinds.append(taken or "poisoned")
         if taken:
             storages.append(s)
@@ -87,15 +92,17 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
                                               "record of its launches", checks))
     record = call["trace"]
     why = "its kernels could not be replayed without its Python: not replayable: "
-    if record.get("error"):
-        return Prepared(finding=judge.Finding("not_triton", f"{why}{record['error']}"[:1000], checks))
+    if record.get("error"):  # the worker's words: only plain text reaches a verdict
+        return Prepared(finding=judge.Finding("not_triton", why + _PLAIN.sub("?", str(record["error"]))[:300], checks))
+    if type(record.get("storages")) is not list or type(record.get("steps")) is not list:
+        return Prepared(finding=judge.Finding("not_triton", f"{why}malformed record", checks))
     source = kernelsrc.extract(candidate)
     missing = sorted(_launched(record) - set(source.kernels))
     if source.error or missing:
         what = source.error or f"kernel {missing[0]} is not rebuilt from the module's source: " \
             f"{source.why_missing(missing[0])}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
-    storages, kinds, poisoned = _state(record, params)
+    storages, kinds, poisoned = _state(record, params, byte_limit)
     msg = {"cmd": "replay", "problem": problem, "kernels": source.text, "kernel_names": source.kernels,
            "trace": {**record, "storages": storages}, "byte_limit": byte_limit, "runs": RUNS, "seeds": seeds}
     return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks,
@@ -106,8 +113,12 @@ def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], se
            run: dict[str, Any], device: str) -> judge.Finding:
     """The replayer's report judged (judge.judge_replay), after the inputs it made are checked."""
     same_inputs(rep, trials, {"secret": secret, "other": other})
-    found = judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
-                               prep.checks)
+    try:
+        found = judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
+                                   prep.checks)
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError):  # its kernels ran in that process
+        return judge.Finding("forbidden", "at run time: the replay's report is malformed (its kernels ran in the "
+                             "replayer)", prep.checks)
     if found.status == "not_triton" and (" failed: " in found.reason or "could not run" in found.reason):
         # A kernel that needs a name the kernels module left out: say which, and why it was left out.
         for name, why in prep.skipped.items():

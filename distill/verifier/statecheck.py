@@ -37,13 +37,15 @@ def _bits(raw: torch.Tensor, width: int) -> torch.Tensor | None:
     return raw.reshape(-1).view(_INTS[width])
 
 
-def _digest(dtype: str, sorted_bits: torch.Tensor) -> str:
-    return dtype + ":" + hashlib.sha256(sorted_bits.cpu().numpy().tobytes()).hexdigest()
+def _digest(dtype: str, bits: torch.Tensor) -> str:
+    """A cryptographic hash: the worker chooses the bytes it claims, so a checksum it could match
+    with other values would let precomputed data through."""
+    return dtype + ":" + hashlib.sha256(bits.cpu().numpy().tobytes()).hexdigest()
 
 
 def summary(model: torch.nn.Module) -> dict[str, Any]:
     """What `classify` needs of the reference's parameters and buffers (computed where they live)."""
-    digests, groups = [], {}
+    raw, digests, groups = [], [], {}
     for t in list(model.parameters()) + list(model.buffers()):
         t = t.detach()
         try:
@@ -53,6 +55,7 @@ def summary(model: torch.nn.Module) -> dict[str, Any]:
         bits = _bits(codec.raw_u8(t), t.element_size())
         if bits is None or not bits.numel():
             continue
+        raw.append(_digest(name, bits))  # the parameter as it is: most kept tensors are one
         digests.append(_digest(name, torch.sort(bits).values))
         groups.setdefault(name, []).append(bits)
     union = {}
@@ -60,11 +63,12 @@ def summary(model: torch.nn.Module) -> dict[str, Any]:
         if sum(p.numel() for p in parts) <= UNION_LIMIT:
             values, counts = torch.unique(torch.cat(parts), sorted=True, return_counts=True)
             union[name] = {"values": values.cpu(), "counts": counts.cpu()}
-    return {"digests": digests, "union": union}
+    return {"raw": raw, "digests": digests, "union": union}
 
 
 def _is_param_layout(bits: torch.Tensor, dtype: str, ref: dict[str, Any]) -> bool:
-    if _digest(dtype, torch.sort(bits).values) in set(ref.get("digests") or ()):
+    if _digest(dtype, bits) in set(ref.get("raw") or ()) or _digest(dtype, torch.sort(bits).values) in set(
+            ref.get("digests") or ()):
         return True
     group = (ref.get("union") or {}).get(dtype)
     if not isinstance(group, dict) or not isinstance(group.get("values"), torch.Tensor):

@@ -240,6 +240,17 @@ def test_a_forged_record_gains_nothing(pool, monkeypatch, forge, why):
     assert v.status == "not_triton" and why in v.reason, v.reason
 
 
+def test_words_a_forger_puts_in_the_record_reach_the_verdict_as_plain_text_only(pool, monkeypatch):
+    def forge(reply):
+        record = _record(reply)
+        record.clear()
+        record["error"] = "\x1b[2J\nall checks held\u202e" + "x" * 5000
+    _forge_runs(monkeypatch, forge)
+    v = pool.verify(problem("add"), honest("add"))
+    assert v.status == "not_triton" and "not replayable: ?[2J?all checks held?x" in v.reason, v.reason
+    assert "\x1b" not in v.reason and "\n" not in v.reason and len(v.reason) < 500
+
+
 GLOBAL_FROM_A_FUNCTION = '''
 import torch
 import torch.nn as nn
