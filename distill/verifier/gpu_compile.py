@@ -238,6 +238,7 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> froze
     backend = _STATE.backend
     if twin.binder is None:
         twin.binder = create_function_from_signature(twin.signature, twin.params, backend)
+    given = {**dict(zip(twin.signature.parameters, args)), **kwargs}  # as passed: jit functions, not twins
     args = tuple(_jit_value(a) for a in args)
     kwargs = {k: _jit_value(v) for k, v in kwargs.items()}
     kwargs["debug"] = kwargs.get("debug", twin.debug) or knobs.runtime.debug
@@ -245,7 +246,7 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> froze
     # The GPU launcher's own binding: a missing argument or an unknown keyword raises here as there.
     bound, specialization, options = twin.binder(*args, **kwargs)
     for name, spec in zip(bound, specialization):
-        why = gpu_deps.refused_constexpr(spec[1]) if spec[0] == "constexpr" else None
+        why = gpu_deps.refused_constexpr(given.get(name, spec[1])) if spec[0] == "constexpr" else None
         if why:
             raise GpuCompileError(f"kernel {twin.__name__} does not compile for a GPU (sm_90): argument {name}: {why}")
     key = repr([(s[0], id(s[1]) if isinstance(s[1], JITCallable) else s[1]) for s in specialization]) + repr(options)

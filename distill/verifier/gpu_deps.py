@@ -116,7 +116,7 @@ def refused_constexpr(value: Any) -> str | None:
         return None
     if kind is tl.constexpr:
         return refused_constexpr(value.value)
-    if kind in (tuple, list):
+    if kind in (tuple, list, torch.Size):
         for v in value:
             why = refused_constexpr(v)
             if why:

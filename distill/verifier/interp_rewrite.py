@@ -103,7 +103,12 @@ class _Rewrite(ast.NodeTransformer):
         node.body, node.orelse = self._marked(node.body), self._marked(node.orelse)
         return node
 
-    visit_For = visit_While = visit_If
+    def visit_For(self, node: ast.For) -> ast.For:
+        self.generic_visit(node)
+        node.body = self._marked(node.body)  # a loop's `else` runs whenever the loop ends (no `break` in Triton)
+        return node
+
+    visit_While = visit_For
 
     def visit_IfExp(self, node: ast.IfExp) -> ast.IfExp:
         self.generic_visit(node)
@@ -122,7 +127,9 @@ def rewrite_function(fn: Callable, src: str, first_line: int, marks: bool) -> Ca
     tree = ast.parse(src)
     func = tree.body[0]
     assert isinstance(func, ast.FunctionDef), "a jit function's source starts with its def"
-    func = _Rewrite(marks).visit(func)
+    _Rewrite(marks=False).visit(func.args)  # reserved names only: defaults run when the function is made
+    rewrite = _Rewrite(marks)
+    func.body = [rewrite.visit(stmt) for stmt in func.body]
     func.decorator_list = []
     outer = ast.FunctionDef(
         name="__tf_outer__",

@@ -127,6 +127,17 @@ def diverges(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def relu(x):
+    return tl.maximum(x, 0)
+
+
+@triton.jit
+def constexprs(x_ptr, out_ptr, n, ACT: tl.constexpr, SHAPE: tl.constexpr, BLOCK: tl.constexpr = 64 if True else 32):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, ACT(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+@triton.jit
 def reserved(x_ptr, n, BLOCK: tl.constexpr):
     __tf_branch__ = 1
     tl.store(x_ptr + tl.arange(0, BLOCK), __tf_branch__)
@@ -136,6 +147,9 @@ x, out = torch.randn(64).half(), torch.empty(64).half()
 dtypes[(1,)](x, out, 64, BLOCK=64)
 assert torch.equal(out, x * 2)
 assert "np" not in globals() and "TensorHandle" not in globals()  # nothing of the interpreter leaked here
+y = torch.empty(64)
+constexprs[(1,)](x.float(), y, 64, ACT=relu, SHAPE=y.shape)  # a jit function, a torch.Size, a default
+assert torch.equal(y, x.float().clamp(min=0))
 with pytest.raises(gpu_compile.GpuCompileError, match="generated no code"):
     diverges[(1,)](x.float(), out.float(), 64, BLOCK=64)
 with pytest.raises(gpu_compile.GpuCompileError, match="reserved"):
