@@ -227,3 +227,17 @@ def extract(source: str) -> KernelSource:
 def _first_line(node: ast.stmt) -> int:
     decs = getattr(node, "decorator_list", None) or []
     return min([node.lineno] + [d.lineno for d in decs])
+
+
+def literals(source: str) -> frozenset[float]:
+    """Every number written in `source` (each with its negation): what a tensor the candidate builds
+    from Python numbers (`torch.tensor([0.25, 0.5])`) may hold (statecheck.py)."""
+    try:
+        tree = static.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float) and abs(node.value) < 1e300:
+            out.update((float(node.value), -float(node.value)))
+    return frozenset(out)

@@ -45,8 +45,8 @@ def _launched(record: dict[str, Any]) -> set[str]:
     return {st[1] for st in _launched_steps(record) if type(st[1]) is str}
 
 
-def _state(record: dict[str, Any], params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], list[str],
-                                                                                list[str]]:
+def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals: frozenset[float]) -> tuple[
+        list[dict[str, Any]], list[str], list[str]]:
     """The record's storages as the replayer gets them, what each state one was taken as, and the
     poisoned ones named for a reason (its first layout: dtype and bytes). Past `limit` bytes of
     claimed state the rest is poisoned unread: the parent never spends more on a worker's claims."""
@@ -57,7 +57,7 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int) -> tuple[
             continue
         nbytes = s.get("nbytes") if type(s.get("nbytes")) is int else 0
         limit -= nbytes
-        taken = statecheck.classify(s, params or {}) if limit >= 0 else ""
+        taken = statecheck.classify(s, params or {}, literals) if limit >= 0 else ""
         kinds.append(taken or "poisoned")
         if taken:
             storages.append(s)
@@ -102,7 +102,7 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
         what = source.error or f"kernel {missing[0]} is not rebuilt from the module's source: " \
             f"{source.why_missing(missing[0])}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
-    storages, kinds, poisoned = _state(record, params, byte_limit)
+    storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate))
     msg = {"cmd": "replay", "problem": problem, "kernels": source.text, "kernel_names": source.kernels,
            "trace": {**record, "storages": storages}, "byte_limit": byte_limit, "runs": RUNS, "seeds": seeds}
     return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks,

@@ -7,7 +7,9 @@ time, is work no timing sees, so the parent accepts a state tensor only when it 
 * a layout of the reference model's parameters and buffers: its values, as bit patterns, are a
   sub-multiset of theirs (the same values up to permutation and subset: a transposed or sliced
   copy, a tensor holding several parameters), or
-* a constant fill, or an arithmetic progression of step 1 or -1 in memory order (`arange`).
+* a constant fill, or an arithmetic progression of step 1 or -1 in memory order (`arange`), or
+* up to 4,096 values each written as a number in the candidate's source (`torch.tensor([0.25, 0.5])`
+  in forward: a table of literals, which carry no weight and no input).
 Anything else reaches the replayer poisoned (NaN, or the integer minimum), and if the outputs then
 come out wrong the verdict names that tensor (judge.py).
 
@@ -27,6 +29,7 @@ import torch
 from distill.verifier import codec
 
 UNION_LIMIT = 1 << 24  # elements per dtype: above it only whole-tensor permutations are recognised
+LITERAL_LIMIT = 4096  # elements of a tensor accepted as the source's own numbers
 _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -93,9 +96,21 @@ def _is_constant_or_range(bits: torch.Tensor, dtype: torch.dtype) -> bool:
     return bool(torch.equal(vals, vals[0] + step * torch.arange(vals.numel(), dtype=torch.float64)))
 
 
-def classify(entry: dict[str, Any], ref: dict[str, Any]) -> str:
-    """'parameters', 'constant', or '' (not accepted) for one state storage of a replay record:
-    `entry["data"]` its bytes (uint8), `entry["dtype"]` the dtype it is read as."""
+def _all_literals(bits: torch.Tensor, dtype: torch.dtype, literals: frozenset[float]) -> bool:
+    if not literals or bits.numel() > LITERAL_LIMIT or dtype.is_complex or dtype == torch.bool:
+        return False
+    vals = bits.view(dtype).double()
+    allowed = torch.tensor(sorted(literals), dtype=torch.float64)
+    if not dtype.is_floating_point:
+        allowed = allowed[allowed == allowed.round()]
+    allowed = allowed.to(dtype).double()  # each number as the tensor's dtype rounds it
+    return bool(torch.isin(vals, allowed).all())
+
+
+def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[float] = frozenset()) -> str:
+    """'parameters', 'constant', 'literals' or '' (not accepted) for one state storage of a replay
+    record: `entry["data"]` its bytes (uint8), `entry["dtype"]` the dtype it is read as; `literals`
+    the numbers written in the candidate's source (kernelsrc.literals)."""
     data, name = entry.get("data"), entry.get("dtype")
     if type(data) is not torch.Tensor or data.dtype != torch.uint8 or name not in codec.DTYPES:
         return ""
@@ -107,4 +122,6 @@ def classify(entry: dict[str, Any], ref: dict[str, Any]) -> str:
         return "constant"
     if _is_param_layout(bits, name, ref):
         return "parameters"
-    return "constant" if _is_constant_or_range(bits, dtype) else ""
+    if _is_constant_or_range(bits, dtype):
+        return "constant"
+    return "literals" if _all_literals(bits, dtype, literals) else ""

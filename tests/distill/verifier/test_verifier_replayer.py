@@ -188,6 +188,10 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     assert taken(w.t()) == taken(w[1:3]) == taken(torch.cat([w.flatten(), bias])) == "parameters"
     assert taken(torch.zeros(7)) == taken(torch.arange(6)) == taken(torch.arange(5.0, 0.0, -1.0)) == "constant"
     assert taken(w * 2) == taken(w @ w.t()) == taken(torch.cat([bias, bias])) == ""
+    written = kernelsrc.literals("W = torch.tensor([0.1, -2.5, 3])")
+    table = torch.tensor([0.1, 2.5, -2.5, 3.0, 0.1])
+    assert statecheck.classify({"data": codec.raw_u8(table).clone(), "dtype": "float32"}, ref, written) == "literals"
+    assert statecheck.classify({"data": codec.raw_u8(table * 1.5).clone(), "dtype": "float32"}, ref, written) == ""
 
 
 # -- through a pool: whatever the worker says ---------------------------------------------------------------
