@@ -106,7 +106,9 @@ def compare_outputs(call: dict[str, Any], expected: dict[str, Any], device: str)
             return Finding("wrong_output", f"output {i} is on {o.get('device')}, expected {device}")
         ok, info = tolerance.compare(data, r, tol=_bound(expected, i))
         if not ok:
-            what = info.get("error") or (f"norm rel err {info.get('norm_rel_err', 0):.3g} "
+            what = info.get("error") or (f"{info['mismatched']} of {r.numel()} elements differ (exact comparison)"
+                                         if info.get("exact") else
+                                         f"norm rel err {info.get('norm_rel_err', 0):.3g} "
                                          f"(limit {info.get('norm_limit')}), "
                                          f"{info.get('elements_out_of_tol', 0)} elements out of tolerance")
             return Finding("wrong_output", f"output {i} differs from the reference: {what}", {"compare": info})
