@@ -62,7 +62,9 @@ def make_pairs(n_pairs: int, device: str, seed: int) -> list[tuple[str, str, str
         hostile = hostile[:n_pairs // 2]
     pairs = [("hostile", c["name"], (FIX / "problems" / f"{c['problem']}.py").read_text(),
               (FIX / "candidates" / "hostile" / f"{c['name']}.py").read_text()) for c in hostile]
-    names = [n for n in manifest["honest"] if n in GPU_SIZES]  # the same ten as every earlier run
+    # the ten of earlier runs but softmax_rowsum, which screening refuses since 2026-11-26 (rows of a
+    # softmax sum to one: a constant passes it)
+    names = [n for n in manifest["honest"] if n in GPU_SIZES]
     i = 0
     while len(pairs) < n_pairs:
         name = names[i % len(names)]
