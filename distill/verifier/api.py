@@ -27,9 +27,11 @@ def verify(problem: Any, candidate_source: str, device: str = "cpu", timeout: fl
            max_memory_mb: int | None = None, seeds: list[int] | None = None) -> Verdict:
     """Verify one candidate against one problem (a Problem-like object or KernelBench module source).
 
-    The first call per (device, limits) starts a one-worker pool that later calls reuse; use
-    `VerifierPool` directly for batches and concurrency. `seeds` replays a recorded verdict's
-    `checks["replay"]["seeds"]`.
+    The problem is screened first, as `distill` screens it (screen.py): one whose output a constant,
+    or an answer that ignores an input, would pass raises ProblemError saying why, and no verdict is
+    charged to the candidate. The first call per (device, limits) starts a one-worker pool that
+    later calls reuse; use `VerifierPool` directly for batches and concurrency. `seeds` replays a
+    recorded verdict's `checks["replay"]["seeds"]`.
     """
     return _shared_pool(device, timeout, max_memory_mb).verify(problem, candidate_source, seeds=seeds)
 
