@@ -248,12 +248,12 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
 
 
 def _replay(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
-            found: judge.Finding) -> tuple[judge.Finding, replaycheck.Prepared]:
+            found: judge.Finding, stream: bool) -> tuple[judge.Finding, replaycheck.Prepared]:
     """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's
     module; and what was sent to it (the timing may send it again)."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
                                {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
-                               pool.max_memory_mb << 20, found.checks)
+                               pool.max_memory_mb << 20, found.checks, stream)
     if prep.msg is None:
         return prep.finding, prep
     proc = pool.acquire_replayer(slot.gpu)
@@ -346,7 +346,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         replayed = None
         if found.status is None:  # provenance, from a process that never ran the candidate's module
             phase = "replay"
-            found, replayed = _replay(pool, slot, spec, ref, run, found)
+            found, replayed = _replay(pool, slot, spec, ref, run, found, stream)
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"

@@ -83,9 +83,9 @@ class Prepared:
 
 
 def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, params: dict[str, Any],
-            seeds: dict[str, int], byte_limit: int, checks: dict[str, Any]) -> Prepared:
+            seeds: dict[str, int], byte_limit: int, checks: dict[str, Any], stream: bool = False) -> Prepared:
     """The `replay` command for the record of trial `traced` in the worker's `run` report; `seeds`:
-    the secret trial's and the other trial's."""
+    the secret trial's and the other trial's; `stream`: the job's input sets are made per call."""
     call = _traced(run, traced)
     if call is None:
         return Prepared(finding=judge.Finding("not_triton", "no call could be replayed: the traced trial sent no "
@@ -104,7 +104,8 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
     storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate))
     msg = {"cmd": "replay", "problem": problem, "kernels": source.text, "kernel_names": source.kernels,
-           "trace": {**record, "storages": storages}, "byte_limit": byte_limit, "runs": RUNS, "seeds": seeds}
+           "trace": {**record, "storages": storages}, "byte_limit": byte_limit, "runs": RUNS, "seeds": seeds,
+           "stream": stream}
     return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks,
                     skipped=source.skipped)
 
@@ -113,6 +114,12 @@ def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], se
            run: dict[str, Any], device: str) -> judge.Finding:
     """The replayer's report judged (judge.judge_replay), after the inputs it made are checked."""
     same_inputs(rep, trials, {"secret": secret, "other": other})
+    short = rep.get("problem_memory") or next((r.get("out_of_memory") for r in rep.get("runs") or []
+                                              if isinstance(r, dict) and r.get("out_of_memory")), None)
+    if short:  # the replayer holds the inputs beside the record's buffers: a limit of the verifier's own
+        from distill.verifier.problemio import ProblemError
+
+        raise ProblemError(f"too large for this verifier's replay: {_PLAIN.sub('?', str(short))[:300]}")
     try:
         found = judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
                                    prep.checks)

@@ -35,7 +35,7 @@ import torch
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from distill.verifier import calls, gpu_compile, guard, problemio, provenance, timing
+from distill.verifier import calls, gpu_compile, guard, inputsets, problemio, provenance, timing
 from distill.verifier.replay import NotReplayable, Program
 
 _KINDS = (JITFunction, InterpretedFunction)
@@ -44,6 +44,31 @@ _KINDS = (JITFunction, InterpretedFunction)
 def _copies(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
     return [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type, "shape": list(t.shape),
              "data": t.detach().clone().to("cpu")} for t in tensors]
+
+
+class _Inputs:
+    """The input sets by name: made before the kernel-table block goes on and kept, or (`stream`: the
+    job's sets do not fit beside each other, memplan.py) fingerprinted then and made again for each
+    run with the block lifted meanwhile (inputsets.py does the same in a worker)."""
+
+    def __init__(self, mod: Any, seeds: dict[str, int], device: torch.device, stream: bool,
+                 block: provenance.BackendBlock, prints: dict[str, Any]) -> None:
+        self.mod, self.seeds, self.device, self.block, self.kept = mod, dict(seeds), device, block, {}
+        for key, seed in self.seeds.items():  # making inputs is compute: before the block goes on
+            values = problemio.make_inputs(mod, seed, device)
+            prints[key] = problemio.fingerprint(values)
+            if not stream:
+                self.kept[key] = values
+            del values
+
+    def __getitem__(self, key: str) -> list[Any]:
+        if key in self.kept:
+            return self.kept[key]
+        with inputsets.lifted(self.block):
+            return problemio.make_inputs(self.mod, self.seeds[key], self.device)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.seeds)
 
 
 def _launch(kernel: Any, args: tuple, grid: tuple, kwargs: dict) -> None:
@@ -83,10 +108,12 @@ def _session(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: t
         return
     name, path = "", os.path.join(scratch, f"kernels_{state['serial']}.py")
     try:
-        sets = {}
-        for key, seed in msg["seeds"].items():  # making inputs is compute: before the block goes on
-            sets[key] = problemio.make_inputs(mod, seed, device)
-            out["fingerprints"][key] = problemio.fingerprint(sets[key])
+        try:
+            sets = _Inputs(mod, msg["seeds"], device, bool(msg.get("stream")), block, out["fingerprints"])
+        except torch.OutOfMemoryError as exc:  # no kernel exists here yet: the problem's own size
+            out["problem_memory"] = f"the replayer ran out of memory making the inputs: {str(exc)[:300]}"
+            yield None
+            return
         block.install()
         block.complete()
         try:
@@ -141,8 +168,9 @@ def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device
     with _session(msg, state, scratch, device, token, block, out) as ready:
         if ready is None:
             return out
-        program, sets, kernels = ready
-        order = list(sets)
+        program, made, kernels = ready
+        order = list(made)
+        sets = {key: made[key] for key in order}  # both timing sets held, as a worker holds them
         bound = program.bind(device)
         checked: dict[str, Any] = {}
 
@@ -188,6 +216,9 @@ def _run(program: Program, inputs: list[Any], run: dict[str, Any], kernels: dict
         rep["outputs"] = _copies(outs)
     except NotReplayable as exc:
         rep["error"], rep["fatal"] = f"not replayable: {exc}", True
+    except torch.OutOfMemoryError as exc:  # a worker's budget, with more held: not the candidate's fault
+        rep["error"], rep["fatal"] = "out of memory", True
+        rep["out_of_memory"] = str(exc)[:300]
     except BaseException as exc:  # noqa: BLE001 - a kernel failing on replay is a finding
         err = calls.describe_error(exc)
         rep["error"] = f"{err['type']}: {err['message'][:300]}"
