@@ -53,6 +53,8 @@ INIT_SEED = 5
 # An input must move some output by this many times its bound: the trials draw other inputs than
 # screening did, and an effect at the bound itself would let its omission pass on some of them.
 EFFECT_MARGIN = 10.0
+# Elements of each output the constant check keeps per draw (the rest of a draw is freed at once).
+SAMPLE = 1 << 16
 # The scaled draw: not 1/2, for which an L1 or MSE loss of two U(0,1) inputs keeps its expected
 # value (synth/check.py's SHRINK, for the same reason).
 SHRINK = 0.3
@@ -155,6 +157,7 @@ def screen_module(mod: Any, device: Any) -> ScreenReport:
 def _checks(mod: Any, device: Any) -> ScreenReport:
     import torch
 
+    from distill.verifier import precision
     from distill.verifier.problemio import make_inputs, seed_all
     from distill.verifier.tolerance import compare
 
@@ -177,37 +180,64 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
         with torch.no_grad():
             return _tensors(model(*inputs), "forward")
 
+    kept: dict[int, list] = {}
+
+    def draw(k: int) -> list:
+        if k in kept:
+            return kept[k]
+        made = step(f"get_inputs (seed {SEEDS[k]})", functools.partial(make_inputs, mod, SEEDS[k], device))
+        if small:
+            kept[k] = made
+        return made
+
+    # Memory as the reference's own trials (memplan.py): draw 0's inputs and outputs stay, every other
+    # draw is made, run and freed, keeping a fixed sample of its outputs (SAMPLE elements each); a
+    # small problem (precision.MEASURE_BYTES) keeps its draws' inputs rather than make them again.
+    small = False
     model = step("Model(*get_init_inputs())", build)
-    trials = [step(f"get_inputs (seed {s})", lambda s=s: make_inputs(mod, s, device)) for s in SEEDS]
-    outs = [step("forward", lambda t=t: run(model, t)) for t in trials]
-    report = ScreenReport("ok", input_shapes=[list(v.shape) for v in trials[0] if isinstance(v, torch.Tensor)],
-                          input_dtypes=[str(v.dtype).removeprefix("torch.") for v in trials[0]
+    inputs0 = draw(0)
+    outs0 = step("forward", functools.partial(run, model, inputs0))
+    report = ScreenReport("ok", input_shapes=[list(v.shape) for v in inputs0 if isinstance(v, torch.Tensor)],
+                          input_dtypes=[str(v.dtype).removeprefix("torch.") for v in inputs0
                                         if isinstance(v, torch.Tensor)],
-                          output_shapes=[list(o.shape) for o in outs[0]],
-                          output_dtypes=[str(o.dtype).removeprefix("torch.") for o in outs[0]])
-    report.io_bytes = int(sum(v.numel() * v.element_size() for v in trials[0] if isinstance(v, torch.Tensor))
-                          + sum(o.numel() * o.element_size() for o in outs[0])
+                          output_shapes=[list(o.shape) for o in outs0],
+                          output_dtypes=[str(o.dtype).removeprefix("torch.") for o in outs0])
+    report.io_bytes = int(sum(v.numel() * v.element_size() for v in inputs0 if isinstance(v, torch.Tensor))
+                          + sum(o.numel() * o.element_size() for o in outs0)
                           + sum(p.numel() * p.element_size() for p in model.parameters()))
-    for k, o in enumerate(outs[0]):
-        if (o.is_floating_point() or o.is_complex()) and not bool(torch.isfinite(o).all()):
-            raise _Finding("degenerate", f"output {k} has NaN or infinite values")
-    again = step("forward", lambda: run(model, trials[0]))
+    small = 2 * report.io_bytes <= precision.MEASURE_BYTES
+    _finite(outs0)
+    again = step("forward", functools.partial(run, model, inputs0))
     twin = step("Model(*get_init_inputs())", build)
-    rebuilt = step("forward", functools.partial(run, twin, trials[0]))
+    rebuilt = step("forward", functools.partial(run, twin, inputs0))
     for label, got in (("the same model", again), ("a model rebuilt with the same seed", rebuilt)):
-        for k, (g, o) in enumerate(zip(got, outs[0])):
+        for k, (g, o) in enumerate(zip(got, outs0)):
             if g.shape != o.shape or not compare(g, o, det=True)[0]:
                 hint = " (training-mode dropout or another random op in forward?)" if label == "the same model" else ""
                 raise _Finding("nondeterministic", f"output {k}: {label} on the same inputs gave different "
                                                    f"values{hint}")
     del again, rebuilt
-    tols, report.tolerances = _bounds(model, twin, trials[:2], outs[:2], run, report.io_bytes)
-    del twin
+    picks = [_sample(o) for o in outs0]
+    samples = [[o.reshape(-1)[p] for o, p in zip(outs0, picks)]]
+    inputs1 = outs1 = None
+    for k in range(1, len(SEEDS)):
+        ins = draw(k)
+        outs = step("forward", functools.partial(run, model, ins))
+        _finite(outs)
+        samples.append([o.reshape(-1)[p] if o.shape == b.shape else None for o, b, p in zip(outs, outs0, picks)])
+        if k == 1:
+            inputs1, outs1 = ins, outs
+        del ins, outs
+    tols, report.tolerances = _bounds(model, twin if small else None, [inputs0, inputs1], [outs0, outs1], run,
+                                      report.io_bytes)
+    del twin, inputs1, outs1
     for k, tol in enumerate(tols):
-        if _constant_passes([trial[k] for trial in outs], lambda a, b, tol=tol: compare(a, b, tol=tol)):
+        per_draw = [draw_k[k] for draw_k in samples]
+        if all(t is not None for t in per_draw) and _constant_passes(per_draw,
+                                                                     lambda a, b, tol=tol: compare(a, b, tol=tol)):
             raise _Finding("degenerate", f"output {k} is (near) constant: a kernel that writes a constant passes "
                                          f"the verifier's tolerance on every trial")
-    report.effects = _effects(model, trials, outs, tols, run, step)
+    report.effects = _effects(model, inputs0, outs0, draw, tols, run, step)
     for i, effect in enumerate(report.effects):
         if effect is not None and effect < EFFECT_MARGIN:
             raise _Finding("degenerate", f"input {i} does not move any output well over the verifier's tolerance "
@@ -216,16 +246,35 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
     return report
 
 
-def _bounds(model: Any, twin: Any, trials: list, outs: list, run: Any, io_bytes: int) -> tuple[list, list]:
+def _finite(outs: list) -> None:
+    import torch
+
+    for k, o in enumerate(outs):
+        if (o.is_floating_point() or o.is_complex()) and not bool(torch.isfinite(o).all()):
+            raise _Finding("degenerate", f"output {k} has NaN or infinite values")
+
+
+def _sample(out: Any) -> Any:
+    """The positions of `out` the constant check compares on every draw: all of a small output, a
+    fixed sample of SAMPLE of a large one (whether one constant passes shows on any large sample)."""
+    import torch
+
+    n = out.numel()
+    if n <= SAMPLE:
+        return slice(None)
+    return torch.randint(0, n, (SAMPLE,), generator=torch.Generator().manual_seed(n)).to(out.device)
+
+
+def _bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: int) -> tuple[list, list]:
     """Each output's bound (tolerance.fitted from precision.measure) and its record for the report;
-    `twin` (the same model, rebuilt) becomes the fp64 model."""
+    `twin` (the same model, rebuilt; None past precision.MEASURE_BYTES) becomes the fp64 model."""
     from distill.verifier import precision
     from distill.verifier.tolerance import fitted, tolerance_for
 
-    if 2 * io_bytes > precision.MEASURE_BYTES:
+    if twin is None:
         measured: Any = f"not measured: {io_bytes} bytes of parameters, inputs and outputs"
     else:
-        measured = precision.measure(model, twin.double(), trials, outs, run)
+        measured = precision.measure(model, twin.double(), draws, outs, run)
     tols, records = [], []
     for k, o in enumerate(outs[0]):
         table = tolerance_for(o.dtype)
@@ -247,27 +296,30 @@ def _bounds(model: Any, twin: Any, trials: list, outs: list, run: Any, io_bytes:
     return tols, records
 
 
-def _effects(model: Any, trials: list, outs: list, tols: list, run: Any, step: Any) -> list[float | None]:
-    """Per tensor input: the largest change that replacing it (by the other draws, then the draw
+def _effects(model: Any, inputs0: list, outs0: list, draw: Any, tols: list, run: Any, step: Any) -> list[float | None]:
+    """Per tensor input: the largest change that replacing it (by the other draws' one, then draw 0's
     scaled by SHRINK) made to any output, normwise, in multiples of that output's bound, stopping
     once one reaches EFFECT_MARGIN; inf where an exact output changed or an output changed shape."""
     import torch
 
     effects: list[float | None] = []
-    for i, a in enumerate(trials[0]):
-        others = [t[i] for t in trials[1:] if isinstance(t[i], torch.Tensor) and isinstance(a, torch.Tensor)
-                  and t[i].shape == a.shape]
-        if not others:
+    for i, a in enumerate(inputs0):
+        if not isinstance(a, torch.Tensor):
             effects.append(None)
             continue
-        best = 0.0
-        for c in others + ([a * SHRINK] if a.is_floating_point() else []):
-            got = step("forward", functools.partial(run, model, trials[0][:i] + [c] + trials[0][i + 1:]))
-            for g, o, tol in zip(got, outs[0], tols):
+        best, tried = 0.0, 0
+        for k in list(range(1, len(SEEDS))) + ([None] if a.is_floating_point() else []):
+            c = a * SHRINK if k is None else draw(k)[i]
+            if not isinstance(c, torch.Tensor) or c.shape != a.shape:
+                continue
+            tried += 1
+            got = step("forward", functools.partial(run, model, inputs0[:i] + [c] + inputs0[i + 1:]))
+            for g, o, tol in zip(got, outs0, tols):
                 best = max(best, _change(g, o, tol))
+            del c, got
             if best >= EFFECT_MARGIN:
                 break
-        effects.append(best)
+        effects.append(best if tried else None)
     return effects
 
 
@@ -279,9 +331,11 @@ def _change(got: Any, base: Any, tol: Any) -> float:
         return float("inf")
     if tol is None or not (base.is_floating_point() or base.is_complex()):
         return 0.0 if torch.equal(got, base) else float("inf")
-    work = torch.complex128 if base.is_complex() else torch.float64
-    d = float(torch.linalg.vector_norm((got.to(work) - base.to(work))))
-    n = float(torch.linalg.vector_norm(base.to(work)))
+    from distill.verifier.tolerance import norm2
+
+    work = base if base.dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128) else base.float()
+    d = norm2(got.to(work.dtype) - work)
+    n = norm2(work)
     if d == 0:
         return 0.0
     return float("inf") if n == 0 else d / n / tol.norm_rel

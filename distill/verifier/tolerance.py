@@ -154,7 +154,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, det: bool = False,
     return ok, info
 
 
-def _norm(x: torch.Tensor) -> float:
+def norm2(x: torch.Tensor) -> float:
     """2-norm; torch's cascaded float32 sum is accurate to ~1e-7 here, float64 only on overflow."""
     n = float(torch.linalg.vector_norm(x))
     if n == float("inf"):
@@ -167,8 +167,8 @@ def _finite_compare(of: torch.Tensor, rf: torch.Tensor, tol: Tolerance,
     """None when either tensor holds a NaN or an infinity (then the caller masks them out)."""
     info: dict[str, Any] = {"nonfinite_where_ref_finite": 0}
     diff = (of - rf).abs()
-    ref_norm = _norm(rf)
-    err_norm = _norm(diff)
+    ref_norm = norm2(rf)
+    err_norm = norm2(diff)
     if not (math.isfinite(ref_norm) and math.isfinite(err_norm)):
         return None
     rms = ref_norm / max(rf.numel(), 1) ** 0.5

@@ -138,3 +138,17 @@ def test_screening_refuses_what_a_kernel_could_ignore():
 def test_tf32_rounds_to_nearest_even():
     x = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.0 + 2.0 ** -10 + 2.0 ** -12, float("inf")])
     assert precision.tf32(x).tolist() == [1.0, 1.0 + 2.0 ** -9, 1.0 + 2.0 ** -10, float("inf")]
+
+
+def test_a_large_problem_streams_its_draws_and_keeps_the_table(monkeypatch):
+    """Past precision.MEASURE_BYTES nothing is measured (the fp64 copies would double the problem) and
+    only draw 0 stays whole: the constant check reads a fixed sample of each other draw's outputs."""
+    monkeypatch.setattr(precision, "MEASURE_BYTES", 0)
+    monkeypatch.setattr(screen, "SAMPLE", 64)
+    report = _screen("class Model(nn.Module):\n    def forward(self, a, b):\n        return a * b + 1e-3 * b\n",
+                     "[torch.randn(1000), torch.randn(1000)]")
+    assert report.status == "ok" and report.tolerances[0]["basis"] == "table"
+    assert report.tolerances[0]["why"].startswith("not measured")
+    flat = _screen("class Model(nn.Module):\n    def forward(self, x):\n        return 1.0 + 1e-5 * x\n",
+                   "[torch.rand(4096)]")
+    assert flat.status == "degenerate" and "constant" in flat.reason
