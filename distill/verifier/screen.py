@@ -207,16 +207,21 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
                           + sum(p.numel() * p.element_size() for p in model.parameters()))
     small = 2 * report.io_bytes <= precision.MEASURE_BYTES
     _finite(outs0)
-    again = step("forward", functools.partial(run, model, inputs0))
-    twin = step("Model(*get_init_inputs())", build)
-    rebuilt = step("forward", functools.partial(run, twin, inputs0))
-    for label, got in (("the same model", again), ("a model rebuilt with the same seed", rebuilt)):
+
+    def same(label: str, again_model: Any) -> None:
+        got = step("forward", functools.partial(run, again_model, inputs0))
         for k, (g, o) in enumerate(zip(got, outs0)):
             if g.shape != o.shape or not compare(g, o, det=True)[0]:
                 hint = " (training-mode dropout or another random op in forward?)" if label == "the same model" else ""
                 raise _Finding("nondeterministic", f"output {k}: {label} on the same inputs gave different "
                                                    f"values{hint}")
-    del again, rebuilt
+
+    same("the same model", model)
+    # A rebuilt model: now where it also becomes the fp64 model, else at the end, once `model` is gone
+    # (two models at once would double a large problem's parameters).
+    twin = step("Model(*get_init_inputs())", build) if small else None
+    if twin is not None:
+        same("a model rebuilt with the same seed", twin)
     picks = [_sample(o) for o in outs0]
     samples = [[o.reshape(-1)[p] for o, p in zip(outs0, picks)]]
     inputs1 = outs1 = None
@@ -225,11 +230,10 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
         outs = step("forward", functools.partial(run, model, ins))
         _finite(outs)
         samples.append([o.reshape(-1)[p] if o.shape == b.shape else None for o, b, p in zip(outs, outs0, picks)])
-        if k == 1:
+        if k == 1 and small:  # the fp64 measurement's second draw
             inputs1, outs1 = ins, outs
         del ins, outs
-    tols, report.tolerances = _bounds(model, twin if small else None, [inputs0, inputs1], [outs0, outs1], run,
-                                      report.io_bytes)
+    tols, report.tolerances = _bounds(model, twin, [inputs0, inputs1], [outs0, outs1], run, report.io_bytes)
     del twin, inputs1, outs1
     for k, tol in enumerate(tols):
         per_draw = [draw_k[k] for draw_k in samples]
@@ -238,6 +242,9 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
             raise _Finding("degenerate", f"output {k} is (near) constant: a kernel that writes a constant passes "
                                          f"the verifier's tolerance on every trial")
     report.effects = _effects(model, inputs0, outs0, draw, tols, run, step)
+    if not small:
+        del model
+        same("a model rebuilt with the same seed", step("Model(*get_init_inputs())", build))
     for i, effect in enumerate(report.effects):
         if effect is not None and effect < EFFECT_MARGIN:
             raise _Finding("degenerate", f"input {i} does not move any output well over the verifier's tolerance "
