@@ -253,7 +253,7 @@ def _replay(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, A
     module; and what was sent to it (the timing may send it again)."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
                                {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
-                               pool.max_memory_mb << 20, found.checks, stream)
+                               pool.device_memory_bytes, found.checks, stream)
     if prep.msg is None:
         return prep.finding, prep
     proc = pool.acquire_replayer(slot.gpu)

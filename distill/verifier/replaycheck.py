@@ -19,7 +19,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from distill.verifier import judge, kernelsrc, statecheck
+import torch
+
+from distill.verifier import codec, judge, kernelsrc, statecheck
+from distill.verifier.record import scrub
 
 _PLAIN = re.compile(r"[^A-Za-z0-9_ .,:;()'\-/<>=+\[\]]")
 RUNS = [{"name": "secret", "inputs": "secret"}, {"name": "other", "inputs": "other"},
@@ -55,15 +58,15 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
         if not isinstance(s, dict) or s.get("kind") != "state":
             storages.append(s)
             continue
-        nbytes = s.get("nbytes") if type(s.get("nbytes")) is int else 0
-        limit -= nbytes
+        limit -= s["data"].numel() if type(s.get("data")) is torch.Tensor else 0  # the bytes sent, not the claim
         taken = statecheck.classify(s, params or {}, literals) if limit >= 0 else ""
         kinds.append(taken or "poisoned")
         if taken:
             storages.append(s)
         else:
             storages.append({k: v for k, v in s.items() if k != "data"} | {"kind": "poison"})
-            poisoned.append(f"a {s.get('dtype')} tensor of {s.get('nbytes')} bytes")
+            dtype = s.get("dtype") if s.get("dtype") in codec.DTYPES else "?"  # the worker's words: known ones only
+            poisoned.append(f"a {dtype} tensor of {s['data'].numel() if type(s.get('data')) is torch.Tensor else 0} bytes")
     return storages, kinds, poisoned
 
 
@@ -99,8 +102,8 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
     source = kernelsrc.extract(candidate)
     missing = sorted(_launched(record) - set(source.kernels))
     if source.error or missing:
-        what = source.error or f"kernel {missing[0]} is not rebuilt from the module's source: " \
-            f"{source.why_missing(missing[0])}"
+        name = scrub(missing[0])  # a name the worker sent: an identifier or nothing
+        what = source.error or f"kernel {name} is not rebuilt from the module's source: {source.why_missing(name)}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
     storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate))
     msg = {"cmd": "replay", "problem": problem, "kernels": source.text, "kernel_names": source.kernels,
