@@ -23,23 +23,38 @@ interpreter's semantics except where they differed from a GPU's:
   representation, `isinstance(BLOCK, tl.constexpr)`, an object that answers differently the second
   time), whatever it holds (numpy, a plain Python helper, host arithmetic on loaded values).
 
-Triton's own library functions (`tl.sum`, `tl.softmax`, ...) get the same rewrite without markers.
+* **Values, not the interpreter's objects.** Straight-line code can read differently too: the
+  interpreter swaps Triton's builtins for its own (`tl.static_print is print` holds only there) and a
+  tensor's `.handle` is a numpy-backed TensorHandle there, an MLIR value in a compile. In the
+  candidate's functions, an attribute `.handle` or any private one refuses the kernel when it is
+  rewritten; comparisons (`==`, `is`, `in`, ...), `isinstance` and `getattr` go through helpers that
+  refuse a comparison or type test unless a tensor or only plain values (numbers, strings, None,
+  dtypes, jit functions) take part, and a `getattr` of a private or representation name.
+
+Triton's own library functions (`tl.sum`, `tl.softmax`, ...) get the same rewrite without markers or
+the value rules.
 """
 from __future__ import annotations
 
 import ast
 import functools
+import operator
 import types
 from typing import Any, Callable
 
+import torch
 import triton.language as tl
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 
 from distill.verifier import gpu_compile, gpu_deps
 
-BRANCH, ASSIGN = "__tf_branch__", "__tf_assign__"
-_RESERVED = frozenset({BRANCH, ASSIGN, "__tf_outer__"})
+BRANCH, ASSIGN, COMPARE, ISINSTANCE, GETATTR = (
+    "__tf_branch__", "__tf_assign__", "__tf_compare__", "__tf_isinstance__", "__tf_getattr__")
+_HELPERS = (BRANCH, ASSIGN, COMPARE, ISINSTANCE, GETATTR)
+_RESERVED = frozenset({*_HELPERS, "__tf_outer__"})
+# Attributes of a tensor that lead to the interpreter's representation (numpy arrays): none of a GPU's.
+_REPRESENTATION = frozenset({"handle"})
 
 
 # The blocks the current launch's GPU compile generated code for ((code, line, column) of their first
@@ -52,6 +67,45 @@ def _assign(value: Any) -> Any:
     if isinstance(value, tl.constexpr):
         value = value.value
     return interpreter.interpreter_semantic.to_tensor(value, False)
+
+
+def _plain(value: Any) -> bool:
+    """A value a kernel may compare or test: the same in a compile and in the interpreter."""
+    kind = type(value)
+    if kind is tl.constexpr:
+        return _plain(value.value)
+    if value is None or kind in (bool, int, float, str, torch.dtype, InterpretedFunction) or isinstance(value, tl.dtype):
+        return True
+    return kind in (tuple, list, torch.Size) and all(_plain(v) for v in value)
+
+
+def _values_only(what: str, *values: Any) -> None:
+    if not any(isinstance(v, tl.tensor) for v in values) and not all(_plain(v) for v in values):
+        kinds = ", ".join(sorted({type(v).__name__ for v in values if not _plain(v)}))
+        raise gpu_compile.GpuCompileError(
+            f"a kernel {what} an object ({kinds}), not a value: Triton's own objects are not the same in the "
+            "interpreter as in a compile, so the answer would differ from a GPU's")
+
+
+_OPS = {"Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+        "GtE": operator.ge, "Is": operator.is_, "IsNot": operator.is_not, "In": lambda a, b: a in b,
+        "NotIn": lambda a, b: a not in b}
+
+
+def _compare(op: str, left: Any, right: Any) -> Any:
+    _values_only("compares", left, right)
+    return _OPS[op](left, right)
+
+
+def _isinstance(value: Any, kinds: Any) -> bool:
+    _values_only("tests the type of", value)
+    return isinstance(value, kinds)
+
+
+def _getattr(value: Any, name: Any, *default: Any) -> Any:
+    if type(name) is not str or name.startswith("_") or name in _REPRESENTATION:
+        raise gpu_compile.GpuCompileError(f"a kernel reads attribute {name!r}: not a public attribute of Triton's")
+    return getattr(value, name, *default)
 
 
 def _branch(code: types.CodeType, name: str, line: int, col: int) -> None:
@@ -86,7 +140,25 @@ class _Rewrite(ast.NodeTransformer):
     def visit_Name(self, node: ast.Name) -> ast.Name:
         if node.id in _RESERVED:
             raise gpu_compile.GpuCompileError(f"name {node.id} is reserved by the verifier's interpreter")
+        if self.marks and isinstance(node.ctx, ast.Load) and node.id in ("isinstance", "getattr"):
+            return ast.copy_location(ast.Name(id=ISINSTANCE if node.id == "isinstance" else GETATTR, ctx=ast.Load()),
+                                     node)
         return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.Attribute:
+        if self.marks and (node.attr.startswith("_") or node.attr in _REPRESENTATION):
+            raise gpu_compile.GpuCompileError(
+                f"a kernel reads attribute .{node.attr} (line {node.lineno} of its source): the interpreter's "
+                "representation, not a GPU's")
+        self.generic_visit(node)
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        self.generic_visit(node)
+        if not self.marks or len(node.ops) != 1:  # a chained comparison: the code generator refuses it
+            return node
+        call = self._call(COMPARE, [ast.Constant(type(node.ops[0]).__name__), node.left, node.comparators[0]])
+        return ast.copy_location(call, node)
 
     def visit_arg(self, node: ast.arg) -> ast.arg:
         if node.arg in _RESERVED:
@@ -133,7 +205,7 @@ def rewrite_function(fn: Callable, src: str, first_line: int, marks: bool) -> Ca
     func.decorator_list = []
     outer = ast.FunctionDef(
         name="__tf_outer__",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=BRANCH), ast.arg(arg=ASSIGN)], kwonlyargs=[],
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=name) for name in _HELPERS], kwonlyargs=[],
                            kw_defaults=[], defaults=[]),
         body=[func, ast.Return(value=ast.Name(id=func.name, ctx=ast.Load()))], decorator_list=[], returns=None,
         type_comment=None)
@@ -144,7 +216,7 @@ def rewrite_function(fn: Callable, src: str, first_line: int, marks: bool) -> Ca
     scope: dict[str, Any] = {}
     exec(code, fn.__globals__, scope)  # noqa: S102 - the candidate's jit function, as Triton's interpreter runs it
     branch = functools.partial(_branch, fn.__code__, fn.__name__) if marks else None
-    return scope["__tf_outer__"](branch, _assign)
+    return scope["__tf_outer__"](branch, _assign, _compare, _isinstance, _getattr)
 
 
 def install() -> None:

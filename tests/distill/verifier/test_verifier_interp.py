@@ -119,11 +119,24 @@ def dtypes(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def diverges(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def diverges(x_ptr, out_ptr, n, one, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n)
-    y = x * 2 if getattr(x.handle, "data", None) is None else x * 3
+    y = x * 2 if isinstance(one, int) else x * 3  # an int equal to 1 is a constant in a compile only
     tl.store(out_ptr + offs, y, mask=offs < n)
+
+
+@triton.jit
+def representation(x_ptr, n, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    d: tl.constexpr = getattr(x.handle, "data", 0)
+    tl.store(x_ptr + tl.arange(0, BLOCK), x + d)
+
+
+@triton.jit
+def identity(x_ptr, n, BLOCK: tl.constexpr):
+    k = int(tl.static_print is print)  # the interpreter's static_print is Python's print
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.load(x_ptr + tl.arange(0, BLOCK)) * k)
 
 
 @triton.jit
@@ -151,7 +164,11 @@ y = torch.empty(64)
 constexprs[(1,)](x.float(), y, 64, ACT=relu, SHAPE=y.shape)  # a jit function, a torch.Size, a default
 assert torch.equal(y, x.float().clamp(min=0))
 with pytest.raises(gpu_compile.GpuCompileError, match="generated no code"):
-    diverges[(1,)](x.float(), out.float(), 64, BLOCK=64)
+    diverges[(1,)](x.float(), out.float(), 64, 1, BLOCK=64)
+with pytest.raises(gpu_compile.GpuCompileError, match="attribute .handle"):
+    representation[(1,)](x.float(), 64, BLOCK=64)
+with pytest.raises(gpu_compile.GpuCompileError, match="compares an object"):
+    identity[(1,)](x.float(), 64, BLOCK=64)
 with pytest.raises(gpu_compile.GpuCompileError, match="reserved"):
     reserved[(1,)](x, 64, BLOCK=64)
 '''
