@@ -28,8 +28,8 @@ interpreter's semantics except where they differed from a GPU's:
   tensor's `.handle` is a numpy-backed TensorHandle there, an MLIR value in a compile. In the
   candidate's functions, an attribute `.handle` or any private one refuses the kernel when it is
   rewritten; comparisons (`==`, `is`, `in`, ...), `isinstance` and `getattr` go through helpers that
-  refuse a comparison or type test unless a tensor or only plain values (numbers, strings, None,
-  dtypes, jit functions) take part, and a `getattr` of a private or representation name.
+  refuse a comparison or type test unless a Triton value (a tensor, a block pointer, a descriptor)
+  or only plain values (numbers, strings, None, dtypes, jit functions) take part, and a `getattr` of a private or representation name.
 
 Triton's own library functions (`tl.sum`, `tl.softmax`, ...) get the same rewrite without markers or
 the value rules.
@@ -80,7 +80,7 @@ def _plain(value: Any) -> bool:
 
 
 def _values_only(what: str, *values: Any) -> None:
-    if not any(isinstance(v, tl.tensor) for v in values) and not all(_plain(v) for v in values):
+    if not any(isinstance(v, tl.core.base_value) for v in values) and not all(_plain(v) for v in values):
         kinds = ", ".join(sorted({type(v).__name__ for v in values if not _plain(v)}))
         raise gpu_compile.GpuCompileError(
             f"a kernel {what} an object ({kinds}), not a value: Triton's own objects are not the same in the "
