@@ -61,8 +61,16 @@ def lane_problem(problem: Any, device: str) -> tuple[Any, dict[str, str] | None]
     return twin, {"of": problem.problem_id, "profile": problem.profile, "twin": twin.problem_id}
 
 
-class NotCovered(ValueError):
+class NoTwin(ValueError):
+    """No twin can be made; `status` is what the check records ("unavailable", "not covered")."""
+
+    status = "unavailable"
+
+
+class NotCovered(NoTwin):
     """Module text whose sizes the verifier cannot change; the message says why."""
+
+    status = "not covered"
 
 
 def _int_value(node: ast.AST) -> int | None:
@@ -193,13 +201,16 @@ def _apply(source: str, edits: list[tuple[ast.AST, int]]) -> str:
 
 def _twin_of(problem: Any) -> tuple[Any, dict[str, Any]]:
     """The secret resized twin to run and what to record of it: synth's recipe where the problem has
-    one, else the module text rewritten (`module_twin`). Raises NotCovered (module text) or
-    synth's TwinError (a recipe with nothing to resize)."""
+    one, else the module text rewritten (`module_twin`). Raises NoTwin saying why there is none."""
     if not isinstance(problem, str):
         from synth.problem import Problem  # synth problems keep their own path for now
+        from synth.realize import TwinError
 
         if isinstance(problem, Problem) and problem.recipe:
-            twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
+            try:
+                twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
+            except TwinError as exc:
+                raise NoTwin(str(exc)) from None
             return twin, {"problem_id": twin.problem_id}
     source = problem if isinstance(problem, str) else problem.source
     text, changed = module_twin(source, secrets.SystemRandom())
@@ -212,15 +223,10 @@ def check_resized(pool: "VerifierPool", problem: Any, candidate_source: str, spe
     `checks["resized"]`; with resized="required" a failure there is the verdict. A twin that cannot be
     made ("unavailable" for a synth recipe with nothing to resize, "not covered" for module text) or
     whose reference fails decides nothing."""
-    from synth.realize import TwinError
-
     try:
         twin, record = _twin_of(problem)
-    except NotCovered as exc:
-        verdict.checks["resized"] = {"status": "not covered", "reason": str(exc)[:300]}
-        return verdict
-    except TwinError as exc:
-        verdict.checks["resized"] = {"status": "unavailable", "reason": str(exc)[:300]}
+    except NoTwin as exc:
+        verdict.checks["resized"] = {"status": exc.status, "reason": str(exc)[:300]}
         return verdict
     tspec = JobSpec.make(twin, candidate_source, pool.device, spec.timeout, trials=2, timing_trials=1,
                          warmup=0, static_checks=False)
