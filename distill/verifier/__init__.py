@@ -1,15 +1,11 @@
 """distill.verifier: decides whether a Triton candidate is genuine, correct and honestly timed.
 
 Trust boundary (details: docs/verifier.md):
-  trusted, the caller's process   api/pool/job -> judge, tolerance, verdict, environ: every seed and
-                                  the trial schedule (schedule.py: each seed handed over with its
-                                  call), expected outputs, every comparison and the Verdict itself;
-                                  what a worker leaves running, counted by the kernel (running.py)
+  trusted, the caller's process   api/pool/job -> judge, tolerance, verdict, environ: inputs' seeds,
+                                  expected outputs, every comparison and the Verdict itself
   trusted, own process            reference.py: runs the problem's Model on seeded inputs
-  sandboxed, one per slot         worker.py (+ candidate, construct, inputsets, guard, calls, record,
-                                  seal, provenance, bands, caps): the candidate in a netns, under
-                                  Landlock (reads an allow-list), seccomp and memory caps, watched
-                                  from its module's first byte, constructed on decoy weights;
+  sandboxed, one per slot         worker.py (+ guard, calls, replay, seal, provenance, bands, caps):
+                                  the candidate in a netns, under Landlock, seccomp and memory caps;
                                   everything it reports (outputs, the traced call's record, the state
                                   it kept) is a claim the parent checks
   sandboxed, never the candidate  replayer.py (worker_main, role "replayer"): runs the traced record

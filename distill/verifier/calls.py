@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy
 import torch
 
-from distill.verifier import codec, guard, provenance
+from distill.verifier import codec, guard, provenance, record
 from distill.verifier.bands import Bands
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
@@ -85,11 +85,11 @@ def _storage_span(t: torch.Tensor) -> tuple[int, int]:
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
-def tensors_of(values: Any) -> list[torch.Tensor]:
+def _tensors(values: Any) -> list[torch.Tensor]:
     if type(values) is torch.Tensor:
         return [values]
     if isinstance(values, (list, tuple)):
-        return [t for v in values for t in tensors_of(v)]
+        return [t for v in values for t in _tensors(v)]
     return []
 
 
@@ -108,7 +108,7 @@ def check_structure(out: Any) -> tuple[list[torch.Tensor] | None, bool, str]:
 
 def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
     found = []
-    ins = tensors_of(inputs)
+    ins = _tensors(inputs)
     for oi, o in enumerate(outputs):
         lo, hi = _storage_span(o)
         for ii, t in enumerate(ins):
@@ -121,10 +121,8 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
 def run_call(model: Any, inputs: list, pristine: list | None, token: object, trace: bool,
              sync: Callable[[], None], input_bands: Bands | None = None) -> dict[str, Any]:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
-    `pristine` are host copies of `inputs` as made, to tell whether forward changed them (None: the
-    caller compares). With `trace`, the report's "_trace" and "_outputs" (worker-only, popped before
-    the reply) hold the call's record and outputs, which record.serialise turns into data for a
-    replayer when the parent asks for it."""
+    `pristine` are host copies of `inputs` as made, to tell whether forward changed them. With
+    `trace`, the report's "trace" is the call's record as data (record.serialise), for a replayer."""
     guard.ctl(token, "record", True)
     if trace:
         guard.ctl(token, "trace", None)
@@ -149,7 +147,6 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
     rec = guard.collect(token)
     report: dict[str, Any] = {
         "error": err, "launches": len(rec["launches"]), "kernels": sorted(set(rec["launches"])),
-        "launches_by_kernel": {k: rec["launches"].count(k) for k in sorted(set(rec["launches"]))},
         "foreign": sorted(set(rec["foreign"])), "aten": rec["aten"], "blocked": rec["blocked"],
         "denials": rec["denials"], "outputs": None, "sequence": False, "bad_type": "", "aliases": [],
         "out_of_bounds": [], "call_s": call_s, "harness_code": rec["harness_code"],
@@ -160,7 +157,9 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
         if tensors is not None:
             report["aliases"] = aliasing(tensors, inputs)
             if trace:
-                report["_trace"], report["_outputs"] = box[0], tensors
+                device = next((t.device for t in _tensors(inputs)), tensors[0].device if tensors else None)
+                report["trace"] = record.serialise(box[0], inputs, tensors, device) if device is not None else \
+                    {"error": "forward returned no tensor"}
             # Copies now: a candidate may hand back the same buffer next call, or write it later. On
             # the device (microseconds); the reply's encoding moves them to the host in one copy.
             report["outputs"] = _copies(tensors)

@@ -89,7 +89,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     busy: set[int] = set()
     get_ident = threading.get_ident
     getframe = sys._getframe
-    st: dict[str, Any] = {"own_file": None, "recording": False, "in_launch": 0, "trace": None, "quiet": False,
+    st: dict[str, Any] = {"own_file": None, "recording": False, "in_launch": 0, "trace": None,
                           "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": [], "streams": {},
                           "harness_code": []}
 
@@ -228,8 +228,6 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             st["own_file"] = arg
         elif cmd == "record":
             st["recording"] = bool(arg)
-        elif cmd == "quiet":  # the harness making inputs: the block's refusals there are its own
-            st["quiet"] = bool(arg)
         elif cmd == "trace":  # arg None: start a trace; a list: stop and hand the trace over
             if arg is None:
                 st["trace"] = []
@@ -273,7 +271,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                     st["trace"].append(("op",) + tuple(args))
                 return None
             if kind == "blocked":  # a compute kernel override fired: recorded even if caught
-                if not st["in_launch"] and not st["quiet"]:
+                if not st["in_launch"]:
                     st["blocked"][args[0]] = st["blocked"].get(args[0], 0) + 1
                 return None
             if kind == "call":  # a guarded function: args = (name, category, call_args, call_kwargs, box)

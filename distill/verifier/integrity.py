@@ -3,14 +3,12 @@
 Setting an attribute of a module or class is not an audit event, so after each phase the worker
 compares these namespaces with a snapshot taken before any candidate code ran. A replaced or
 deleted attribute (a patched `torch.allclose`, `time.perf_counter`, `torch.cuda.synchronize`,
-`torch.Tensor.__eq__`, the Triton launcher, any helper of this package's, private ones included)
-makes the verdict `forbidden`; new attributes are ignored because libraries add lazily imported
-submodules.
+`torch.Tensor.__eq__`, the Triton launcher) makes the verdict `forbidden`; new attributes are
+ignored because libraries add lazily imported submodules.
 """
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 # Namespaces whose attributes the harness, the timer or the comparison path reach.
@@ -46,25 +44,19 @@ def _resolve(dotted: str) -> Any:
     raise ImportError(dotted)
 
 
-_OWN = "distill.verifier."
-
-
 def snapshot() -> dict[str, dict[str, Any]]:
-    """References (not ids: a freed id can be reused) to every watched attribute: of the listed
-    modules and classes, and of every module of this package loaded now (the worker has them all)."""
+    """References (not ids: a freed id can be reused) to every watched attribute."""
     snap: dict[str, dict[str, Any]] = {}
-    own = sorted(m for m in sys.modules if m.startswith(_OWN))
-    for name in dict.fromkeys(MODULES + tuple(own) + CLASSES):
+    for name in MODULES + CLASSES:
         try:
             obj = _resolve(name)
         except (ImportError, AttributeError):
             continue
-        # Libraries' modules: public names only (they keep private caches and flags that change as
-        # they run; the static layer refuses private names). This package's modules and the
-        # classes: everything, private helpers included (their caches change in place, not by rebinding).
-        whole = name in CLASSES or name.startswith(_OWN)
+        # Modules: public names only (libraries keep private caches and flags that change as they
+        # run; the static layer refuses private names). Classes: everything.
+        is_class = name in CLASSES
         snap[name] = {k: v for k, v in vars(obj).items()
-                      if k not in _VOLATILE and (whole or not k.startswith("_") or k.startswith("__"))}
+                      if k not in _VOLATILE and (is_class or not k.startswith("_") or k.startswith("__"))}
     return snap
 
 

@@ -12,8 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distill.verifier import (environ, inflight, judge, memplan, procs, reference, replaycheck, running, schedule, static,
-                              timing)
+from distill.verifier import environ, inflight, judge, memplan, procs, reference, replaycheck, running, static, timing
 from distill.verifier.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -55,9 +54,8 @@ class JobSpec:
     def make(cls, problem: Any, candidate: str, device: str, timeout: float, trials: int, timing_trials: int,
              warmup: int, static_checks: bool, seeds: list[int] | None = None) -> "JobSpec":
         """`seeds`: replay a recorded verdict's (`checks["replay"]["seeds"]`); default: fresh secret ones.
-        Layout: [init, trial 0..n-1, timing sets, replay trial, decoy init, decoy inputs, call, timing
-        init, timing inputs]. The replay trial's seed goes to the reference and a replayer, never to
-        the worker; the decoy's are the first call's (construct.py, schedule.py)."""
+        Layout: [init, trial 0..n-1, timing sets, replay trial, call, timing init, timing inputs]. The
+        replay trial's seed goes to the reference and a replayer, never to the worker."""
         source = problem if isinstance(problem, str) else getattr(problem, "source", None)
         if not isinstance(source, str):
             raise TypeError("problem must be module source text or an object with a .source string")
@@ -66,7 +64,7 @@ class JobSpec:
                    timing_trials=timing_trials, warmup=warmup, static_checks=static_checks, problem_id=str(pid),
                    flops=float(getattr(problem, "flops", 0) or 0),
                    bytes_moved=float(getattr(problem, "bytes_moved", 0) or 0),
-                   seeds=_seeds(seeds, max(trials, 2) + TIMING_SETS + 7))
+                   seeds=_seeds(seeds, max(trials, 2) + TIMING_SETS + 5))
 
     @property
     def key(self) -> str:
@@ -86,11 +84,6 @@ class JobSpec:
     def reference_seeds(self) -> list[int]:
         """The reference's trials: the worker's (correctness, then timing sets), then the replay trial."""
         return self.seeds[1:2 + self.trials + TIMING_SETS]
-
-    @property
-    def decoy(self) -> list[int]:
-        """The decoy init seed the candidate is constructed under, and its first call's inputs seed."""
-        return self.seeds[2 + self.trials + TIMING_SETS:4 + self.trials + TIMING_SETS]
 
     @property
     def replay_trial(self) -> int:
@@ -214,18 +207,6 @@ def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
     return v
 
 
-def _timed(proc: procs.Proc, msg: dict[str, Any], checks: frozenset[int], seconds: float) -> dict[str, Any]:
-    """The timing command's reply; meanwhile, after each timed call the worker asks whether to keep
-    its outputs ({"ask": i}) and is answered ({"keep": bool}), all within `seconds`."""
-    deadline = time.monotonic() + seconds
-    nonce = proc.begin(msg)
-    while True:
-        rep = proc.finish(nonce, max(0.0, deadline - time.monotonic()), "timing")
-        if "ask" not in rep:
-            return rep
-        proc.send({"keep": rep["ask"] in checks})
-
-
 def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
           verdict: dict[str, Any], replayed: replaycheck.Prepared | None = None) -> judge.Finding:
     """Time the candidate: in its worker, or (`replayed`, pool `timing_in="replayer"`) its replayed
@@ -234,32 +215,25 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     peaks = pool.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
-    # The worker gets the timing sets' seeds with the command, and learns whether a timed call's
-    # outputs are kept only after that call (it asks: _timed): no call knows it is checked.
-    msg = {"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials,
-           "seeds": spec.seeds[1 + spec.trials:1 + spec.trials + TIMING_SETS]}
+    msg = {"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials, "check": checks}
     proc, launches = slot.proc, found.checks.get("launches_per_call", 1)
     if replayed is not None:
         proc, launches = pool.acquire_replayer(slot.gpu), replayed.launches
         msg = {**{k: v for k, v in replayed.msg.items() if k != "runs"}, **msg, "cmd": "time_replay",
-               "check": checks, "seeds": {f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)}}
+               "seeds": {f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)}}
     assert proc is not None
     broken = True
     try:
         t0 = time.monotonic()
         with pool.gates[slot.gpu].quiet(keep=proc.pid):
             t1 = time.monotonic()
-            rep = _watched(pool, proc, _timed(proc, msg, frozenset(checks), spec.timeout))
+            rep = _watched(pool, proc, proc.request(msg, spec.timeout, "timing"))
             verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
         if replayed is None and not rep.get("error"):
             rep["checked"] = proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
         if replayed is not None:
             replaycheck.same_inputs(rep, ref["trials"], {f"t{k}": spec.trials + k for k in range(TIMING_SETS)})
         hyg = judge.hygiene(rep) or judge.left_behind(rep)
-        if hyg is None and replayed is None and (rep.get("inputs_not_made") or
-                                                 rep.get("fingerprints") != [s["fingerprint"] for s in sets]):
-            hyg = judge.Finding("forbidden", "at run time: the timing sets made from their seeds differ from the "
-                                "reference's (input making changed)")
         f, info = judge.judge_timing(rep, sets, spec.device, launches, spec.warmup + spec.timing_trials, floor)
         broken = (hyg or f).status is not None
     finally:
@@ -333,24 +307,18 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         lap("plan")
         if spec.device == "cuda":
             prefetch_ref_timing(pool, spec, slot.gpu)
-        # The reference first: its constructor's ops are what the candidate's import and constructor
-        # may run (construct.py), in force from the module's first byte.
+        nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
+                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
+                            "template_cache": pool.template if spec.device == "cuda" else None})
         ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
-                                          "seeds": spec.reference_seeds, "decoy": spec.decoy,
-                                          "calls": len(spec.plan()) + 1, "budgets": budgets}, max(t, 120))
+                                          "seeds": spec.reference_seeds,
+                                          "calls": len(spec.plan()), "budgets": budgets}, max(t, 120))
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         lap("reference_trials")
-        # Import and construction, on a decoy init seed the worker never sees again (reinit, schedule.py).
-        load = _watched(pool, slot.proc, proc.request(
-            {"cmd": "load", "source": spec.candidate, "problem": spec.source, "init_args": ref["init_args"],
-             "init_kwargs": ref["init_kwargs"], "construct_ops": sorted(ref.get("construct_ops") or {}),
-             "decoy_seed": spec.decoy[0], "template_cache": pool.template if spec.device == "cuda" else None},
-            t, phase))
+        load = _watched(pool, slot.proc, proc.finish(nonce, t, phase))
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
-        if load.get("problem_error"):
-            raise reference.ProblemError(str(load["problem_error"]))
         f = judge.hygiene(load)
         if f is None and load.get("error"):
             f = judge.error_status(load["error"], {"denials": []})
@@ -358,12 +326,13 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                 f = judge.Finding("compile_error", f"importing the candidate failed: {f.reason.split(' raised ', 1)[-1]}")
         if f is not None:
             return verdict(f.status, f.reason, f.checks), False
-        phase = "calls"
-        run = schedule.run_calls(proc, spec, load, len(ref["trials"]) - 1, lambda rep: _watched(pool, slot.proc, rep))
+        phase = "construct"
+        run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
+                            "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "n_trials": spec.trials,
+                            "construct_ops": sorted(ref.get("construct_ops") or {}),
+                            "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
+        run = _watched(pool, slot.proc, run)
         lap("run")
-        for k in ("import_s", "construct_s"):
-            if isinstance(load.get(k), (int, float)):
-                run["run_s"][k[:-2]] = float(load[k])
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
             base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
         run_s = run.get("run_s")

@@ -196,19 +196,6 @@ def construct_compute(cand: dict[str, int], ref: dict[str, int]) -> list[str]:
     return out
 
 
-def same_launches(calls: list[dict[str, Any]]) -> Finding | None:
-    """Every trial call launches the same kernels as many times: compiling and autotuning are done
-    by the warm-up call, so a kernel that runs on some trials only computed something once (a fold
-    of the weights on the first trial) that later calls reuse and no timing would see."""
-    seen = [(c["trial"], c.get("launches_by_kernel") or {}) for c in calls if c.get("kind") == "trial"]
-    for trial, counts in seen[1:]:
-        if counts != seen[0][1]:
-            return Finding("not_triton", f"its calls launched different kernels (trial {seen[0][0]}: {seen[0][1]}, "
-                           f"trial {trial}: {counts}): work done on some calls and reused by others",
-                           {"launches_by_kernel": dict(seen)})
-    return None
-
-
 def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
                 ref_construct: dict[str, int] | None = None) -> Finding:
     """Statuses in DESIGN §4 order for each call (the replay is judged after, `judge_replay`)."""
@@ -229,15 +216,10 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     if run.get("state_after_construct"):
         return Finding("forbidden", f"construction left {run['state_after_construct'][0]} for the verifier's own "
                        "steps (state outlives its code)", {"state": run["state_after_construct"]})
-    if run.get("construct_launches"):  # construct.py: from the module's first byte to forward
-        return Finding("not_triton", f"launched Triton kernels while imported or constructed "
-                       f"({', '.join(run['construct_launches'][:3])}): work no timing sees")
     extra = construct_compute(run.get("construct_ops") or {}, ref_construct or {})
     if extra:
         return Finding("not_triton", f"computed with torch at construction: {', '.join(extra[:4])} (beyond "
                        "creating the reference's parameters the reference's way)", {"construct_ops": run["construct_ops"]})
-    if run.get("reinit_error"):
-        return Finding("compile_error", f"constructing ModelNew again under the job's seed failed: {run['reinit_error']}"[:300])
     per_trial: list[dict[str, Any]] = []
     first: dict[int, dict] = {}
     checks: dict[str, Any] = {"trials": per_trial}
@@ -276,20 +258,10 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
             return Finding("aliases_input", call["aliases"][0], checks)
         bad = compare_outputs(call, trials[t], device)
         if bad:
-            if "warmup_launches" in checks and not per_trial:  # right on the decoy weights, wrong on the real
-                bad.reason += (" (its first call, on other weights, was right: something it computed from the "
-                               "weights before they were re-initialised was kept)")
             bad.checks = {**checks, **bad.checks, "call": f"{kind} {t}"}
             return bad
-        if kind == "warmup":  # the first call, on the decoy weights (construct.py): compiles and autotunes
-            checks["warmup_launches"] = call["launches"]
-            continue
         per_trial.append({"trial": t, "kind": kind, "launches": call["launches"], "kernels": call.get("kernels")})
         first.setdefault(t, call)
-    bad = same_launches(run.get("calls", []))
-    if bad:
-        bad.checks = {**checks, **bad.checks}
-        return bad
     bad = follows_reference(first, trials)
     if bad:
         bad.checks = {**checks, **bad.checks}

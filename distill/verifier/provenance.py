@@ -113,113 +113,53 @@ def backend_names(keys: tuple[str, ...]) -> dict[str, list[str]]:
 class BackendBlock:
     """Replaces CPU/CUDA kernels of compute operators with raising ones until `remove()`.
 
-    Operators may be put in named groups (base names, 'aten::uniform_'), which the harness lifts
-    for its own steps and puts back: "construct" (a constructor's initialisers and the reference
-    constructor's ops: lifted while the candidate's module is imported and constructed, and while
-    the harness re-initialises it), "inputs" (what making a trial's inputs needs: lifted only
-    while the harness makes them, inputsets.py). Each group's registrations go through dispatcher
-    handles of their own, so a lift resets only those (~20 operators, well under a millisecond)
-    rather than the ~1,160-operator block (~0.14 s with the CUDA keys). The handles are held only
-    here: torch.library's `Library` would also put a finalizer that removes them in a registry any
-    code can reach.
-
-    `install(allow)` then `complete()` is the one-group form: `allow` lifted, then put back."""
+    `install(allow)` leaves the operators named in `allow` (base names, 'aten::uniform_') callable:
+    a constructor's initialisers; `complete()` then blocks those too, for forward (one install a
+    job instead of two: the full install is ~0.14 s with the CUDA keys). The registrations go
+    through a dispatcher handle per namespace held only here: torch.library's `Library` would also
+    put a finalizer that removes them in a registry any code can reach."""
 
     def __init__(self, keys: tuple[str, ...]) -> None:
-        self.handles: dict[tuple[str, frozenset[str]], Any] = {}  # (namespace, groups) -> handle
+        self.handles: dict[str, Any] = {}
         self.keys = keys
         self.names = backend_names(keys)
-        self.groups: dict[str, frozenset[str]] = {}
-        self.lifted_groups: set[str] = set()
-        self.sigs: dict[frozenset[str], list[tuple[str, str]]] = {}  # groups -> (key, operator) of those groups
-        self.registered: set[frozenset[str]] = set()  # the signatures whose operators are registered now
+        self.pending: list[tuple[str, str]] = []
 
-    def _partition(self) -> None:
-        self.sigs = {}
-        for key, names in self.names.items():
-            for qualified in names:
-                base = qualified.split(".", 1)[0]
-                sig = frozenset(g for g, ops in self.groups.items() if base in ops)
-                self.sigs.setdefault(sig, []).append((key, qualified))
-
-    def _register(self, key: str, qualified: str, sig: frozenset[str]) -> bool:
+    def _register(self, key: str, qualified: str) -> bool:
         ns, name = qualified.split("::", 1)
-        if (ns, sig) not in self.handles:
-            self.handles[(ns, sig)] = torch._C._dispatch_library("IMPL", ns, "", __file__, 0)
+        if ns not in self.handles:
+            self.handles[ns] = torch._C._dispatch_library("IMPL", ns, "", __file__, 0)
         try:
-            self.handles[(ns, sig)].impl(name, key, _raiser(qualified), False)
+            self.handles[ns].impl(name, key, _raiser(qualified), False)
             return True
         except (RuntimeError, ValueError):
             return False
 
-    def _sync(self) -> int:
-        """Register the operators of every signature not registered that no lifted group holds."""
+    def install(self, allow: frozenset[str] = frozenset()) -> int:
         count = 0
+        self.pending = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for sig, ops in self.sigs.items():
-                if sig not in self.registered and not sig & self.lifted_groups:
-                    count += sum(self._register(key, qualified, sig) for key, qualified in ops)
-                    self.registered.add(sig)
+            for key, names in self.names.items():
+                for qualified in names:
+                    if qualified.split(".", 1)[0] in allow:
+                        self.pending.append((key, qualified))
+                    else:
+                        count += self._register(key, qualified)
         return count
 
-    def install(self, allow: frozenset[str] = frozenset(), groups: dict[str, frozenset[str]] | None = None) -> int:
-        """Block every compute operator but those of `allow` (the "construct" group, lifted until
-        `complete()`); `groups` names more groups, all in force."""
-        self.remove()
-        self.groups = {**(groups or {}), "construct": frozenset(allow)}
-        self.lifted_groups = {"construct"} if allow else set()
-        self._partition()
-        return self._sync()
-
     def complete(self) -> int:
-        """Put every lifted group back: the whole block, for forward."""
-        self.lifted_groups = set()
-        return self._sync()
-
-    def lift(self, group: str) -> None:
-        self.lifted_groups.add(group)
-        for (ns, sig), handle in list(self.handles.items()):
-            if group in sig:
-                handle.reset()
-                del self.handles[(ns, sig)]
-                self.registered.discard(sig)
-
-    def restore(self, group: str) -> None:
-        self.lifted_groups.discard(group)
-        self._sync()
-
-    def regroup(self, group: str, ops: frozenset[str]) -> int:
-        """Put `ops` in `group` too: the block installed again, its lifts kept (the full install's
-        cost: for operators a group's fixed list missed, once per worker)."""
-        lifted, groups = set(self.lifted_groups), dict(self.groups)
-        groups[group] = groups.get(group, frozenset()) | ops
-        self.remove()
-        self.groups, self.lifted_groups = groups, lifted
-        self._partition()
-        return self._sync()
-
-    def lifted(self, group: str) -> "_Lifted":
-        """`with block.lifted("inputs"):` the group's operators are callable in the body."""
-        return _Lifted(self, group)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            count = sum(self._register(key, qualified) for key, qualified in self.pending)
+        self.pending = []
+        return count
 
     def remove(self) -> None:
         for h in self.handles.values():
             h.reset()
         self.handles = {}
-        self.registered = set()
-        self.lifted_groups = set()
-
-
-class _Lifted:
-    def __init__(self, block: BackendBlock, group: str) -> None:
-        self.block, self.group = block, group
-
-    def __enter__(self) -> None:
-        self.block.lift(self.group)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.block.restore(self.group)
+        self.pending = []
 
 
 _RAISERS: dict[str, Callable] = {}

@@ -107,14 +107,11 @@ def screened(mod: types.ModuleType, source: str, device: torch.device) -> screen
 
 
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
-                calls: int = 0, budgets: dict[str, Any] | None = None, source: str | None = None,
-                decoy: list[int] | None = None) -> dict[str, Any]:
+                calls: int = 0, budgets: dict[str, Any] | None = None, source: str | None = None) -> dict[str, Any]:
     """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
     (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
     the next one. With `source`, the problem is screened first (`screened`) and each trial carries
-    the outputs' bounds (`tolerances`: tolerance.Tolerance fields per output, None where exact).
-    `decoy` (init seed, inputs seed): one more trial, last, on a model built under the decoy init
-    seed: the worker's first call, made before its weights are re-initialised (construct.py)."""
+    the outputs' bounds (`tolerances`: tolerance.Tolerance fields per output, None where exact)."""
     report = screened(mod, source, device) if source is not None else None
     memplan.reset_peak(device)
     held = Held()
@@ -144,17 +141,6 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     memory = {"plan": plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
               "reference_peak_bytes": memplan.peak(device), "reference_held_peak_bytes": held.peak}
     del model
-    if decoy:
-        model = _build(mod, decoy[0], device)[0]
-        host = make_inputs(mod, decoy[1], device)
-        with torch.no_grad():
-            out = model(*_to(host, device))
-        outs, seq = _outputs(out, keep="host")
-        trial = {"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)}
-        if report is not None:
-            trial["tolerances"] = report.tolerances
-        trials.append(trial)
-        del model, host, out
     memplan.release(device)
     out = {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
            "construct_ops": construct_ops, "memory": memory, "params": state}
@@ -241,7 +227,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 mod = load_problem(msg["source"], cache)
                 try:
                     out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
-                                      msg.get("budgets"), source=msg["source"], decoy=msg.get("decoy"))
+                                      msg.get("budgets"), source=msg["source"])
                 except torch.OutOfMemoryError as exc:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock

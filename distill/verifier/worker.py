@@ -1,16 +1,17 @@
 """The sandboxed worker process: loads one candidate at a time and runs the calls the parent asks for.
 
 Forked from a zygote that imported torch and Triton but never touched CUDA. It confines itself
-(lockdown, guard), then serves commands over a pipe: `load`, `call`, `reinit`, `record` (the steps
-are candidate.py's), `time` and `end`; each seed comes with the command that uses it (schedule.py).
-It never sees expected outputs: it returns what the candidate produced and what the guard
-recorded, and the parent decides. Replies carry the parent's per-command nonce, which lives only in this module's
+(lockdown, guard), then serves `load`, `run`, `time` and `end` commands over a pipe. It never sees
+expected outputs: it returns what the candidate produced and what the guard recorded, and the
+parent decides. Replies carry the parent's per-command nonce, which lives only in this module's
 frames, so candidate code writing to the pipe cannot impersonate the harness.
 """
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
+import shutil
 import sys
 import time
 import tempfile
@@ -21,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import (calls, candidate, caps, codec, gpu_compile, guard, inputsets, integrity, interp_shims,
-                              lockdown, memplan, provenance, replayer, running, seal, timing)
+from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, inputsets, integrity, interp_shims,
+                              lockdown, memplan, problemio, provenance, replayer, running, seal, timing)
 
 _REPLAYER = ("replay", "time_replay")  # the commands a replayer serves (replayer.py), and a worker never does
 # Captured before any candidate runs, like timing's CUDA entry points.
@@ -162,8 +163,7 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
                 data = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}})
             conn.send_bytes(data)
 
-        if (cmd in _REPLAYER) != (role == "replayer") and cmd in ("load", "call", "reinit", "record", "time",
-                                                                   *_REPLAYER):
+        if (cmd in _REPLAYER) != (role == "replayer") and cmd in ("load", "run", "time", *_REPLAYER):
             reply({"error": {"type": "harness", "message": f"a {role} does not serve {cmd}"}})
         elif cmd == "replay":
             reply(_hygiene(replayer.replay(msg, kept, cfg["scratch"], device, token, block, sync, reply), token, snap,
@@ -173,19 +173,12 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
                            threads0))
         elif cmd == "load":
             serial += 1
-            job = {"serial": serial, "state0": snap["state"]}
-            reply(_hygiene(candidate.load(job, msg, cfg["scratch"], token, device, block, reply), token, snap, threads0, job))
-        elif cmd == "call":
-            reply(_hygiene(candidate.call(job, msg, device, token, sync), token, snap, threads0))
-        elif cmd == "reinit":
-            reply(_hygiene(candidate.reinit(job, msg, token, block), token, snap, threads0))
-        elif cmd == "record":  # the parent chose the call just made as the one replayed: its record
-            reply(_hygiene({"trace": candidate.record_of(job, token)}, token, snap, threads0))
+            job = {"serial": serial}
+            reply(_hygiene(_load(job, msg, cfg["scratch"], token, device), token, snap, threads0))
+        elif cmd == "run":
+            reply(_hygiene(_run(job, msg, device, token, block, sync, reply, snap), token, snap, threads0))
         elif cmd == "time":
-            def ask(i: int) -> bool:  # noqa: E306 - whether timed call i's outputs are kept, asked after it
-                reply({"ask": i})
-                return codec.decode(conn.recv_bytes()).get("keep") is True
-            reply(_hygiene(_time(job, msg, device, token, flush, ask), token, snap, threads0))
+            reply(_hygiene(_time(job, msg, device, token, flush), token, snap, threads0))
         elif cmd == "timed_outputs":  # asked for after the timing gate opens: 16 MB outputs take a while to send
             reply({"checked": job.pop("checked", {})})
         elif cmd == "end":
@@ -195,13 +188,10 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
             os._exit(0)
 
 
-def _hygiene(payload: dict[str, Any], token: object, snap: dict, threads0: int, job: dict | None = None) -> dict[str, Any]:
+def _hygiene(payload: dict[str, Any], token: object, snap: dict, threads0: int) -> dict[str, Any]:
     """Attach what happened outside audited calls: denials, patched attributes, state left behind
-    (seal.py), candidate code inside the harness's steps, extra threads (and what the import and
-    construction's own collection of the guard's records set aside, `job["carried"]`)."""
+    (seal.py), candidate code inside the harness's steps, extra threads."""
     rec = guard.collect(token)
-    for key, value in (job or {}).pop("carried", {}).items():
-        rec[key] = value + rec[key] if isinstance(value, list) else {**value, **rec[key]}
     patched = integrity.changed({k: v for k, v in snap.items() if k not in ("state", "scratch")})
     used = caps.scratch_bytes(snap["scratch"])
     payload["hygiene"] = {"denials": rec["denials"], "patched": patched, "state": seal.changed(snap["state"]),
@@ -211,20 +201,147 @@ def _hygiene(payload: dict[str, Any], token: object, snap: dict, threads0: int, 
     return payload
 
 
-def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any, ask: Any) -> dict[str, Any]:
-    """The timing run (timing.py) on sets made now from the seeds this command carries; after each
-    timed call the parent says whether its outputs are kept (`ask`), so no call knows it is checked."""
-    job.pop("last", None)
-    guard.ctl(token, "harness", True)  # the timing sets are made here, from the seeds this command carries
+def _fresh_compile_cache(scratch: str, serial: int, template: str | None) -> None:
+    """Each candidate compiles into a cache of its own, seeded from the pool's template (which the
+    worker may read, not write): nothing one candidate writes there reaches the next one. The
+    launcher build this costs on the GPU is in bench/RESULTS.md."""
+    old = os.environ.get("TRITON_CACHE_DIR", "")
+    new = os.path.join(scratch, f"triton-{serial}")
+    if template and os.path.isdir(template):
+        shutil.copytree(template, new, dirs_exist_ok=True)
+    else:
+        os.makedirs(new, exist_ok=True)
+    os.environ["TRITON_CACHE_DIR"] = new
+    if os.path.basename(old).startswith("triton-") and os.path.dirname(old) == scratch:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.device) -> dict[str, Any]:
+    # The job's inputs exist before any of the candidate's code does: its import and constructor
+    # cannot hook their making (the parent compares the fingerprints with the reference's).
+    t0 = time.perf_counter()
+    memplan.reset_peak(device)
+    mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
+    job["sets"] = inputsets.InputSets(mod, msg["seeds"], device, bool(msg.get("stream")))
     try:
-        made = [job["maker"].make(seed) for seed in msg["seeds"]]
-    except inputsets.InputsNotMade as exc:
-        return {"error": None, "inputs_not_made": str(exc)}
+        job["sets"].load()
+    except torch.OutOfMemoryError as exc:  # no candidate code exists yet: the problem's own size
+        return {"ok": False, "problem_memory": str(memplan.out_of_memory(exc, "making the inputs", None, device))}
+    job["inputs_s"] = time.perf_counter() - t0
+    _fresh_compile_cache(scratch, job["serial"], msg.get("template_cache"))
+    path = os.path.join(scratch, f"candidate_{job['serial']}.py")
+    with open(path, "w") as fh:
+        fh.write(msg["source"])
+    name = f"tritonforge_candidate_{job['serial']}"
+    guard.ctl(token, "own_file", path)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        cls = vars(module).get("ModelNew")
+        if not isinstance(cls, type):
+            return {"ok": False, "error": {"type": "missing", "message": "module defines no class ModelNew"}}
+        job.update(module=name, cls=cls)
+        return {"ok": True}
+    except BaseException as exc:  # noqa: BLE001 - import-time failures of any kind are compile errors
+        return {"ok": False, "error": calls.describe_error(exc)}
+
+
+def _run(job: dict, msg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
+         sync: Any, reply: Any, snap: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {"construct_error": None, "calls": [], "blocked_ops": 0}
+    job["state0"] = snap["state"]
+    # Wall seconds of each step, reported beside the calls (the parent sums them as run.* phases).
+    laps: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        laps[name] = laps.get(name, 0.0) + now - clock[0]
+        clock[0] = now
+
+    out["run_s"] = laps
+    laps["inputs"] = job.pop("inputs_s", 0.0)
+    problemio.seed_all(msg["init_seed"])
+    # The constructor may create parameters the way the reference does (its own ops, initialisers);
+    # other compute is blocked at the backend and counted by the mode (judge.construct_compute).
+    allow = provenance.INITIALISERS | frozenset(msg.get("construct_ops") or ())
+    counter = provenance.OpCount()
+    out["blocked_ops"] = block.install(allow)
+    try:
+        with counter:
+            model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
+            model = model.to(device)
+        job["model"] = model
+    except BaseException as exc:  # noqa: BLE001
+        out["construct_error"] = calls.describe_error(exc)
+        return out
+    out["construct_ops"] = counter.counts
+    lap("construct")
+    out["fingerprints"] = job["sets"].fingerprints
+    job["n_trials"], job["block"] = msg["n_trials"], block
+    out["state_after_construct"] = seal.changed(snap["state"])
+    if out["state_after_construct"]:
+        return out
+    guard.ctl(token, "harness", True)  # from here on, the harness's own steps are watched
+    try:
+        out["blocked_ops"] += block.complete()
+        lap("block_install")
+        _calls(job, msg, device, token, sync, reply, out, laps, lap)
+        job["sets"].made[:msg["n_trials"]] = [None] * msg["n_trials"]  # resident: only the timing sets stay
     finally:
         guard.ctl(token, "harness", False)
-    sets = [calls.stage(values, device) for values, _ in made]
-    prints = [p for _, p in made]
-    del made
+    out["memory"] = {"worker_peak_bytes": memplan.peak(device), "streamed": job["sets"].stream}
+    if device.type == "cpu":  # part of "calls": the CPU lane compiles each launch for a GPU too
+        laps["gpu_compile"] = gpu_compile.spent()["gpu_compile_s"]
+    return out
+
+
+def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, out: dict,
+           laps: dict, lap: Any) -> None:
+    """The plan's forward calls on the trial sets; the traced one's record (replay.py) goes back in its
+    report, for a replayer (replayer.py). Each call's output copies go to the host at once: the device
+    holds one call's outputs."""
+    inputs = None
+    sets: inputsets.InputSets = job["sets"]
+    lift = job["block"] if sets.stream else None
+    input_bands = bands.Bands()
+    for spec in msg["plan"]:
+        reply({"progress": f"call {spec['kind']} {spec['trial']}"})
+        try:
+            values = sets.get(spec["trial"], lift)
+        except inputsets.InputsRemade as exc:
+            out["inputs_remade"] = str(exc)
+            break
+        # The same buffers every call, refilled: a cache keyed by data pointer or shape returns stale data.
+        inputs = calls.refill(inputs, values, device, input_bands)
+        lap("refill")
+        torch.manual_seed(msg["call_seed"])
+        # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
+        pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
+        rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands)
+        if rep["inputs_changed"] is None:
+            rep["inputs_changed"] = inputsets.changed(inputs, values, lift)
+        del values
+        for o in rep.get("outputs") or ():
+            o["data"] = o["data"].to("cpu")
+        rep.update(kind=spec["kind"], trial=spec["trial"], state=seal.changed(job["state0"]))
+        laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]
+        lap("checks")  # what run_call did after the call: copies out, bands, input comparison
+        laps["checks"] -= rep["call_s"]
+        out["calls"].append(rep)
+        if rep["state"] or rep["error"] is not None:
+            break
+
+
+def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:
+    n, lift = job["n_trials"], job["block"] if job["sets"].stream else None
+    guard.ctl(token, "harness", True)  # streamed sets are made here: a harness step
+    try:
+        sets = [calls.stage(job["sets"].get(n + k, lift), device) for k in range(len(job["sets"].seeds) - n)]
+    finally:
+        guard.ctl(token, "harness", False)
     bufs = calls.stage(sets[0], device)
     model, checked = job["model"], {}
 
@@ -235,7 +352,7 @@ def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any,
                 b.copy_(s)
 
     def after(i: int, result: Any) -> None:
-        if ask(i):
+        if i in msg["check"]:
             tensors, _, problem = calls.check_structure(result)
             # A device copy now (microseconds); it reaches the host after the gate opens (timed_outputs).
             checked[str(i)] = {"set": i % len(sets), "problem": problem,
@@ -276,7 +393,6 @@ def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any,
         samples, err = again(samples.window)
     job["checked"] = checked
     return {"error": err, **samples.to_dict(), "fallback": fallback, "other_streams": other, "retried": retried,
-            "fingerprints": prints,
             "checked_count": len(checked), "launches": len(rec["launches"]), "aten": rec["aten"], "blocked": rec["blocked"],
             "denials": rec["denials"]}
 

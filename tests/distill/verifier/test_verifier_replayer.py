@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import codec, kernelsrc, replay, schedule, statecheck
+from distill.verifier import codec, kernelsrc, procs, replay, statecheck
 from distill.verifier.record import serialise
 from tests.distill.verifier.conftest import honest, problem
 
@@ -196,16 +196,16 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
 
 # -- through a pool: whatever the worker says ---------------------------------------------------------------
 def _forge_runs(monkeypatch, forge):
-    """Every job's calls, as the worker reported them (schedule.run_calls: its replies assembled),
-    rewritten by `forge` before the parent judges them."""
-    real = schedule.run_calls
+    """Every `run` reply of every worker rewritten by `forge` before the parent reads it."""
+    real = procs.Proc.request
 
-    def run_calls(*args, **kwargs):
-        run = real(*args, **kwargs)
-        forge(run)
-        return run
+    def request(self, msg, *args, **kwargs):
+        reply = real(self, msg, *args, **kwargs)
+        if msg.get("cmd") == "run":
+            forge(reply)
+        return reply
 
-    monkeypatch.setattr(schedule, "run_calls", run_calls)
+    monkeypatch.setattr(procs.Proc, "request", request)
 
 
 def _record(reply):
