@@ -18,6 +18,17 @@ RUNTIME = [c for c in CASES if "runtime" in c]
 TIMEOUT = {"loop_at_import": 3.0, "loop_in_forward": 3.0}
 
 
+@pytest.fixture(scope="module")
+def pool():
+    """conftest's one-worker pool without the resized-twin job: no hostile case here passes, so a twin
+    would only re-check the honest `add` verified after each case, doubling its cost (twins have their
+    own tests in test_verifier_resized.py, and the honest corpus keeps them in test_verifier_pool.py)."""
+    from distill.verifier import VerifierPool
+
+    with VerifierPool(workers=1, device="cpu", timeout=8, max_memory_mb=2048, resized="off") as p:
+        yield p
+
+
 def _check(pool, case, static_checks, expected):
     verdict = pool.verify(problem(case["problem"]), hostile(case["name"]), static_checks=static_checks,
                           timeout=TIMEOUT.get(case["name"]))
