@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from distill.lowering.ir import LoweringError
+from distill.lowering.sizes import Sym
 from synth.catalog import default_catalog
 
 DTYPE_TAG = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int64: "i64"}
@@ -63,15 +64,24 @@ class GraphBuilder:
         self.g = nx.DiGraph()
         self.catalog = default_catalog()
         self.params: dict[str, dict[str, str]] = {}  # op node -> {catalog param name: path on the module}
+        # node -> its shape with Syms (distill.lowering.fxsizes) where forward reads a size from an
+        # input; the graph itself holds plain ints, so its labels and hash do not depend on the names
+        self.sym: dict[str, tuple] = {}
         self._n_in = self._n_op = 0
 
     def input(self, shape: tuple[int, ...], dtype: str) -> str:
         name = f"x{self._n_in}"
         self._n_in += 1
         rng = "class" if dtype == "i64" else "any"
+        self._keep(name, shape)
+        shape = tuple(map(int, shape))
         self.g.add_node(name, kind="input", shape=list(shape), dtype=dtype, range=rng, high=None,
                         label=f"input|{list(shape)}|{dtype}|{rng}|None")
         return name
+
+    def _keep(self, name: str, shape: tuple) -> None:
+        if any(isinstance(d, Sym) for d in shape):
+            self.sym[name] = tuple(shape)
 
     def op(self, op: str, inputs: list[str], shape: tuple[int, ...], dtype: str = "f32",
            attrs: dict[str, Any] | None = None, params: dict[str, str] | None = None) -> str:
@@ -80,6 +90,8 @@ class GraphBuilder:
         name = f"y{self._n_op}"
         self._n_op += 1
         attrs = dict(attrs or {})
+        self._keep(name, shape)
+        shape = tuple(map(int, shape))
         label = f"op|{op}|{json.dumps(attrs, sort_keys=True)}|{list(shape)}|{dtype}|out=False"
         self.g.add_node(name, kind="op", op=op, family=self.catalog[op].family, attrs=attrs, shape=list(shape),
                         dtype=dtype, output=False, flops=0, bytes=0, label=label)
@@ -93,7 +105,7 @@ class GraphBuilder:
         return name
 
     def shape(self, v: str) -> tuple[int, ...]:
-        return tuple(self.g.nodes[v]["shape"])
+        return self.sym.get(v) or tuple(self.g.nodes[v]["shape"])
 
     def dtype(self, v: str) -> str:
         return self.g.nodes[v]["dtype"]
@@ -161,7 +173,9 @@ class Mapper:
         meta = node.meta.get("tensor_meta")
         if meta is None or not hasattr(meta, "shape"):
             raise TraceError(f"{node.format_node()}: no tensor shape")
-        return tuple(int(d) for d in meta.shape)
+        concrete = tuple(int(d) for d in meta.shape)
+        sym = node.meta.get("sym_shape")  # fxsizes: the same sizes, as forward reads them
+        return sym if sym is not None and tuple(map(int, sym)) == concrete else concrete
 
     def out_dtype(self, node: torch.fx.Node) -> str:
         dt = node.meta["tensor_meta"].dtype

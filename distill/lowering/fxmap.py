@@ -141,7 +141,7 @@ def run(gm: torch.fx.GraphModule) -> tuple[GraphBuilder, list[str]]:
             meta = node.meta.get("tensor_meta")
             if meta is None or not hasattr(meta, "shape"):
                 raise TraceError(f"input {node.name} is not a tensor")
-            m.env[node] = b.input(tuple(int(d) for d in meta.shape), m.out_dtype(node))
+            m.env[node] = b.input(m.out_shape(node), m.out_dtype(node))
         elif node.op == "get_attr":
             # a parameter is read by the op that uses it; a one-value constant tensor the tracer
             # made (`torch.tensor(c)` in forward) is that Python number

@@ -139,13 +139,15 @@ def _param_shapes(init_lines: list[str], attr: str) -> dict[str, tuple[int, ...]
     return shapes
 
 
-def read_program(problem: Any) -> Program:
-    """Build the Program of a synth Problem from its graph (`problem.graph`)."""
+def read_program(problem: Any, sizes: tuple[dict[str, tuple], list[str]] | None = None) -> Program:
+    """Build the Program of a synth Problem from its graph (`problem.graph`). `sizes` (shapes with
+    Syms by node, and the lines binding their names) replaces the ones read from the problem's recipe:
+    a traced user's module brings its own (distill.lowering.fxsizes)."""
     from distill.lowering.sizes import symbolic_shapes
 
     g = problem.graph
     catalog = default_catalog()
-    sym, size_lines = symbolic_shapes(problem)
+    sym, size_lines = sizes if sizes is not None else symbolic_shapes(problem)
 
     def shape_of(name: str, shape: Any) -> tuple:
         """The graph's sizes, as the expressions forward reads them with (distill.lowering.sizes)."""

@@ -10,8 +10,9 @@ parameter each op reads and the reference's own constructor.
 `lower_source(problem)` compiles it with the same planner and kernels as synth's problems. ModelNew
 keeps the reference's `__init__` verbatim (with its signature), so the verifier's
 `ModelNew(*get_init_inputs())` under the same seed creates the same weights in the same order, and
-the kernels read them as `self.<path>.weight`. Sizes are literal (the graph's, from get_inputs): a
-user's problem has no recipe to name its sizes from.
+the kernels read them as `self.<path>.weight`. Sizes are read from the inputs as synth problems'
+are (distill.lowering.fxsizes names every input dim and lets torch's fake tensors follow it), so the
+module runs at other sizes of the same program; sizes the constructor fixes stay literal.
 
 Simplified: the module text runs in this process (as `distill.verifier.reference` runs the
 reference); it is the user's problem, already screened in the sandbox, never a candidate.
@@ -44,6 +45,8 @@ class Traced:
     params: dict[str, dict[str, str]] = field(default_factory=dict)  # op -> {param: "self.conv.weight"}
     init: str = ""                                         # the reference's __init__, as ModelNew's
     preamble: list[str] = field(default_factory=list)      # module-level lines the constructor needs
+    sizes: dict[str, tuple] = field(default_factory=dict)  # node -> shape with Syms (fxsizes), where any
+    size_lines: list[str] = field(default_factory=list)    # forward's lines binding those Syms' names
 
     @property
     def ops(self) -> list[str]:
@@ -74,6 +77,7 @@ def trace_source(source: str) -> Traced:
     from torch.fx.passes.shape_prop import ShapeProp
 
     from distill.lowering.fxmap import run
+    from distill.lowering.fxsizes import symbolic_sizes
 
     mod = _module(source)
     try:
@@ -92,9 +96,10 @@ def trace_source(source: str) -> Traced:
         ShapeProp(gm).propagate(*inputs)
     except Exception as exc:  # noqa: BLE001
         raise TraceError(f"shapes cannot be propagated: {type(exc).__name__}: {str(exc)[:200]}") from None
+    size_lines = symbolic_sizes(gm, inputs)
     b, outputs = run(gm)
     init_text, preamble = _constructor(source)
-    traced = Traced(b.g, outputs, b.params, init_text, preamble)
+    traced = Traced(b.g, outputs, b.params, init_text, preamble, b.sym if size_lines else {}, size_lines)
     _check_params(traced, model)
     return traced
 
@@ -157,7 +162,8 @@ def lower_traced(traced: Traced, problem_id: str = "") -> Any:
     from distill.lowering.planner import Planner
 
     # no source: read_program neither compares constructor lines nor reads the return statement
-    prog = read_program(types.SimpleNamespace(graph=traced.graph, source="", problem_id=problem_id, recipe=""))
+    prog = read_program(types.SimpleNamespace(graph=traced.graph, source="", problem_id=problem_id, recipe=""),
+                        sizes=(traced.sizes, traced.size_lines))
     for op in prog.ops:
         if op.module is None:
             continue

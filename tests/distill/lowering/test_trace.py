@@ -120,6 +120,27 @@ def test_traced_modules_lower_and_verify(vpool):
     assert [v.status for v in verdicts] == ["pass"] * 4, [v.reason[:300] for v in verdicts]
 
 
+def test_traced_modules_read_their_sizes_and_pass_at_other_sizes(vpool):
+    """A user's module has no recipe, yet its lowering reads its sizes from the inputs (fxsizes), so
+    the same candidate passes on the verifier's module twin and on other sizes of the same program;
+    a size the constructor fixes (the conv's 3 input channels) stays literal."""
+    import random
+
+    from distill.verifier.twins import module_twin
+
+    traced = trace_source(CONV_BIAS_MEAN)
+    assert traced.size_lines == ["x0_size0, _, x0_size2, x0_size3 = x0.shape"]
+    assert traced.sizes["y0"] == (2, 4, 8, 8) and str(traced.sizes["y0"][2]) == "x0_size2"
+    assert traced.graph.nodes["y0"]["shape"] == [2, 4, 8, 8] and "x0_size" not in traced.graph.nodes["y0"]["label"]
+    conv = lower_source(dataclasses.make_dataclass("P", ["source"])(CONV_BIAS_MEAN)).source
+    twin, changed = module_twin(CONV_BIAS_MEAN, random.Random(3))
+    assert list(changed) == ["size"]  # batch_size 2 is kept (broadcasting); in_channels feeds the constructor
+    scores = lower_source(dataclasses.make_dataclass("P", ["source"])(BATCHED_SCORES)).source
+    other = BATCHED_SCORES.replace("torch.randn(2, 5, 6), torch.randn(6, 7)", "torch.randn(3, 9, 4), torch.randn(4, 11)")
+    verdicts = vpool.verify_many([(twin, conv), (other, scores)])
+    assert [v.status for v in verdicts] == ["pass"] * 2, [v.reason[:300] for v in verdicts]
+
+
 def test_an_unmappable_call_is_an_error_naming_it():
     with pytest.raises(TraceError, match="lgamma"):
         trace_source(UNMAPPABLE)
