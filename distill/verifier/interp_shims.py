@@ -59,9 +59,15 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   in bf16 along a tree; the shim sums a tile in float32 and rounds once (never less accurate than a
   GPU: a kernel that relies on it can pass here and fail there; one that accumulates across loop
   iterations in bf16 rounds at every step in both). float16 needs none of this: numpy has float16.
+* **No dead overflow check.** With `sanitize_overflow` on (the interpreter's default), every integer
+  `+`, `-` and `*` is redone in int64 and compared with the type's bounds, and the result goes to a
+  `device_assert` that returns at once unless `debug` is on: as on a GPU without debug, nothing is
+  checked, but the interpreter paid for it. Turned off, outputs were bitwise identical on 240 lowered
+  draws and interpreted calls took 2.1-2.6x less CPU (one level-5 program: 13 s a call before).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import secrets
@@ -93,6 +99,13 @@ def install() -> None:
     _install_launch_scope()
     _install_scalar_args()
     _install_bfloat16()
+    _install_no_overflow_check()
+
+
+def _install_no_overflow_check() -> None:
+    builder = interpreter.interpreter_builder
+    if not builder.options.debug:  # with debug on the check is real and stays
+        builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
 
 
 # -- autotune ----------------------------------------------------------------------------------------
