@@ -27,24 +27,17 @@ FLOW = {"synth": 0, "distill": 1, "curriculum": 2, "pipelines": 3}
 VERIFIER = "distill.verifier"
 VERIFIER_MAY_NOT = ("synth", "curriculum", "pipelines", "distill.teacher", "distill.lowering")
 
-# Cycles still in the verifier, being taken apart by its rewrite (issue 35, REVIEW_T3 §11.1-2).
+# Cycles still in the verifier, being taken apart by its rewrite (issue 35, REVIEW_T3 §11.1-2). The
+# job/pool/twins cycle is gone: a job gets a JobContext (context.py), the twin check an `attempt` callable.
 KNOWN_CYCLES = {
-    # the job reaches into the pool (its lock, reference handouts), the pool runs jobs, and the twin
-    # check calls pool._attempt: a JobContext handed to the job, and an `attempt` callable handed to
-    # the twins, remove it
-    frozenset({"distill.verifier.job", "distill.verifier.pool", "distill.verifier.twins"}),
     # the CPU lane's rewrite reads the GPU compile's source text, and the compile check reads back
     # which branches the rewrite marked live (interp_rewrite.ACTIVE, imported lazily): that set belongs
     # in a module of its own that both import
     frozenset({"distill.verifier.gpu_compile", "distill.verifier.interp_rewrite"}),
 }
-# Imports against the one-way flow: (importer, imported).
-KNOWN_VIOLATIONS = {
-    # the twin check builds a resized Problem with synth, for an isinstance and TwinError; the problem's
-    # own `twin` method, duck-typed, and a ValueError would do
-    ("distill.verifier.twins", "synth.problem"),
-    ("distill.verifier.twins", "synth.realize"),
-}
+# Imports against the one-way flow: (importer, imported). None today: the verifier's last ones (the twin
+# check's of synth.problem and synth.realize) became a duck-typed `problem.twin` and a ValueError.
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 def _module(path: Path) -> str:

@@ -1,7 +1,9 @@
 """One verification job: static layer, secret seeds, reference data, the worker's phases, timing.
 
 `run_job` drives a worker through load -> run -> (time) -> end with per-phase deadlines and turns
-every way a worker can fail (timeout, death, a tampered channel) into a status.
+every way a worker can fail (timeout, death, a tampered channel) into a status. What it borrows and
+reads of the pool (reference processes, timers, replayers, caps, gates, the reference-timing cache)
+comes as a JobContext (context.py): a job never imports the pool that runs it.
 """
 from __future__ import annotations
 
@@ -10,13 +12,11 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distill.verifier import environ, inflight, judge, memplan, procs, reference, replaycheck, running, static, timing
+from distill.verifier.context import JobContext, Slot
 from distill.verifier.verdict import Verdict
-
-if TYPE_CHECKING:
-    from distill.verifier.pool import VerifierPool, _Slot
 
 TIMING_SETS = 2
 TIMING_CHECKS = 3
@@ -102,13 +102,13 @@ class JobSpec:
         return [{"kind": "trial", "trial": i, "trace": i == self.traced} for i in range(self.trials)]
 
 
-def _watched(pool: "VerifierPool", proc: procs.Proc, reply: dict[str, Any]) -> dict[str, Any]:
+def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[str, Any]:
     """`reply` with its strings scrubbed (the names the candidate chose bounded to identifiers,
     environ.scrub) and what its phase left running as the kernel counts it (running.py): threads
     over the worker's (or replayer's) start-up count and processes besides it (killed now) join its
     hygiene."""
     reply = environ.scrub(reply, keep=frozenset({"trace"}))  # the traced call's record goes to a replayer as data
-    left = running.left_running(proc.pid, int(proc.info.get("tasks") or 0), pool.memory.cgroup(proc.pid))
+    left = running.left_running(proc.pid, int(proc.info.get("tasks") or 0), ctx.memory.cgroup(proc.pid))
     if left:
         hyg = reply.get("hygiene")
         hyg = hyg if isinstance(hyg, dict) else {}
@@ -119,8 +119,8 @@ def _watched(pool: "VerifierPool", proc: procs.Proc, reply: dict[str, Any]) -> d
     return reply
 
 
-def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
-    ref = pool.acquire_reference(gpu)
+def _reference(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
+    ref = ctx.acquire_reference(gpu)
     broken = False
     try:
         ref.send(msg)
@@ -129,48 +129,47 @@ def _reference(pool: "VerifierPool", gpu: int, msg: dict[str, Any], seconds: flo
         broken = True
         raise reference.ProblemError(f"reference process failed: {exc}") from None
     finally:
-        pool.release_reference(gpu, ref, broken)
+        ctx.release_reference(gpu, ref, broken)
     if "problem_error" in out:
         raise reference.ProblemError(out["problem_error"])
     return out
 
 
-def _memory_plan(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, base: dict[str, Any]) -> tuple[dict, bool]:
+def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[dict, bool]:
     """The problem's memory plan from meta tensors (memplan.py), checked against the budgets before
     the worker makes anything (a ProblemError names the bytes); and whether the worker streams its
     input sets (they do not all fit beside the plan's peak) or keeps them as made."""
     timed = spec.device == "cuda" and spec.timed
-    budgets = {"device": pool.device_memory_bytes, "host": pool.max_memory_mb << 20, "timed": timed}
+    budgets = {"device": ctx.budget.device_bytes(), "host": ctx.budget.host_mb << 20, "timed": timed}
     base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"]}
     sets = spec.trials + TIMING_SETS
-    got = _reference(pool, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
+    got = _reference(ctx, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
                                       "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
                                       "budgets": budgets}, max(spec.timeout, 120))
     plan = got.get("plan")
     if plan:
         base["memory"]["plan"] = plan
-    if pool.stream_inputs is not None:
-        return budgets, pool.stream_inputs
+    if ctx.stream_inputs is not None:
+        return budgets, ctx.stream_inputs
     if not plan:
         return budgets, False
     return budgets, memplan.streams(plan, spec.device, budgets)
 
 
-def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]:
+def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
     """Eager and torch.compile medians of the reference, cached per problem and GPU."""
     key = (spec.key, gpu)
-    with pool._lock:
-        lock = pool.ref_cache_locks.setdefault(key, threading.Lock())
-    with lock:
-        if key in pool.ref_cache:
-            return pool.ref_cache[key]
-        ref = pool.acquire_timer(gpu)
+    cached = ctx.ref_timings
+    with cached.lock_for(key):
+        if key in cached.cache:
+            return cached.cache[key]
+        ref = ctx.handouts.timer(gpu)
         broken = False
         try:
             ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
                       "seed": spec.seeds[-2], "key": spec.key})
             prep = ref.receive(600, "reference compile")
-            with pool.gates[gpu].quiet(keep=ref.pid):
+            with ctx.gates[gpu].quiet(keep=ref.pid):
                 ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
                 out = ref.receive(600, "reference timing")
             out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
@@ -178,19 +177,16 @@ def _ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> dict[str, Any]
             broken = True
             out = {"eager_ms": None, "compile_ms": None, "error": str(exc)}
         finally:
-            pool.release_timer(gpu, ref, broken)
-        pool.ref_cache[key] = out
+            ctx.handouts.release_timer(gpu, ref, broken)
+        cached.cache[key] = out
         return out
 
 
-def prefetch_ref_timing(pool: "VerifierPool", spec: JobSpec, gpu: int) -> None:
+def prefetch_ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> None:
     """Start compiling and timing the reference in the background (torch.compile takes seconds)."""
-    key = (spec.key, gpu)
-    with pool._lock:
-        if key in pool.ref_cache or key in pool.ref_prefetch:
-            return
-        pool.ref_prefetch.add(key)
-    threading.Thread(target=_ref_timing, args=(pool, spec, gpu), name="tritonforge-ref-timing", daemon=True).start()
+    if not ctx.ref_timings.claim((spec.key, gpu)):
+        return
+    threading.Thread(target=ref_timing, args=(ctx, spec, gpu), name="tritonforge-ref-timing", daemon=True).start()
 
 
 def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
@@ -207,27 +203,27 @@ def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
     return v
 
 
-def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
+def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
           verdict: dict[str, Any], replayed: replaycheck.Prepared | None = None) -> judge.Finding:
-    """Time the candidate: in its worker, or (`replayed`, pool `timing_in="replayer"`) its replayed
+    """Time the candidate: in its worker, or (`replayed`, the pool's `timing_in="replayer"`) its replayed
     record in a replayer, where none of its Python runs (replayer.time_replay; not yet run on a GPU)."""
     sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
-    peaks = pool.peaks.get(slot.gpu, {})
+    peaks = ctx.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
     msg = {"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials, "check": checks}
     proc, launches = slot.proc, found.checks.get("launches_per_call", 1)
     if replayed is not None:
-        proc, launches = pool.acquire_replayer(slot.gpu), replayed.launches
+        proc, launches = ctx.handouts.replayer(slot.gpu), replayed.launches
         msg = {**{k: v for k, v in replayed.msg.items() if k != "runs"}, **msg, "cmd": "time_replay",
                "seeds": {f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)}}
     assert proc is not None
     broken = True
     try:
         t0 = time.monotonic()
-        with pool.gates[slot.gpu].quiet(keep=proc.pid):
+        with ctx.gates[slot.gpu].quiet(keep=proc.pid):
             t1 = time.monotonic()
-            rep = _watched(pool, proc, proc.request(msg, spec.timeout, "timing"))
+            rep = _watched(ctx, proc, proc.request(msg, spec.timeout, "timing"))
             verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
         if replayed is None and not rep.get("error"):
             rep["checked"] = proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
@@ -238,7 +234,7 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
         broken = (hyg or f).status is not None
     finally:
         if replayed is not None:
-            pool.release_replayer(slot.gpu, proc, broken)
+            ctx.handouts.release_replayer(slot.gpu, proc, broken)
     verdict.update(kernel_ms=info.get("kernel_ms"))
     found.checks["timing"] = {**info, "peaks": peaks, "timed_in": "worker" if replayed is None else "replayer"}
     found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
@@ -247,19 +243,19 @@ def _time(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any
     return res
 
 
-def _replay(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
+def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
             found: judge.Finding, stream: bool) -> tuple[judge.Finding, replaycheck.Prepared]:
     """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's
     module; and what was sent to it (the timing may send it again)."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
                                {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
-                               pool.device_memory_bytes, found.checks, stream)
+                               ctx.budget.device_bytes(), found.checks, stream)
     if prep.msg is None:
         return prep.finding, prep
-    proc = pool.acquire_replayer(slot.gpu)
+    proc = ctx.handouts.replayer(slot.gpu)
     broken, checks = True, prep.checks
     try:
-        rep = _watched(pool, proc, proc.request(prep.msg, spec.timeout, "replay",
+        rep = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
                                                 total=spec.timeout * (len(replaycheck.RUNS) + 2)))
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
         broken = found.status is not None  # kept only after a clean replay, like a worker after a pass
@@ -268,22 +264,22 @@ def _replay(pool: "VerifierPool", slot: "_Slot", spec: JobSpec, ref: dict[str, A
         return judge.Finding("timeout", f"replaying its kernels ({exc.phase}) ran past its {exc.seconds:g} s limit",
                              checks), prep
     except procs.ProcDied as exc:
-        if pool.memory.tripped(proc.pid):
-            return judge.Finding("crash", f"the replay process was killed at the {pool.max_memory_mb} MB memory "
+        if ctx.memory.tripped(proc.pid):
+            return judge.Finding("crash", f"the replay process was killed at the {ctx.budget.host_mb} MB memory "
                                  "limit", checks), prep
         return judge.Finding("crash", f"the replay process died while its kernels ran: {exc}", checks), prep
     except procs.ProcProtocol as exc:
         return judge.Finding("forbidden", f"at run time: {exc} (the replay's channel)", checks), prep
     finally:
-        pool.release_replayer(slot.gpu, proc, broken)
+        ctx.handouts.release_replayer(slot.gpu, proc, broken)
 
 
-def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict, bool]:
-    """Returns (verdict, whether the worker may serve another job)."""
+def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
+    """Returns (verdict, whether the worker may serve another job). `ctx` is this run's (JobContext.attempt)."""
     proc = slot.proc
     assert proc is not None
     t = spec.timeout
-    base = {"problem_id": spec.problem_id, "sandbox": {**slot.info.get("sandbox", {}), "memory": pool.memory.mode}}
+    base = {"problem_id": spec.problem_id, "sandbox": {**slot.info.get("sandbox", {}), "memory": ctx.memory.mode}}
     if spec.static_report is not None:
         base["static"] = spec.static_report.to_dict()
     fields: dict[str, Any] = {}
@@ -303,19 +299,19 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                        versions=slot.info.get("versions", {}), **fields)
 
     try:
-        budgets, stream = _memory_plan(pool, slot, spec, base)
+        budgets, stream = _memory_plan(ctx, slot, spec, base)
         lap("plan")
         if spec.device == "cuda":
-            prefetch_ref_timing(pool, spec, slot.gpu)
+            prefetch_ref_timing(ctx, spec, slot.gpu)
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
-                            "template_cache": pool.template if spec.device == "cuda" else None})
-        ref = _reference(pool, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
+                            "template_cache": ctx.template if spec.device == "cuda" else None})
+        ref = _reference(ctx, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
                                           "seeds": spec.reference_seeds,
                                           "calls": len(spec.plan()), "budgets": budgets}, max(t, 120))
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         lap("reference_trials")
-        load = _watched(pool, slot.proc, proc.finish(nonce, t, phase))
+        load = _watched(ctx, slot.proc, proc.finish(nonce, t, phase))
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
@@ -331,7 +327,7 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
                             "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "n_trials": spec.trials,
                             "construct_ops": sorted(ref.get("construct_ops") or {}),
                             "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
-        run = _watched(pool, slot.proc, run)
+        run = _watched(ctx, slot.proc, run)
         lap("run")
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
             base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
@@ -346,16 +342,16 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         replayed = None
         if found.status is None:  # provenance, from a process that never ran the candidate's module
             phase = "replay"
-            found, replayed = _replay(pool, slot, spec, ref, run, found, stream)
+            found, replayed = _replay(ctx, slot, spec, ref, run, found, stream)
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
-            found = _time(pool, slot, spec, ref, found, fields, replayed if pool.timing_in == "replayer" else None)
+            found = _time(ctx, slot, spec, ref, found, fields, replayed if ctx.timing_in == "replayer" else None)
             lap("timing")
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
-        end = _watched(pool, slot.proc, proc.request({"cmd": "end"}, max(t, 30.0), phase))
+        end = _watched(ctx, slot.proc, proc.request({"cmd": "end"}, max(t, 30.0), phase))
         lap("clean_up")
         for k, sec in (end.get("end_s") or {}).items():
             phases[f"clean_up.{k}"] = round(float(sec), 4)
@@ -369,10 +365,10 @@ def run_job(pool: "VerifierPool", slot: "_Slot", spec: JobSpec) -> tuple[Verdict
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:
         kernel = inflight.died_compiling(slot.scratch)  # the CPU lane's GPU compile crashed (gpu_compile.py)
-        if kernel is not None and not pool.memory.tripped(proc.pid):
+        if kernel is not None and not ctx.memory.tripped(proc.pid):
             return verdict("compile_error", f"Triton's compiler crashed compiling kernel {kernel} ({exc})"), False
-        if pool.memory.tripped(proc.pid):
-            return verdict("crash", f"worker killed at the {pool.max_memory_mb} MB memory limit during {exc.phase}"), False
+        if ctx.memory.tripped(proc.pid):
+            return verdict("crash", f"worker killed at the {ctx.budget.host_mb} MB memory limit during {exc.phase}"), False
         return verdict("crash", str(exc)), False
     except procs.ProcProtocol as exc:
         return verdict("forbidden", f"at run time: {exc} (harness)"), False

@@ -11,6 +11,10 @@ Nothing is charged to a candidate or a problem for the pool's own failures:
   Only the second run's outcome counts: `crash` if that worker dies too, `ProblemError` if that
   reference fails too. A retried verdict says why in `checks["retry"]`.
 - every wait has a deadline (`handout`, `procs`); what cannot be had in time raises `PoolError`.
+
+What a job needs of the pool (its handouts, caps, gates, the reference-timing cache) it gets as a
+JobContext (context.py), built here once and copied for each run of a job; the resized-twin check
+gets `_attempt` as a callable. Neither job.py nor twins.py imports this module.
 """
 from __future__ import annotations
 
@@ -22,9 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from distill.verifier import leftovers, limits, procs, reference, trusted, twins, worker
+from distill.verifier.context import DeviceBudget, Handouts, JobContext, RefTimings, Slot
 from distill.verifier.gate import TimingGate, timing_core
 from distill.verifier.handout import Handout, PoolError, References
-from distill.verifier.job import JobSpec, _ref_timing, apply_ref_timing, run_job
+from distill.verifier.job import JobSpec, apply_ref_timing, ref_timing, run_job
 from distill.verifier.problemio import ProblemError
 from distill.verifier.verdict import Verdict
 
@@ -37,14 +42,9 @@ DEFAULT_MEMORY_MB = {"cpu": 4096, "cuda": 16384}
 REF_HOLD = 120.0
 TIMER_HOLD = 1200.0
 CLOSE_WAIT = 10.0  # seconds close() waits for background starts before it removes their folders
-
-
-class _Slot:
-    def __init__(self, index: int, gpu: int) -> None:
-        self.index, self.gpu = index, gpu
-        self.proc: procs.Proc | None = None
-        self.info: dict[str, Any] = {}
-        self.scratch = ""
+# What `verify` calls for the reference's medians, a module name so bench/closed_loop_parts/cost_probe.py
+# can stub it (timing the same pool with and without them).
+_ref_timing = ref_timing
 
 
 class VerifierPool:
@@ -62,10 +62,9 @@ class VerifierPool:
             raise ValueError(f"resized must be one of {', '.join(twins.RESIZED)}, not {resized!r}")
         if timing_in not in ("worker", "replayer"):
             raise ValueError(f"timing_in must be 'worker' or 'replayer', not {timing_in!r}")
-        # Which process a GPU timing runs in: the candidate's worker (the default, measured on the H100),
-        # or a replayer timing the replayed record, where none of the candidate's Python runs
-        # (replayer.time_replay: written for issue 30, not yet run on a GPU).
-        self.timing_in = timing_in
+        # timing_in, which process a GPU timing runs in: the candidate's worker (the default, measured on
+        # the H100), or a replayer timing the replayed record, where none of the candidate's Python runs
+        # (replayer.time_replay: written for issue 30, not yet run on a GPU). Jobs read it in self.context.
         self.device = device
         self.resized = resized
         self.gpus = gpus if gpus is not None else (self._count_gpus() if device == "cuda" else [0])
@@ -91,19 +90,12 @@ class VerifierPool:
         # A start is a launch and a ready message, each under start_timeout.
         start_s = 2 * start_timeout
         job_s = REF_HOLD + self.timeout * (trials + 14) + 60  # the trials, the replay (5 limits), timing, clean-up
-        self._slots = [_Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
-        # Device memory per worker (caps.py): its share of 80% of the GPU, the rest left to the
-        # reference processes and the timers; never under a tenth.
-        per_gpu = -(-n // len(self.gpus))
-        self.device_memory_fraction = max(0.1, min(0.8, 0.8 / per_gpu))
-        # The per-worker device budget (memplan.py checks each problem's plan against it): given, or
-        # that share of the smallest GPU (known once a reference has started), or on the CPU the host cap.
-        if device_memory_mb is not None and device_memory_mb <= 0:
-            raise ValueError(f"device_memory_mb must be > 0, not {device_memory_mb}")
-        self.device_memory_mb = device_memory_mb
-        self.device_total: dict[int, int] = {}
-        self.stream_inputs = stream_inputs  # None: each job's plan decides; True/False: always/never stream
-        self._free: Handout[_Slot] = Handout("worker", start_s + job_s, lambda: self._closed)
+        self._slots = [Slot(i, self.gpus[i % len(self.gpus)]) for i in range(n)]
+        # Device memory per worker (caps.py): as given, or its share of 80% of the GPU, the rest left to
+        # the reference processes and the timers; never under a tenth.
+        self.budget = DeviceBudget(device, self.max_memory_mb, device_memory_mb,
+                                   max(0.1, min(0.8, 0.8 / -(-n // len(self.gpus)))))
+        self._free: Handout[Slot] = Handout("worker", start_s + job_s, lambda: self._closed)
         self._n_refs = references or (max(4, n // 2) if device == "cuda" else 1)
         self._refs = {g: References("reference process", lambda g=g: self._start_reference(g, "ref"),
                                     self._discard, start_s + max(REF_HOLD, self.timeout), lambda: self._closed)
@@ -125,14 +117,17 @@ class VerifierPool:
         self.gates = {g: TimingGate(lambda g=g: [pid for pid, (pr, gg) in list(self.live.items())
                                                  if gg == g and pr.alive()],
                                     core=timing_core(g) if device == "cuda" else None) for g in self.gpus}
-        self.ref_cache: dict[tuple, dict[str, Any]] = {}
-        self.ref_cache_locks: dict[tuple, threading.Lock] = {}
-        self.ref_prefetch: set[tuple] = set()
         self.peaks: dict[int, dict[str, float]] = {}
         self._lock = threading.Lock()
         self._started = False
         self._background: set[threading.Thread] = set()
-        self._job = threading.local()  # this thread's job: whether its reference broke, or must be fresh
+        # `reference` late-bound: a job calls whatever acquire_reference is now (test_verifier_faults
+        # wraps it to kill a process mid-job); a retry's fresh reference comes straight from the queue.
+        handouts = Handouts(lambda gpu: self.acquire_reference(gpu), lambda gpu: self._refs[gpu].acquire(fresh=True),
+                            self.release_reference, self.acquire_timer, self.release_timer,
+                            self.acquire_replayer, self.release_replayer)
+        self.context = JobContext(device, handouts, self.memory, self.budget, self.gates, self.peaks, RefTimings(),
+                                  self.template, stream_inputs, timing_in)
         self.stats = {"recycled": 0, "started": 0, "replaced": 0, "retried": 0}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -234,13 +229,13 @@ class VerifierPool:
         try:
             ready = proc.wait_ready(self.start_timeout)
             if isinstance(ready.get("device_total"), int):
-                self.device_total[gpu] = ready["device_total"]
+                self.budget.totals[gpu] = ready["device_total"]
         except BaseException:
             self._discard(proc)
             raise
         return proc
 
-    def _start_worker(self, slot: _Slot) -> None:
+    def _start_worker(self, slot: Slot) -> None:
         """Start a fresh worker in `slot` (which holds none); on failure the slot keeps why."""
         slot.proc, slot.info = None, {}
         proc = None
@@ -253,7 +248,7 @@ class VerifierPool:
                 shutil.copytree(self.template, os.path.join(slot.scratch, "triton"), dirs_exist_ok=True)
             cfg = {"device": self.device, "gpu": slot.gpu, "scratch": slot.scratch, "trusted_roots": self.trusted,
                    "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
-                   "device_memory_fraction": self._worker_fraction(slot.gpu), "read_dirs": [self.template]}
+                   "device_memory_fraction": self.budget.fraction(slot.gpu), "read_dirs": [self.template]}
             proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout)
             self.memory.add(proc.pid, self.max_memory_mb)
             self._register(proc, slot.gpu)
@@ -279,7 +274,7 @@ class VerifierPool:
             shutil.copytree(self.template, os.path.join(scratch, "triton"), dirs_exist_ok=True)
         cfg = {"device": self.device, "gpu": gpu, "scratch": scratch, "trusted_roots": self.trusted,
                "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
-               "device_memory_fraction": self._worker_fraction(gpu), "role": "replayer"}
+               "device_memory_fraction": self.budget.fraction(gpu), "role": "replayer"}
         proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-replayer-{gpu}", self.start_timeout)
         self._scratch[proc.pid] = scratch
         self.memory.add(proc.pid, self.max_memory_mb)
@@ -316,7 +311,7 @@ class VerifierPool:
         self._background.add(thread)
         thread.start()
 
-    def _retire(self, slot: _Slot) -> None:
+    def _retire(self, slot: Slot) -> None:
         """Kill the slot's worker (if any) and remove its scratch."""
         if slot.proc is not None:
             self._discard(slot.proc)
@@ -324,7 +319,7 @@ class VerifierPool:
         if slot.scratch:
             shutil.rmtree(slot.scratch, ignore_errors=True)
 
-    def _recycle(self, slot: _Slot) -> None:
+    def _recycle(self, slot: Slot) -> None:
         """Kill the slot's worker and refill the slot, all off the caller's thread. The slot always
         goes back to the queue, with a worker or with why none could start."""
         self.stats["recycled"] += 1
@@ -341,7 +336,7 @@ class VerifierPool:
         self._background.add(thread)
         thread.start()
 
-    def _take_worker(self) -> _Slot:
+    def _take_worker(self) -> Slot:
         """A slot with a live worker. One found dead (it died idle, or never started) is replaced
         here, once; a replacement that fails to start raises PoolError."""
         slot = self._free.get()
@@ -362,18 +357,7 @@ class VerifierPool:
     @property
     def device_memory_bytes(self) -> int:
         """Each worker's device budget, in bytes."""
-        if self.device_memory_mb is not None:
-            return self.device_memory_mb << 20
-        if self.device == "cpu" or not self.device_total:
-            return self.max_memory_mb << 20
-        return int(self.device_memory_fraction * min(self.device_total.values()))
-
-    def _worker_fraction(self, gpu: int) -> float:
-        """The fraction cap (caps.py) that enforces the budget on this GPU."""
-        total = self.device_total.get(gpu)
-        if self.device_memory_mb is None or not total:
-            return self.device_memory_fraction
-        return max(0.01, min(0.95, (self.device_memory_mb << 20) / total))
+        return self.budget.device_bytes()
 
     # -- verification ---------------------------------------------------------------------------
     @property
@@ -383,19 +367,17 @@ class VerifierPool:
         return {**info.get("sandbox", {}), "memory": self.memory.mode}
 
     def acquire_reference(self, gpu: int) -> procs.Proc:
-        return self._refs[gpu].acquire(fresh=getattr(self._job, "fresh_reference", False))
+        return self._refs[gpu].acquire()
 
-    def release_reference(self, gpu: int, proc: procs.Proc, broken: bool, timer: bool = False) -> None:
-        if broken:
-            self._job.reference_broke = True
-        (self._timers if timer else self._refs)[gpu].release(proc, broken)
+    def release_reference(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
+        self._refs[gpu].release(proc, broken)
 
     def acquire_timer(self, gpu: int) -> procs.Proc:
         """A reference process for compiling and timing references (a plain one on pools without)."""
-        return self._timers[gpu].acquire() if self._n_timers else self.acquire_reference(gpu)
+        return (self._timers if self._n_timers else self._refs)[gpu].acquire()
 
     def release_timer(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
-        self.release_reference(gpu, proc, broken, timer=bool(self._n_timers))
+        (self._timers if self._n_timers else self._refs)[gpu].release(proc, broken)
 
     def verify(self, problem: Any, candidate_source: str, timeout: float | None = None,
                static_checks: bool | None = None, seeds: list[int] | None = None) -> Verdict:
@@ -420,27 +402,28 @@ class VerifierPool:
             assert verdict is not None
             verdict.checks["retry"] = {"first_attempt": why}
         if verdict.status == "pass" and self.device == "cuda":  # worker already released
-            apply_ref_timing(verdict, _ref_timing(self, spec, slot.gpu))
+            apply_ref_timing(verdict, _ref_timing(self.context, spec, slot.gpu))
         verdict.checks["replay"] = {"seeds": list(spec.seeds), "trials": spec.trials}
         if lane_twin:
             verdict.checks["cpu_twin"] = lane_twin
         if verdict.status == "pass" and self.resized != "off":
-            verdict = twins.check_resized(self, problem, candidate_source, spec, verdict)
+            verdict = twins.check_resized(lambda tspec: self._attempt(tspec, last=True)[0], problem,
+                                          candidate_source, spec, verdict, required=self.resized == "required")
         return verdict
 
-    def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, _Slot, str]:
+    def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, Slot, str]:
         """One run of a job: (verdict, slot, "") or, unless `last`, (None, slot, why) when the pool
         failed it (the worker died while running it, or the reference process failed)."""
         slot = self._take_worker()
         keep = False
-        self._job.fresh_reference, self._job.reference_broke = last, False
+        ctx = self.context.attempt(last)
         try:
             try:
-                verdict, keep = run_job(self, slot, spec)
+                verdict, keep = run_job(ctx, slot, spec)
             except ProblemError as exc:
                 if self._closed:
                     raise PoolError("the pool closed during this job") from None
-                if self._job.reference_broke and not last:
+                if ctx.reference_broke and not last:
                     return None, slot, str(exc)
                 raise
             died = (verdict.status == "crash" and not slot.proc.alive()
@@ -451,7 +434,6 @@ class VerifierPool:
                 return None, slot, verdict.reason
             return verdict, slot, ""
         finally:
-            self._job.fresh_reference = False
             if keep:
                 self._free.put(slot)
             else:

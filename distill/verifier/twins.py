@@ -7,7 +7,10 @@ constructor reads (`nn.Linear(6, 11)`, conv channels, norm groups), since the ca
 
 * A synth problem carries its recipe (synth.problem.Problem.twin(..., keep_constructor=True)); on
   the CPU lane one drawn at a larger profile runs as its `cpu` twin. A problem whose every size
-  feeds its constructor has nothing to resize: "unavailable", which decides nothing.
+  feeds its constructor has nothing to resize: "unavailable", which decides nothing. The verifier
+  never imports synth (it stands alone, on a GPU box with none of the rest): a problem with a
+  `recipe` is asked for its own `twin`, which raises ValueError (synth.realize.TwinError) when it
+  cannot make one.
 * Module text (a user's KernelBench file, an external problem) has no recipe, but its sizes are
   usually module-level constants (`batch_size = 16`, `dim = 1024`, `H, W = 32, 32`). `module_twin`
   rewrites, in the text itself, each integer constant that `get_inputs` reads and the constructor
@@ -17,6 +20,9 @@ constructor reads (`nn.Linear(6, 11)`, conv channels, norm groups), since the ca
   original's). Where
   it cannot tell (no such constant, a size reassigned, the text does not parse) the check says
   "not covered" and why, and decides nothing.
+
+The check runs the twin through the pool's `attempt` (one run of a job, handed in as a callable), so
+this module does not import the pool.
 """
 from __future__ import annotations
 
@@ -24,14 +30,11 @@ import ast
 import dataclasses
 import hashlib
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from distill.verifier.job import JobSpec
 from distill.verifier.reference import ProblemError
 from distill.verifier.verdict import Verdict
-
-if TYPE_CHECKING:
-    from distill.verifier.pool import VerifierPool
 
 # What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`); the first
 # is the default. The lowering teacher's modules read their sizes from their tensors and hold on the
@@ -44,18 +47,16 @@ RESIZED = ("required", "recorded", "off")
 def lane_problem(problem: Any, device: str) -> tuple[Any, dict[str, str] | None]:
     """On the CPU lane a synth problem drawn at a larger profile runs as its `cpu` twin (the
     interpreter cannot run 200 MB tensors): the same graph, sizes drawn at `cpu` from a seed
-    fixed by the problem, so every verification of it sees the same twin."""
-    if device != "cpu" or isinstance(problem, str):  # module text never imports synth
+    fixed by the problem, so every verification of it sees the same twin. A problem without a recipe
+    (module text, an external problem) runs as given."""
+    if device != "cpu" or isinstance(problem, str):
         return problem, None
-    from synth.problem import Problem
-    from synth.realize import TwinError
-
-    if not isinstance(problem, Problem) or problem.profile == "cpu" or not problem.recipe:  # external: as given
+    if getattr(problem, "profile", "cpu") == "cpu" or not getattr(problem, "recipe", ""):
         return problem, None
     seed = int(hashlib.sha256(problem.problem_id.encode()).hexdigest()[:15], 16)
     try:
         twin = problem.twin("cpu", seed)
-    except TwinError as exc:
+    except ValueError as exc:  # synth.realize.TwinError
         raise ProblemError(f"{problem.problem_id} ({problem.profile} sizes) has no cpu twin for the CPU lane: {exc}") \
             from None
     return twin, {"of": problem.problem_id, "profile": problem.profile, "twin": twin.problem_id}
@@ -200,46 +201,45 @@ def _apply(source: str, edits: list[tuple[ast.AST, int]]) -> str:
 
 
 def _twin_of(problem: Any) -> tuple[Any, dict[str, Any]]:
-    """The secret resized twin to run and what to record of it: synth's recipe where the problem has
-    one, else the module text rewritten (`module_twin`). Raises NoTwin saying why there is none."""
-    if not isinstance(problem, str):
-        from synth.problem import Problem  # synth problems keep their own path for now
-        from synth.realize import TwinError
-
-        if isinstance(problem, Problem) and problem.recipe:
-            try:
-                twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
-            except TwinError as exc:
-                raise NoTwin(str(exc)) from None
-            return twin, {"problem_id": twin.problem_id}
+    """The secret resized twin to run and what to record of it: the problem's own `twin` where it has
+    a recipe (a synth Problem), else the module text rewritten (`module_twin`). Raises NoTwin saying
+    why there is none."""
+    if not isinstance(problem, str) and getattr(problem, "recipe", ""):
+        try:
+            twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
+        except ValueError as exc:  # synth.realize.TwinError: nothing to resize
+            raise NoTwin(str(exc)) from None
+        return twin, {"problem_id": twin.problem_id}
     source = problem if isinstance(problem, str) else problem.source
     text, changed = module_twin(source, secrets.SystemRandom())
     return text, {"problem_id": hashlib.sha256(text.encode()).hexdigest()[:16], "sizes": changed}
 
 
-def check_resized(pool: "VerifierPool", problem: Any, candidate_source: str, spec: JobSpec, verdict: Verdict) -> Verdict:
+def check_resized(attempt: Callable[[JobSpec], Verdict | None], problem: Any, candidate_source: str, spec: JobSpec,
+                  verdict: Verdict, required: bool) -> Verdict:
     """Run a passing candidate once more, untimed, on a secret twin of the problem (the module
     docstring). Kernels with baked-in sizes or shape-keyed shortcuts fail there. Recorded in
-    `checks["resized"]`; with resized="required" a failure there is the verdict. A twin that cannot be
-    made ("unavailable" for a synth recipe with nothing to resize, "not covered" for module text) or
-    whose reference fails decides nothing."""
+    `checks["resized"]`; when `required` (the pool's resized="required") a failure there is the
+    verdict. A twin that cannot be made ("unavailable" for a synth recipe with nothing to resize, "not
+    covered" for module text) or whose reference fails decides nothing. `attempt` runs a job once, as
+    the pool's last try (a failed reference raises ProblemError), and returns its verdict."""
     try:
         twin, record = _twin_of(problem)
     except NoTwin as exc:
         verdict.checks["resized"] = {"status": exc.status, "reason": str(exc)[:300]}
         return verdict
-    tspec = JobSpec.make(twin, candidate_source, pool.device, spec.timeout, trials=2, timing_trials=1,
+    tspec = JobSpec.make(twin, candidate_source, spec.device, spec.timeout, trials=2, timing_trials=1,
                          warmup=0, static_checks=False)
     tspec.timed = False
     try:
-        tv, _, _ = pool._attempt(tspec, last=True)
+        tv = attempt(tspec)
     except ProblemError as exc:  # the twin's reference broke: says nothing of the candidate
         status = "unavailable" if "sizes" not in record else "not covered"
         verdict.checks["resized"] = {"status": status, "reason": f"twin's reference failed: {exc}"[:300], **record}
         return verdict
     assert tv is not None
     verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], **record}
-    if tv.status == "pass" or pool.resized != "required":
+    if tv.status == "pass" or not required:
         return verdict
     return dataclasses.replace(verdict, status=tv.status, reason=f"on a resized twin of the problem (same graph, "
                                f"other sizes): {tv.reason}"[:1000], kernel_ms=None, speedup_eager=None,
