@@ -48,13 +48,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test-fast: $(STAMP)
-	$(call run_pytest,-q)
+	$(call run_pytest,-q --durations=15)
 
 test-slow: $(STAMP)
 	$(call run_pytest,-q -m "slow and not gpu" --durations=15)
 
-# CI: lint, the default suite, then the slow lane. GPU tests run only through the device tool.
-test: lint test-fast test-slow
+# CI: lint, then the default suite and the slow lane side by side: CI's box has two cores, and either
+# lane alone leaves one idle much of the time (its processes wait on each other). --output-sync prints
+# each lane's report whole when it ends. GPU tests run only through the device tool.
+test: lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-slow
 
 clean:
 	rm -rf $(VENV) out
