@@ -23,6 +23,15 @@ def versions() -> dict[str, str]:
     return {"torch": torch.__version__, "triton": triton.__version__, "tritonforge": tf}
 
 
+def baselines(verdict: dict[str, Any]) -> str:
+    """Which baselines a verdict's speedups are against (`checks["baselines"]`); verdicts made before
+    the choice existed were timed against both on a GPU and against none on the CPU."""
+    recorded = (verdict.get("checks") or {}).get("baselines")
+    if recorded:
+        return recorded
+    return "eager+compile" if verdict.get("device") == "cuda" else "off"
+
+
 def sft_rows(attempts: Iterable[dict[str, Any]], problems: dict[str, Problem],
              vers: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One SFT row per passing attempt: the conversation it answered plus the assistant's answer."""
@@ -40,7 +49,7 @@ def sft_rows(attempts: Iterable[dict[str, Any]], problems: dict[str, Problem],
             "candidate": a["candidate"], "reasoning": a.get("reasoning") or "",
             "status": a["status"], "reason": a.get("reason", ""),
             "speedup_eager": a.get("speedup_eager"), "speedup_compile": a.get("speedup_compile"),
-            "kernel_ms": a.get("kernel_ms"), "device": verdict.get("device"),
+            "kernel_ms": a.get("kernel_ms"), "device": verdict.get("device"), "baselines": baselines(verdict),
             "teacher": a["teacher"], "teacher_model": a.get("teacher_model", ""),
             "sampling_params": a.get("sampling_params", "{}"), "seed": a.get("seed"),
             "sample": a["sample"], "round": a["round"],

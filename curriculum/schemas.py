@@ -21,6 +21,7 @@ SFT_SCHEMA = pa.schema([
     pa.field("speedup_compile", pa.float64()),
     pa.field("kernel_ms", pa.float64()),
     pa.field("device", pa.string()),
+    pa.field("baselines", pa.string()),  # what the speedups are against: eager+compile, eager, off (none timed)
     pa.field("teacher", pa.string(), nullable=False),
     pa.field("teacher_model", pa.string()),
     pa.field("sampling_params", pa.string()),

@@ -60,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default=None, choices=["cpu", "cuda"],
                    help="where candidates run (default: cuda when a GPU is present, else cpu)")
     g.add_argument("--verify-workers", type=int, default=2)
+    g.add_argument("--timing", choices=("eager+compile", "eager", "off"), default="eager+compile",
+                   help="baselines a GPU pass is timed against: eager+compile (eager PyTorch and torch.compile; "
+                        "the default), eager (no torch.compile: most of a reference's timing cost), off "
+                        "(correctness only)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -135,7 +139,8 @@ def _distill(args: argparse.Namespace, checked: "Plan", folder: "RunFolder", rec
             verifier = None
             if not args.no_verify:
                 try:
-                    verifier = stack.enter_context(default_verifier(device=args.device, workers=args.verify_workers))
+                    verifier = stack.enter_context(default_verifier(device=args.device, workers=args.verify_workers,
+                                                                  timing=args.timing))
                 except RuntimeError as exc:
                     print(f"tritonforge distill: {exc}", file=sys.stderr)
                     return 1

@@ -1,10 +1,9 @@
 """What the closed loop's two slow GPU steps cost, measured apart, so a run can be sized (docs/closed_loop.md).
 
-1. Verifying the lowering teacher's answers as the build does (one VerifierPool on the GPU, problems
-   at the `cpu` size profile): candidates/s with the reference timing the pool does for every pass
-   (eager and torch.compile medians of the reference, in two timer processes), then on other problems
-   with that timing left out (`_ref_timing` stubbed in this process only: the pass/fail checks are
-   the same, the verdicts carry no speedup). The gap is what the build pays for speedups.
+1. Verifying the lowering teacher's answers as the build does (a VerifierPool on the GPU, problems
+   at the `cpu` size profile): candidates/s for the same pairs under each choice of timing baselines
+   (`VerifierPool(timing=...)`: eager and torch.compile, eager only, none), a fresh pool each. The
+   pass/fail checks are the same; the gaps are what the build pays for each baseline.
 2. Greedy decoding with transformers' `generate` of a random Llama of the student's size: ms per new
    token at batch 16 and 200 with the default dynamic cache, and at batch 200 with a static cache
    (which `generate` compiles with torch.compile).
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections import Counter
@@ -38,43 +36,31 @@ def _pairs(n: int, seed: int) -> list[tuple[Any, str]]:
 
 
 def verification(n: int, workers: int) -> dict[str, Any]:
-    import distill.verifier.pool as vp
     from distill.verifier import VerifierPool
+    from distill.verifier.pool import TIMING
 
-    real = vp._ref_timing
-    held: list[float] = []
-
-    def timed(pool: Any, spec: Any, gpu: int) -> dict[str, Any]:
-        t = time.perf_counter()
-        try:
-            return real(pool, spec, gpu)
-        finally:
-            held.append(time.perf_counter() - t)
-
+    pairs = _pairs(n, 101)
     res: dict[str, Any] = {}
-    pool = VerifierPool(workers=workers, device="cuda", timeout=120.0)
-    try:
-        t = time.perf_counter()
-        pool.start()
-        res["pool_start_s"] = round(time.perf_counter() - t, 1)
-        for name, stub, seed in (("with_reference_timing", timed, 101), ("without_reference_timing", None, 202)):
-            vp._ref_timing = stub or (lambda pool, spec, gpu: {"eager_ms": None, "compile_ms": None})
-            pairs = _pairs(n, seed)
+    for timing in TIMING:  # the same pairs under each choice of baselines, a fresh pool each
+        pool = VerifierPool(workers=workers, device="cuda", timeout=120.0, timing=timing)
+        try:
+            t = time.perf_counter()
+            pool.start()
+            start_s = time.perf_counter() - t
             t = time.perf_counter()
             verdicts = pool.verify_many(pairs)
             wall = time.perf_counter() - t
-            phases: Counter = Counter()
-            for v in verdicts:
-                for k, s in (getattr(v, "checks", {}).get("phase_s") or {}).items():
-                    phases[k] += s
-            res[name] = {"pairs": len(pairs), "wall_s": round(wall, 1), "candidates_per_s": round(len(pairs) / wall, 2),
-                         "statuses": dict(Counter(getattr(v, "status", type(v).__name__) for v in verdicts)),
-                         "worker_s_by_phase": {k: round(s, 1) for k, s in phases.most_common(8)}}
-    finally:
-        vp._ref_timing = real
-        pool.close()
-    res["reference_timing_s"] = {"n": len(held), "median": round(statistics.median(held), 2) if held else None,
-                                 "sum": round(sum(held), 1)}
+        finally:
+            pool.close()
+        phases: Counter = Counter()
+        for v in verdicts:
+            for k, s in (getattr(v, "checks", {}).get("phase_s") or {}).items():
+                phases[k] += s
+        res[f"timing={timing}"] = {
+            "pool_start_s": round(start_s, 1), "pairs": len(pairs), "wall_s": round(wall, 1),
+            "candidates_per_s": round(len(pairs) / wall, 2),
+            "statuses": dict(Counter(getattr(v, "status", type(v).__name__) for v in verdicts)),
+            "worker_s_by_phase": {k: round(s, 1) for k, s in phases.most_common(8)}}
     return res
 
 
@@ -108,7 +94,7 @@ def decoding(new_tokens: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", type=int, default=16, help="problems a level, in each of the two verification runs")
+    ap.add_argument("--problems", type=int, default=16, help="problems a level, verified once under each timing choice")
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--out", required=True)

@@ -17,6 +17,8 @@ from typing import Any
 
 from curriculum.rewards.scheme import LOG_SPEEDUP_CLIP, SCHEMES, verdict_reward
 
+TIMING = ("eager+compile", "eager", "off")  # distill.verifier.pool.TIMING, without importing torch here
+
 log = logging.getLogger(__name__)
 
 
@@ -29,10 +31,19 @@ class RewardSettings:
     workers: int | None = None     # sandboxed verifier workers; None: the pool's default for the device
     timeout: float | None = None   # seconds per verification phase; None: the verifier's default
     clip: tuple[float, float] = LOG_SPEEDUP_CLIP  # drtriton: bounds of log(speedup)
+    # the baselines a GPU pass is timed against (distill.verifier.pool.TIMING); None: what the scheme
+    # needs: nothing for binary, eager PyTorch for drtriton (its speedup is against eager)
+    timing: str | None = None
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if self.timing not in (None, *TIMING):
+            raise ValueError(f"timing: must be one of {', '.join(TIMING)} (or unset: what the scheme needs), "
+                             f"got {self.timing!r}")
+        if self.scheme == "drtriton" and self.timing == "off":
+            raise ValueError("timing: the drtriton scheme rewards the speedup over eager PyTorch, so it needs the "
+                             "eager baseline timed (\"eager\" or \"eager+compile\"), got \"off\"")
         if self.device not in (None, "cpu", "cuda"):
             raise ValueError(f"device: must be \"cpu\" or \"cuda\" (or unset: cuda when present), got {self.device!r}")
         if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
@@ -41,6 +52,8 @@ class RewardSettings:
         if self.timeout is not None and not (isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout)
                                              and self.timeout > 0):
             raise ValueError(f"timeout: must be a finite number of seconds > 0, got {self.timeout!r}")
+        if self.timing is None:
+            object.__setattr__(self, "timing", "eager" if self.scheme == "drtriton" else "off")
         lo, hi = self.clip
         if not -1 < lo <= hi:
             raise ValueError(f"clip: must be (lo, hi) with -1 < lo <= hi (a slow pass must still earn > 0), "
@@ -84,11 +97,12 @@ def shared_pool(settings: RewardSettings) -> Any:
     device = settings.device or default_device()
     gpus = rank_gpus() if device == "cuda" else None
     # the pid: a process forked from a trainer that had a pool must not drive its parent's workers
-    key = (os.getpid(), device, tuple(gpus or ()), settings.workers, settings.timeout)
+    key = (os.getpid(), device, tuple(gpus or ()), settings.workers, settings.timeout, settings.timing)
     with _lock:
         pool = _pools.get(key)
         if pool is None or pool.closed:
-            pool = VerifierPool(workers=settings.workers, device=device, timeout=settings.timeout, gpus=gpus)
+            pool = VerifierPool(workers=settings.workers, device=device, timeout=settings.timeout, gpus=gpus,
+                                timing=settings.timing)
             pool.start()  # a pool whose start fails closes itself and is not kept: the next batch tries anew
             _pools[key] = pool
         return pool

@@ -37,9 +37,10 @@ class VerifierReward:
     A bad setting is a ValueError here, at setup; scoring never raises (see `scorer.score`)."""
 
     def __init__(self, scheme: str = "binary", device: str | None = None, workers: int | None = None,
-                 timeout: float | None = None, clip: tuple[float, float] = LOG_SPEEDUP_CLIP) -> None:
+                 timeout: float | None = None, clip: tuple[float, float] = LOG_SPEEDUP_CLIP,
+                 timing: str | None = None) -> None:
         self.settings = RewardSettings(scheme=scheme, device=device, workers=workers, timeout=timeout,
-                                       clip=tuple(clip))
+                                       clip=tuple(clip), timing=timing)
         self.__name__ = f"tritonforge_{scheme}"  # TRL names the reward's logged metrics after it
 
     def __call__(self, completions: Sequence[Any], reference: Sequence[str] | None = None,

@@ -26,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-memory", type=int, default=None, metavar="MB",
                         help="device-memory budget of the worker (default: its share of 80%% of the GPU); a problem "
                              "whose memory plan exceeds it is refused, naming the bytes (exit 2)")
+    parser.add_argument("--timing", choices=("eager+compile", "eager", "off"), default="eager+compile",
+                        help="baselines a GPU pass is timed against: eager+compile (eager PyTorch and torch.compile; "
+                             "the default), eager (no torch.compile: most of a reference's timing cost), off "
+                             "(correctness only); cpu times nothing")
     parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     parser.add_argument("--replay", metavar="VERDICT.json", default=None,
                         help="reuse the trial seeds a verdict recorded (checks.replay; as printed by --json)")
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with VerifierPool(workers=1, device=args.device, timeout=args.timeout, max_memory_mb=args.max_memory,
-                          device_memory_mb=args.device_memory) as pool:
+                          device_memory_mb=args.device_memory, timing=args.timing) as pool:
             verdict = pool.verify(problem, candidate, seeds=args.seeds)
     except ProblemError as exc:  # refused by screening, or its reference failed: no verdict, nothing charged
         print(f"tritonforge verify: error: --problem {args.problem}: no verdict, the problem is at fault, not the "

@@ -115,6 +115,7 @@ class JobContext:
     template: str  # the pool's warm Triton cache, which seeds each GPU candidate's own compile cache
     stream_inputs: bool | None  # None: each job's memory plan decides; True/False: always/never stream
     timing_in: str  # which process times a candidate on the GPU: "worker" or "replayer"
+    compile_reference: bool = True  # the reference is also timed under torch.compile (pool timing "eager+compile")
     fresh_reference: bool = False  # this run is the retry: its references must have served no job
     reference_broke: bool = False  # a reference failed in this run (died, hung, garbled): retry, don't blame
 

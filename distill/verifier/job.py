@@ -157,7 +157,8 @@ def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any
 
 
 def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
-    """Eager and torch.compile medians of the reference, cached per problem and GPU."""
+    """Eager and torch.compile medians of the reference (torch.compile's only where the pool times both
+    baselines), cached per problem and GPU."""
     key = (spec.key, gpu)
     cached = ctx.ref_timings
     with cached.lock_for(key):
@@ -167,7 +168,7 @@ def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
         broken = False
         try:
             ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
-                      "seed": spec.seeds[-2], "key": spec.key})
+                      "seed": spec.seeds[-2], "key": spec.key, "compile": ctx.compile_reference})
             prep = ref.receive(600, "reference compile")
             with ctx.gates[gpu].quiet(keep=ref.pid):
                 ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})

@@ -42,9 +42,11 @@ DEFAULT_MEMORY_MB = {"cpu": 4096, "cuda": 16384}
 REF_HOLD = 120.0
 TIMER_HOLD = 1200.0
 CLOSE_WAIT = 10.0  # seconds close() waits for background starts before it removes their folders
-# What `verify` calls for the reference's medians, a module name so bench/closed_loop_parts/cost_probe.py
-# can stub it (timing the same pool with and without them).
-_ref_timing = ref_timing
+# Which baselines a GPU verification times (`VerifierPool(timing=...)`; the first is the default):
+# the candidate against the reference run eagerly and under torch.compile, against eager only (no
+# compile: on the H100 it took most of ~14 s per `gpu`-profile problem), or nothing timed at all
+# (correctness only; speedups stay null). Recorded in every verdict's `checks["baselines"]`.
+TIMING = ("eager+compile", "eager", "off")
 
 
 class VerifierPool:
@@ -55,11 +57,13 @@ class VerifierPool:
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
                  lockdown: bool | tuple[str, ...] = True, references: int | None = None,
                  start_timeout: float = 300.0, resized: str = twins.RESIZED[0], device_memory_mb: int | None = None,
-                 stream_inputs: bool | None = None, timing_in: str = "worker") -> None:
+                 stream_inputs: bool | None = None, timing_in: str = "worker", timing: str = TIMING[0]) -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
         if resized not in twins.RESIZED:
             raise ValueError(f"resized must be one of {', '.join(twins.RESIZED)}, not {resized!r}")
+        if timing not in TIMING:
+            raise ValueError(f"timing must be one of {', '.join(TIMING)}, not {timing!r}")
         if timing_in not in ("worker", "replayer"):
             raise ValueError(f"timing_in must be 'worker' or 'replayer', not {timing_in!r}")
         # timing_in, which process a GPU timing runs in: the candidate's worker (the default, measured on
@@ -67,6 +71,7 @@ class VerifierPool:
         # (replayer.time_replay: written for issue 30, not yet run on a GPU). Jobs read it in self.context.
         self.device = device
         self.resized = resized
+        self.timing = timing if device == "cuda" else "off"  # the CPU lane times nothing
         self.gpus = gpus if gpus is not None else (self._count_gpus() if device == "cuda" else [0])
         n = workers or (max(1, min(8, (os.cpu_count() or 2) - 2)) * len(self.gpus) if device == "cuda" else 1)
         self.timeout = float(timeout or DEFAULT_TIMEOUT[device])
@@ -127,7 +132,7 @@ class VerifierPool:
                             self.release_reference, self.acquire_timer, self.release_timer,
                             self.acquire_replayer, self.release_replayer)
         self.context = JobContext(device, handouts, self.memory, self.budget, self.gates, self.peaks, RefTimings(),
-                                  self.template, stream_inputs, timing_in)
+                                  self.template, stream_inputs, timing_in, compile_reference=timing == TIMING[0])
         self.stats = {"recycled": 0, "started": 0, "replaced": 0, "retried": 0}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -392,6 +397,7 @@ class VerifierPool:
         spec = JobSpec.make(problem, candidate_source, self.device, timeout or self.timeout,
                             **{**self.spec_defaults,
                                **({} if static_checks is None else {"static_checks": static_checks})}, seeds=seeds)
+        spec.timed = self.timing != "off"
         early = spec.static_verdict()
         if early is not None:
             return early
@@ -401,8 +407,9 @@ class VerifierPool:
             verdict, slot, _ = self._attempt(spec, last=True)
             assert verdict is not None
             verdict.checks["retry"] = {"first_attempt": why}
-        if verdict.status == "pass" and self.device == "cuda":  # worker already released
-            apply_ref_timing(verdict, _ref_timing(self.context, spec, slot.gpu))
+        if verdict.status == "pass" and spec.timed:  # worker already released
+            apply_ref_timing(verdict, ref_timing(self.context, spec, slot.gpu))
+        verdict.checks["baselines"] = self.timing
         verdict.checks["replay"] = {"seeds": list(spec.seeds), "trials": spec.trials}
         if lane_twin:
             verdict.checks["cpu_twin"] = lane_twin

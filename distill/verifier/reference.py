@@ -150,13 +150,16 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
 
 
 class RefTimer:
-    """A reference model, its inputs and its torch.compile'd twin, warmed up and ready to be timed."""
+    """A reference model, its inputs and (`compile`) its torch.compile'd twin, warmed up and ready to be timed."""
 
-    def __init__(self, mod: types.ModuleType, init_seed: int, seed: int, device: torch.device) -> None:
+    def __init__(self, mod: types.ModuleType, init_seed: int, seed: int, device: torch.device,
+                 compile: bool = True) -> None:
         self.model, _, _, _ = _build(mod, init_seed, device)
         self.inputs = _to(make_inputs(mod, seed, device), device)
         self.compiled: Any = None
         self.compile_error = ""
+        if not compile:  # the pool times eager only: no compile to pay for (seconds per problem)
+            return
         with torch.no_grad():
             try:
                 compiled = torch.compile(self.model)
@@ -232,7 +235,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock
                 mod = load_problem(msg["source"], cache)
-                timers[msg["key"]] = RefTimer(mod, msg["init_seed"], msg["seed"], device)
+                timers[msg["key"]] = RefTimer(mod, msg["init_seed"], msg["seed"], device, msg.get("compile", True))
                 out = {"compile_error": timers[msg["key"]].compile_error or None}
             elif cmd == "measure":  # the parent holds the GPU timing lock
                 out = timers.pop(msg["key"]).measure(msg["warmup"], msg["trials"], flush)

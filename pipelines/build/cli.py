@@ -1,4 +1,4 @@
-"""`tritonforge build CONFIG.toml --out DIR [--scheduler ADDRESS]`: the resumable dask build.
+"""`tritonforge build CONFIG.toml --out DIR [--scheduler ADDRESS] [--timing ...]`: the resumable dask build.
 
 Before anything runs: the scheduler address is parsed and reached, the --out folder must be
 writable, the config is checked key by key (and its teacher found), and a local cluster must have
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import socket
 import sys
 
@@ -21,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", help="address of a running dask scheduler, [tcp://]HOST:PORT "
                                        "(default: a local cluster)")
     p.add_argument("--no-card", action="store_true", help="skip the dataset card and its plots")
+    p.add_argument("--timing", choices=("eager+compile", "eager", "off"), default=None,
+                   help="the config's [verify] timing, overridden: which baselines a GPU pass is timed against "
+                        "(eager+compile, eager without torch.compile, off: correctness only)")
 
 
 def summary_table(m: dict) -> str:
@@ -99,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
             check_scheduler(args.scheduler)
         writable_folder(args.out, "--out")
         cfg = load_config(args.config)
+        if args.timing is not None:
+            cfg = dataclasses.replace(cfg, verify=dataclasses.replace(cfg.verify, timing=args.timing))
         if args.scheduler is None:
             check_local_cluster(cfg, str(resolve_config(args.config)))
         manifest = build(cfg, args.out, scheduler=args.scheduler, card=not args.no_card)

@@ -75,6 +75,9 @@ class VerifySection:
         "choices": ("required", "recorded", "off")})
     device_memory_mb: int | None = field(default=None, metadata={
         "help": "each verifier worker's device budget in MB (default: its share of 80% of the GPU)", "min": 1})
+    timing: str = field(default="eager+compile", metadata={
+        "help": "baselines a GPU pass is timed against: eager+compile, eager (no torch.compile), or off "
+                "(correctness only); the rows and the card say which", "choices": ("eager+compile", "eager", "off")})
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ class BuildConfig:
             del d["verify"]["resized"]
         if d["verify"]["device_memory_mb"] is None:  # likewise for builds made before the memory budget
             del d["verify"]["device_memory_mb"]
+        if d["verify"]["timing"] == VerifySection.timing:  # likewise for builds made before the timing choice
+            del d["verify"]["timing"]
         if d["problems"]["path"] is None:  # likewise for builds made before users' problems
             del d["problems"]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]

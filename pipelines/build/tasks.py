@@ -140,10 +140,12 @@ def _verifier(cfg: BuildConfig):
     from distill.teacher.verify_adapter import as_verifier
     from distill.verifier import VerifierPool
 
-    key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout, cfg.verify.resized, cfg.verify.device_memory_mb)
+    key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout, cfg.verify.resized, cfg.verify.device_memory_mb,
+           cfg.verify.timing)
     if key not in _VERIFIERS:
         pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout,
-                            resized=cfg.verify.resized, device_memory_mb=cfg.verify.device_memory_mb)
+                            resized=cfg.verify.resized, device_memory_mb=cfg.verify.device_memory_mb,
+                            timing=cfg.verify.timing)
         pool.start()
         _VERIFIERS[key] = pool
     return as_verifier(_VERIFIERS[key], cfg.verify.workers)

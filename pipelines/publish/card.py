@@ -170,6 +170,7 @@ def render_card(out: Path, manifest: dict[str, Any], repo_id: str | None = None)
         table=table, repo_id=repo_id or f"ORG/{cfg.get('name', 'tritonforge')}", n_ops=len(default_catalog()),
         teacher=cfg["teacher"]["spec"], samples=cfg["teacher"]["samples"], rounds=cfg["teacher"]["rounds"],
         trials=5, device=cfg["verify"]["device"], attempts=sum(verdicts.values()),
+        baselines=cfg["verify"].get("timing", "eager+compile"),  # builds before the choice timed both
         verdicts=", ".join(f"{k} {v}" for k, v in verdicts.items()) or "none",
         digest=manifest["config_digest"], config_json=json.dumps(cfg, indent=1, sort_keys=True, default=list),
         versions=", ".join(f"{k} {v}" for k, v in manifest["versions"].items()), verifier_doc=VERIFIER_DOC,

@@ -12,6 +12,7 @@ def test_export_formats(built_dataset, tmp_path, capsys):
         assert main(["export", str(built_dataset), "--format", fmt, "--out", str(tmp_path / fmt)]) == 0
     sft = pq.read_table(tmp_path / "sft" / "train.parquet")
     assert sft.schema.equals(SFT_SCHEMA, check_metadata=False) and sft.num_rows == 4
+    assert set(sft.column("baselines").to_pylist()) == {"off"}  # built on the CPU: nothing timed
     assert pq.read_table(tmp_path / "rl" / "stage=1" / "train.parquet").num_rows == 4
     assert pq.read_table(tmp_path / "rl" / "heldout" / "level=1" / "test.parquet").num_rows == 2
     verl = pq.read_table(tmp_path / "verl" / "train.parquet")

@@ -55,6 +55,18 @@ def test_trl_reward_scores_pass_fail_and_prose_in_one_batch(row):
     assert reward(completions=[RELU, None], reference=[row["reference"], row["reference"]]) == [1.0, 0.0]
 
 
+def test_reward_timing_follows_the_scheme_and_a_missing_baseline_is_named():
+    from curriculum.rewards.scorer import RewardSettings
+
+    assert RewardSettings().timing == "off"                        # binary: a pass is 1 whatever its speed
+    assert RewardSettings(scheme="drtriton").timing == "eager"     # its speedup is over eager PyTorch
+    assert RewardSettings(scheme="drtriton", timing="eager+compile").timing == "eager+compile"
+    with pytest.raises(ValueError, match=r'timing: the drtriton scheme .* needs the eager baseline timed .* got "off"'):
+        VerifierReward(scheme="drtriton", timing="off")
+    with pytest.raises(ValueError, match="timing: must be one of eager\\+compile, eager, off"):
+        VerifierReward(timing="compile")
+
+
 def test_trl_reward_setup_errors_name_the_setting():
     with pytest.raises(ValueError, match="scheme: must be one of binary, drtriton"):
         VerifierReward(scheme="speed")

@@ -154,6 +154,22 @@ def test_verify_device_memory_budget_is_checked_and_kept_out_of_old_digests():
         parse_config({"verify": {"device_memory_mb": 0}})
 
 
+def test_timing_baselines_are_a_choice_the_cli_overrides_and_the_default_keeps_old_digests(tmp_path, capsys):
+    from pipelines.build.config import ConfigError
+
+    assert parse_config({}).verify.timing == "eager+compile"
+    assert parse_config({"verify": {"timing": "eager+compile"}}).digest() == parse_config({}).digest()
+    assert parse_config({"verify": {"timing": "eager"}}).digest() != parse_config({}).digest()
+    assert parse_config({"verify": {"timing": "off"}}).verify.timing == "off"
+    with pytest.raises(ConfigError, match=r'\[verify\] timing: must be "eager\+compile" or "eager" or "off", got \'compile\''):
+        parse_config({"verify": {"timing": "compile"}})
+    from pipelines.cli import main
+
+    with pytest.raises(SystemExit) as exc:  # argparse's own usage error: exit 2, the choices named
+        main(["build", "demo", "--out", str(tmp_path / "out"), "--timing", "fast"])
+    assert exc.value.code == 2 and "--timing: invalid choice: 'fast'" in capsys.readouterr().err
+
+
 def test_resized_is_required_by_default_and_the_default_keeps_old_digests():
     assert parse_config({}).verify.resized == "required"
     assert parse_config({"verify": {"resized": "required"}}).digest() == parse_config({}).digest()

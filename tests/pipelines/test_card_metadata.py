@@ -44,6 +44,19 @@ def test_card_links_the_verifier_doc_and_cites(built_dataset):
     assert "## Citation" in text and "@misc{relu_test," in text and "https://huggingface.co/datasets/" in text
 
 
+def test_card_says_which_timing_baselines_a_gpu_build_used(built_dataset):
+    from pipelines.publish.card import render_card
+
+    manifest = json.loads((built_dataset / "manifest.json").read_text())
+    assert "Timing baselines" not in render_card(built_dataset, manifest)  # a CPU build times nothing
+    for timing, says in (("eager", "against eager PyTorch only: `speedup_compile` is null"),
+                         ("off", "nothing timed: every speedup is null"), (None, "eager PyTorch and torch.compile")):
+        verify = {k: v for k, v in manifest["config"]["verify"].items() if k != "timing"}
+        verify.update({"device": "cuda"} | ({"timing": timing} if timing else {}))  # None: a build before the choice
+        text = render_card(built_dataset, {**manifest, "config": {**manifest["config"], "verify": verify}})
+        assert f"Timing baselines (`[verify] timing`): `{timing or 'eager+compile'}`" in text and says in text
+
+
 def test_the_default_config_is_what_load_dataset_gives(built_dataset):
     datasets = pytest.importorskip("datasets")
     ds = datasets.load_dataset(str(built_dataset))  # no config name, as a Hub user would first try

@@ -42,6 +42,23 @@ def test_honest_controls_pass_and_are_timed(gpu_pool, name):
     assert t["peaks"]["bandwidth_bytes_per_s"] > 1e11 and t["peaks"]["peak_flops"] > 1e13
 
 
+@pytest.mark.parametrize("timing", ["eager", "off"])
+def test_timing_baselines_are_a_choice(timing):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from distill.verifier import VerifierPool
+
+    with VerifierPool(workers=1, device="cuda", timeout=120, timing_trials=20, timing=timing) as pool:
+        v = pool.verify(problem("add"), honest("add"))
+    assert v.status == "pass" and v.checks["baselines"] == timing, v.reason
+    assert v.ref_compile_ms is None and v.speedup_compile is None  # torch.compile never ran
+    if timing == "eager":
+        assert v.kernel_ms > 0 and v.ref_eager_ms > 0 and v.speedup_eager > 0
+    else:
+        assert v.kernel_ms is None and v.ref_eager_ms is None and v.speedup_eager is None
+
+
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c["name"])
 def test_timing_and_fault_cases(gpu_pool, case):
     v = gpu_pool.verify(problem(case["problem"]), hostile(case["name"]), static_checks=False)

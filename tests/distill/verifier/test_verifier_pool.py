@@ -17,8 +17,14 @@ def test_honest_controls_pass(pool, name):
     assert v.device == "cpu" and v.kernel_ms is None and v.speedup_eager is None
     assert v.checks["ablation"] == "outputs depend on its kernels"
     assert v.checks["determinism"] == "identical within rounding"
+    assert v.checks["baselines"] == "off" and v.kernel_ms is None  # the CPU lane times nothing
     assert all(t["launches"] >= 1 for t in v.checks["trials"])
     assert v.versions["torch"] and v.versions["triton"]
+
+
+def test_timing_must_be_a_known_choice():
+    with pytest.raises(ValueError, match="timing must be one of eager\\+compile, eager, off, not 'compile'"):
+        VerifierPool(device="cpu", timing="compile")
 
 
 def test_several_kernels_are_all_recorded(pool):
