@@ -13,8 +13,9 @@ Rules:
 - distill.verifier stands alone (it runs on a GPU box with none of the rest): it imports nothing from
   synth, curriculum, pipelines, distill.teacher or distill.lowering.
 
-What breaks them today is listed in KNOWN_CYCLES and KNOWN_VIOLATIONS, each with why it is there. The
-test fails on anything new, and also when a listed item is gone from the code, so the lists only shrink.
+Nothing is excused: the last cycles (job/pool/twins; gpu_compile/interp_rewrite) and the verifier's
+imports of synth were taken apart in issue 35 (a JobContext, an `attempt` callable, a duck-typed
+`problem.twin`, the compiled-branch set owned by gpu_compile).
 """
 from __future__ import annotations
 
@@ -26,18 +27,6 @@ PACKAGES = ("synth", "distill", "curriculum", "pipelines")
 FLOW = {"synth": 0, "distill": 1, "curriculum": 2, "pipelines": 3}
 VERIFIER = "distill.verifier"
 VERIFIER_MAY_NOT = ("synth", "curriculum", "pipelines", "distill.teacher", "distill.lowering")
-
-# Cycles still in the verifier, being taken apart by its rewrite (issue 35, REVIEW_T3 §11.1-2). The
-# job/pool/twins cycle is gone: a job gets a JobContext (context.py), the twin check an `attempt` callable.
-KNOWN_CYCLES = {
-    # the CPU lane's rewrite reads the GPU compile's source text, and the compile check reads back
-    # which branches the rewrite marked live (interp_rewrite.ACTIVE, imported lazily): that set belongs
-    # in a module of its own that both import
-    frozenset({"distill.verifier.gpu_compile", "distill.verifier.interp_rewrite"}),
-}
-# Imports against the one-way flow: (importer, imported). None today: the verifier's last ones (the twin
-# check's of synth.problem and synth.realize) became a duck-typed `problem.twin` and a ValueError.
-KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 def _module(path: Path) -> str:
@@ -159,15 +148,9 @@ def test_cycles_and_violations_are_found():
 
 def test_no_import_cycles():
     found = cycles(import_graph())
-    new = found - KNOWN_CYCLES
-    assert not new, f"import cycles: {[sorted(c) for c in new]}"
-    gone = KNOWN_CYCLES - found
-    assert not gone, f"these cycles are gone (or changed): remove them from KNOWN_CYCLES: {[sorted(c) for c in gone]}"
+    assert not found, f"import cycles: {[sorted(c) for c in found]}"
 
 
 def test_data_flows_one_way():
     found = violations(import_graph())
-    new = found - KNOWN_VIOLATIONS
-    assert not new, f"imports against synth -> distill -> curriculum -> pipelines, or into the verifier: {sorted(new)}"
-    gone = KNOWN_VIOLATIONS - found
-    assert not gone, f"these imports are gone: remove them from KNOWN_VIOLATIONS: {sorted(gone)}"
+    assert not found, f"imports against synth -> distill -> curriculum -> pipelines, or into the verifier: {sorted(found)}"

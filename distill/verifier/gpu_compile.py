@@ -68,6 +68,10 @@ MAX_THREADS = 1024
 LOWER_BUDGET_S = 20.0
 _LANG_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")
 
+# The blocks the current launch's GPU compile generated code for ((code, line, column) of their first
+# statement or expression); None outside a launch checked here. interp_rewrite's branch helper reads it.
+ACTIVE = types.SimpleNamespace(compiled=None)
+
 
 class GpuCompileError(Exception):
     """A kernel the interpreter would run does not compile for a GPU."""
@@ -185,15 +189,13 @@ def prepare() -> None:
 
 def install(scratch: str = "") -> None:
     """`prepare`, then wrap the interpreter's launch: each launch is compiled for the GPU first, and
-    runs with the blocks that compile generated code for (interp_rewrite.ACTIVE)."""
+    runs with the blocks that compile generated code for (ACTIVE, which interp_rewrite's branches read)."""
     if _STATE.wrapped:
         return
     prepare()
-    from distill.verifier import interp_rewrite
-
     _STATE.wrapped, _STATE.scratch = True, scratch
     real_run = InterpretedFunction.run
-    active = interp_rewrite.ACTIVE
+    active = ACTIVE
 
     def run(self: InterpretedFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         compiled = check(self, args, kwargs)

@@ -57,10 +57,6 @@ _RESERVED = frozenset({*_HELPERS, "__tf_outer__"})
 _REPRESENTATION = frozenset({"handle"})
 
 
-# The blocks the current launch's GPU compile generated code for ((code, line, column) of their first
-# statement or expression); None outside a launch checked by gpu_compile.
-ACTIVE = types.SimpleNamespace(compiled=None)
-
 
 def _assign(value: Any) -> Any:
     """`x = value` as a GPU compiles it: constexprs unwrapped, numbers made tensors, the rest kept."""
@@ -109,7 +105,7 @@ def _getattr(value: Any, name: Any, *default: Any) -> Any:
 
 
 def _branch(code: types.CodeType, name: str, line: int, col: int) -> None:
-    compiled = ACTIVE.compiled
+    compiled = gpu_compile.ACTIVE.compiled
     if compiled is not None and (code, line, col) not in compiled:
         raise gpu_compile.GpuCompileError(
             f"kernel function {name} took a branch (line {line} of its source) that its GPU compile generated no "
