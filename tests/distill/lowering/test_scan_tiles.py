@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+import triton
 
 import synth
 from distill.lowering import lower
@@ -22,9 +23,26 @@ from tests.distill.lowering.test_pool_windows import SOURCE
 
 
 def _traced(expr: str, shape: str) -> tuple[str, str]:
-    """A problem's source and its lowering, with literal sizes (the tracer's path)."""
+    """A problem's source and its lowering (the tracer's path: sizes read from the input, x0_size0, ...)."""
     src = SOURCE.format(expr=expr, shape=shape)
     return src, lower_source(types.SimpleNamespace(source=src, problem_id="scan_tiles")).source
+
+
+def _at(launch: dict[str, str], shape: str) -> dict[str, str]:
+    """A traced launch's arguments evaluated at the input's sizes (the tile the lowering chose there)."""
+    sizes = {f"x0_size{i}": int(v) for i, v in enumerate(shape.split(","))}
+    env = {"__builtins__": {"min": min, "max": max}, "triton": triton}
+    out = {}
+    for name, expr in launch.items():
+        try:
+            out[name] = str(eval(expr, env, sizes))  # noqa: S307 - the lowering's own size expressions
+        except (NameError, SyntaxError, TypeError, AttributeError):  # strides, tensors: as written
+            out[name] = expr
+    return out
+
+
+def _traced_launch(expr: str, shape: str, kernel: str) -> dict[str, str]:
+    return _at(_launch(_traced(expr, shape)[1], kernel), shape)
 
 
 def _launch(src: str, kernel: str) -> dict[str, str]:
@@ -77,20 +95,20 @@ def test_tile_rule():
 
 
 def test_a_scan_over_an_outer_dim_takes_64x64_tiles_and_the_last_dim_does_not():
-    outer = _launch(_traced("torch.cumsum(x, dim=0)", "300, 100")[1], "cumsum_kernel")
+    outer = _traced_launch("torch.cumsum(x, dim=0)", "300, 100", "cumsum_kernel")
     assert (outer["BLOCK_ROWS"], outer["BLOCK_R"]) == ("64", "64"), outer
-    few = _launch(_traced("torch.cumsum(x, dim=0)", "300, 40")[1], "cumsum_kernel")  # 40 rows: one block of 64
+    few = _traced_launch("torch.cumsum(x, dim=0)", "300, 40", "cumsum_kernel")  # 40 rows: one block of 64
     assert (few["BLOCK_ROWS"], few["BLOCK_R"]) == ("64", "64"), few
-    last = _launch(_traced("torch.cumsum(x, dim=1)", "100, 3000")[1], "cumsum_kernel")
+    last = _traced_launch("torch.cumsum(x, dim=1)", "100, 3000", "cumsum_kernel")
     assert (last["BLOCK_ROWS"], last["BLOCK_R"]) == ("4", "1024"), last
-    short_run = _launch(_traced("torch.cumsum(x, dim=0)", "3000, 8")[1], "cumsum_kernel")
+    short_run = _traced_launch("torch.cumsum(x, dim=0)", "3000, 8", "cumsum_kernel")
     assert (short_run["BLOCK_ROWS"], short_run["BLOCK_R"]) == ("4", "1024"), short_run
 
 
 def test_logcumsumexp_takes_1024_element_tiles():
-    last = _launch(_traced("torch.logcumsumexp(x, dim=1)", "6, 3000")[1], "logcumsumexp_kernel")
+    last = _traced_launch("torch.logcumsumexp(x, dim=1)", "6, 3000", "logcumsumexp_kernel")
     assert (last["BLOCK_ROWS"], last["BLOCK_R"]) == ("4", "256"), last
-    outer = _launch(_traced("torch.logcumsumexp(x, dim=0)", "300, 40")[1], "logcumsumexp_kernel")
+    outer = _traced_launch("torch.logcumsumexp(x, dim=0)", "300, 40", "logcumsumexp_kernel")
     assert (outer["BLOCK_ROWS"], outer["BLOCK_R"]) == ("16", "64"), outer
 
 
