@@ -21,7 +21,8 @@ STANDALONE = textwrap.dedent('''
     import os, sys, tempfile, traceback
     sys.path.insert(0, sys.argv[1])
     import torch, triton, triton.language as tl
-    from distill.verifier import lockdown, trusted
+    from distill.verifier import trusted
+    from distill.verifier.sandbox import lockdown
     d = tempfile.mkdtemp()
     for sub in ("triton", "tmp", "home"):
         os.makedirs(os.path.join(d, sub))
@@ -48,7 +49,7 @@ STANDALONE = textwrap.dedent('''
 
 def main() -> None:
     from distill.verifier import VerifierPool
-    from distill.verifier.lockdown import LAYERS
+    from distill.verifier.sandbox.lockdown import LAYERS
     from tests.distill.verifier.conftest import honest, problem
 
     from distill.verifier import trusted

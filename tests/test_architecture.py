@@ -11,7 +11,10 @@ Rules:
 - the packages flow one way, synth -> distill -> curriculum -> pipelines: a module imports nothing of
   a package after its own;
 - distill.verifier stands alone (it runs on a GPU box with none of the rest): it imports nothing from
-  synth, curriculum, pipelines, distill.teacher or distill.lowering.
+  synth, curriculum, pipelines, distill.teacher or distill.lowering;
+- the verifier's sandbox wing (distill/verifier/sandbox/: what runs in a worker or a replayer) is
+  entered only at its entry points (its __init__ lists them): no module outside it imports another
+  of its modules.
 
 Nothing is excused: the last cycles (job/pool/twins; gpu_compile/interp_rewrite) and the verifier's
 imports of synth were taken apart in issue 35 (a JobContext, an `attempt` callable, a duck-typed
@@ -27,6 +30,11 @@ PACKAGES = ("synth", "distill", "curriculum", "pipelines")
 FLOW = {"synth": 0, "distill": 1, "curriculum": 2, "pipelines": 3}
 VERIFIER = "distill.verifier"
 VERIFIER_MAY_NOT = ("synth", "curriculum", "pipelines", "distill.teacher", "distill.lowering")
+SANDBOX = "distill.verifier.sandbox"
+# What the trusted side may import of the sandbox: the process function of workers and replayers (and
+# the worker's warm-up, which a GPU reference runs), and the confinement a process applies to itself
+# (the screening child's too). The zygote is named by string, in procs.py's forkserver preload.
+SANDBOX_ENTRY = frozenset({f"{SANDBOX}.worker", f"{SANDBOX}.lockdown", f"{SANDBOX}.caps"})
 
 
 def _module(path: Path) -> str:
@@ -129,6 +137,12 @@ def violations(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     return bad
 
 
+def sandbox_reach_ins(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports of a sandbox module other than an entry point, from outside the sandbox."""
+    return {(src, dst) for src, targets in graph.items() for dst in targets
+            if _within(dst, SANDBOX) and not _within(src, SANDBOX) and dst not in SANDBOX_ENTRY}
+
+
 def test_the_graph_is_read():
     graph = import_graph()
     assert len(graph) > 100
@@ -144,6 +158,10 @@ def test_cycles_and_violations_are_found():
              "distill.verifier.v": {"distill.lowering.l"}, "distill.lowering.l": set()}
     assert cycles(graph) == {frozenset({"synth.a", "synth.b"})}
     assert violations(graph) == {("synth.b", "pipelines.x"), ("distill.verifier.v", "distill.lowering.l")}
+    sandboxed = {"distill.verifier.pool": {f"{SANDBOX}.worker", f"{SANDBOX}.guard"},
+                 f"{SANDBOX}.worker": {f"{SANDBOX}.guard", "distill.verifier.codec"},
+                 f"{SANDBOX}.guard": set(), "distill.verifier.codec": set()}
+    assert sandbox_reach_ins(sandboxed) == {("distill.verifier.pool", f"{SANDBOX}.guard")}
 
 
 def test_no_import_cycles():
@@ -154,3 +172,10 @@ def test_no_import_cycles():
 def test_data_flows_one_way():
     found = violations(import_graph())
     assert not found, f"imports against synth -> distill -> curriculum -> pipelines, or into the verifier: {sorted(found)}"
+
+
+def test_the_sandbox_is_entered_only_at_its_entry_points():
+    graph = import_graph()
+    assert SANDBOX_ENTRY <= set(graph), "an entry point of the sandbox is not a module"
+    found = sandbox_reach_ins(graph)
+    assert not found, f"imports of the sandbox's insides from outside it: {sorted(found)}"

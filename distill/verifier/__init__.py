@@ -4,13 +4,16 @@ Trust boundary (details: docs/verifier.md):
   trusted, the caller's process   api/pool/job -> judge, tolerance, verdict, environ: inputs' seeds,
                                   expected outputs, every comparison and the Verdict itself
   trusted, own process            reference.py: runs the problem's Model on seeded inputs
-  sandboxed, one per slot         worker.py (+ guard, calls, replay, seal, provenance, bands, caps):
+  sandboxed, one per slot         sandbox/worker.py (+ guard, calls, seal, provenance, bands, caps, ...):
                                   the candidate in a netns, under Landlock, seccomp and memory caps;
                                   everything it reports (outputs, the traced call's record, the state
                                   it kept) is a claim the parent checks
-  sandboxed, never the candidate  replayer.py (worker_main, role "replayer"): runs the traced record
-    module                        with kernels the parent cut out of the source (kernelsrc.py) on a
-                                  trial the worker never saw; replaycheck/statecheck/judge decide
+  sandboxed, never the candidate  sandbox/replayer.py (worker_main, role "replayer"): runs the traced
+    module                        record (sandbox/replay.py) with kernels the parent cut out of the
+                                  source (kernelsrc.py) on a trial the worker never saw;
+                                  replaycheck/statecheck/judge decide
+  the sandbox wing                sandbox/: everything that runs in a worker or a replayer; the
+                                  trusted side enters it only at its entry points (its __init__)
   protocol                        codec.py: typed, pickle-free messages over a pipe (+ reply arena);
                                   the parent sends commands and seeds, the worker returns evidence only
   static, before any run          static.py + policy.py: the source text against the forbidden list

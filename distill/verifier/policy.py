@@ -8,7 +8,10 @@ named once, by `op_name`, from what it does to values, and `is_compute` reads th
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # Top-level modules a candidate may import. Everything else is refused with the category below.
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
@@ -205,3 +208,20 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
 def is_compute(op: str) -> bool:
     """Whether a recorded op name (`op_name`'s) counts as compute (not the candidate's own work)."""
     return op not in ALLOWED_OPS
+
+
+class OpCount(TorchDispatchMode):
+    """Counts the ATen ops run while active, named as every phase names them (`op_name`): what a
+    constructor computed, a cast to another dtype included. Used on both sides of the sandbox (the
+    reference process counts its Model's constructor, a worker the candidate's), so it lives here and
+    not in sandbox/provenance.py: the trusted side imports nothing of the sandbox to count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = op_name(func._schema.name, args, kwargs)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **kwargs)

@@ -25,7 +25,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
-from distill.verifier import leftovers, limits, procs, reference, trusted, twins, worker
+from distill.verifier import leftovers, limits, procs, reference, trusted, twins
+from distill.verifier.sandbox import worker
 from distill.verifier.context import DeviceBudget, Handouts, JobContext, RefTimings, Slot
 from distill.verifier.gate import TimingGate, timing_core
 from distill.verifier.handout import Handout, PoolError, References
@@ -78,7 +79,7 @@ class VerifierPool:
         self.max_memory_mb = max_memory_mb if max_memory_mb is not None else DEFAULT_MEMORY_MB[device]
         self.spec_defaults = dict(trials=trials, timing_trials=timing_trials, warmup=warmup,
                                   static_checks=static_checks)
-        from distill.verifier.lockdown import DEFAULT_LAYERS
+        from distill.verifier.sandbox.lockdown import DEFAULT_LAYERS
 
         # True: the layers known to work on this device; False: none; or a tuple naming them.
         self.layers = DEFAULT_LAYERS[device] if lockdown is True else () if lockdown is False else tuple(lockdown)

@@ -31,7 +31,7 @@ from distill.verifier import codec, environ
 # Sparse: pages exist only where a reply wrote; a bigger reply travels inline through the pipe.
 ARENA_BYTES = 1 << 30
 ARENA_PREFIX = "tritonforge-arena-"  # + the parent's pid: `leftovers` sweeps those of dead parents
-_ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.zygote"]
+_ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.sandbox.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
 # CPU lane: a phase's limit is CPU seconds of the process, within this many times the limit of wall time.

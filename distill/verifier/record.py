@@ -14,6 +14,11 @@ The worker runs the candidate's code, so the record is a claim like everything e
 replayer checks it (replay.Program) and the parent checks its state (statecheck.py). What this side
 refuses is what it cannot write faithfully (a kernel defined inside a function, an argument of an
 unknown type, a tensor relaid in place after use), each with a reason for the candidate's author.
+
+It stays beside the trusted modules, not in sandbox/: the record is the format all three processes
+share (written by `serialise` in a worker, checked by the parent's replaycheck and statecheck, run by a
+replayer), as codec.py is the messages', so it imports nothing of the sandbox (the op tables are
+policy.py's).
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from typing import Any
 import torch
 import triton.language as tl
 
-from distill.verifier import codec, provenance
+from distill.verifier import codec, policy
 
 _OpOverload = torch._ops.OpOverload
 _TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -133,17 +138,17 @@ class _Writer:
         if type(func) is not _OpOverload:
             raise NotReplayable("a traced op is not an ATen operator")
         name = func._schema.name
-        if name not in provenance.ALLOWED_OPS:
+        if name not in policy.ALLOWED_OPS:
             raise NotReplayable(f"{name} ran inside forward")
         kwargs = kwargs or {}
         if not (_plain(args) and _plain(kwargs) and _plain(out)):
             bad = next((type(v).__name__ for v in (*args, *kwargs.values(), out) if not _plain(v)), "?")
             raise NotReplayable(f"{name} took an object of type {scrub(bad)}")
         target = out if type(out) in _TENSORS else None
-        if name in provenance.POISONED | frozenset(_FILLS) | frozenset(_FILL_ARG):
+        if name in policy.POISONED | frozenset(_FILLS) | frozenset(_FILL_ARG):
             if target is None:
                 return
-            if name in provenance.POISONED:
+            if name in policy.POISONED:
                 fill: Any = "poison"
             elif name in _FILLS:
                 fill = _FILLS[name]

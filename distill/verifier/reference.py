@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from distill.verifier import codec, memplan, screen, statecheck, timing
+from distill.verifier.policy import OpCount
 from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
-from distill.verifier.provenance import OpCount
 
 __all__ = ["ProblemError", "RefTimer", "make_trials", "reference_main"]
 
@@ -198,7 +198,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
         timing.prefer_spin_wait(device.index)
         torch.cuda.set_device(device)
         os.environ["TRITON_CACHE_DIR"] = cfg["template_cache"]
-        from distill.verifier import worker  # the worker's warm kernel, compiled into the template cache
+        from distill.verifier.sandbox import worker  # the worker's warm kernel, compiled into the template cache
 
         worker._warm_up(device)
         os.environ["TRITON_CACHE_DIR"] = cfg["own_cache"]

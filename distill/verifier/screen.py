@@ -109,7 +109,8 @@ def screen_problem(source: str, device: str = "cpu", timeout: float = 300.0) -> 
 
 # ---------------------------------------------------------------------------------------- the child
 def _child(req: dict[str, Any]) -> ScreenReport:
-    from distill.verifier import caps, lockdown, trusted
+    from distill.verifier import trusted
+    from distill.verifier.sandbox import caps, lockdown
 
     caps.cap_files()
     netns = lockdown.unshare_network()

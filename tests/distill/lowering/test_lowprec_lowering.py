@@ -1,6 +1,6 @@
 """bf16 and fp16 problems lower to kernels that load, upcast to float32, compute and store rounded,
 and verify on the CPU (the interpreter has float16 natively; the verifier's shims give it a GPU's
-bfloat16 arithmetic, distill/verifier/interp_shims.py)."""
+bfloat16 arithmetic, distill/verifier/sandbox/interp_shims.py)."""
 from __future__ import annotations
 
 import re

@@ -20,7 +20,8 @@ import pytest
 import torch
 import triton.language as tl
 
-from distill.verifier import codec, gpu_deps, inflight, interp_grid, procs
+from distill.verifier import codec, inflight, procs
+from distill.verifier.sandbox import gpu_deps, interp_grid
 from tests.distill.verifier.conftest import honest, problem
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,7 +101,7 @@ def test_a_rebound_plain_global_is_named_as_the_gpu_launcher_names_it():
 _REWRITE = '''
 import pytest, torch
 import triton, triton.language as tl
-from distill.verifier import gpu_compile, interp_shims
+from distill.verifier.sandbox import gpu_compile, interp_shims
 interp_shims.install()
 gpu_compile.install()
 

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import gpu_compile, libdevice_np
+from distill.verifier.sandbox import gpu_compile, libdevice_np
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
 
 RNG = np.random.default_rng(0)
@@ -303,7 +303,7 @@ def _plain_helper_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 _PAYS_ONCE = """
 import pytest, torch
-from distill.verifier import gpu_compile
+from distill.verifier.sandbox import gpu_compile
 from tests.distill.verifier.test_verifier_realworld import _plain_helper_kernel, _scale_kernel
 
 gpu_compile.prepare()
@@ -646,7 +646,7 @@ def test_a_gpu_gives_the_cpu_lanes_verdicts(gpu_pool, case):
 
 def test_a_gpu_refusing_a_plain_python_function_is_a_compile_error():
     """On a GPU, Triton refuses such a kernel while hashing its dependencies, before its code generator."""
-    from distill.verifier import calls
+    from distill.verifier.sandbox import calls
 
     assert calls.describe_error(RuntimeError("Unsupported function referenced: <function f at 0x1>"))["compile"]
     assert not calls.describe_error(RuntimeError("something else"))["compile"]

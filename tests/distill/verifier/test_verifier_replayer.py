@@ -15,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import codec, kernelsrc, procs, replay, statecheck
+from distill.verifier import codec, kernelsrc, procs, statecheck
+from distill.verifier.sandbox import replay
 from distill.verifier.record import serialise
 from tests.distill.verifier.conftest import honest, problem
 

@@ -3,6 +3,7 @@ left for the harness (seal.py), the kernel-table block's reach, the per-file cap
 adversarial suite (cases.json)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,9 +14,21 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from distill.verifier import provenance, seal
+from distill.verifier.sandbox import provenance, seal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def test_modules_named_by_string_exist():
+    """The forkserver's preload (procs.py) and the integrity snapshot's namespaces (integrity.py) name
+    modules by string, and both skip a name that does not import: a module moved without them would
+    leave the zygote cold or a namespace of the harness unwatched, silently."""
+    from distill.verifier import procs
+    from distill.verifier.sandbox import integrity
+
+    ours = [m for m in procs._ZYGOTE_PRELOAD + list(integrity.MODULES) if m.startswith("distill.")]
+    assert len(ours) >= 10
+    assert [m for m in ours if importlib.util.find_spec(m) is None] == []
 
 
 class _Mode(TorchFunctionMode):
@@ -92,7 +105,7 @@ def _child(code: str) -> subprocess.CompletedProcess:
 def test_file_size_cap_makes_a_write_fail_not_the_process():
     out = _child("""
         import os, tempfile
-        from distill.verifier import caps
+        from distill.verifier.sandbox import caps
         print(caps.cap_files(1 << 20))
         path = os.path.join(tempfile.mkdtemp(), "big")
         try:
@@ -111,7 +124,8 @@ def test_landlock_keeps_other_processes_proc_out_however_spelled():
     memory, /tmp and /etc's secrets are refused; the installation and its own status are not."""
     out = _child("""
         import os, tempfile
-        from distill.verifier import lockdown, trusted
+        from distill.verifier import trusted
+        from distill.verifier.sandbox import lockdown
         planted = tempfile.mkstemp()[1]
         print(lockdown.landlock([tempfile.mkdtemp()], [], lockdown.default_device_files(),
                                 lockdown.readable(trusted.code_roots())))

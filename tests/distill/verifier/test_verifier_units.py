@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from distill.verifier import STATUSES, Verdict, codec, provenance, tolerance
+from distill.verifier import STATUSES, Verdict, codec, policy, tolerance
 
 
 def test_codec_roundtrips_every_supported_dtype_and_structure():
@@ -141,7 +141,7 @@ def test_verdict_has_the_design_fields_and_rejects_unknown_statuses():
                                         ("aten::add", True), ("aten::mm", True), ("aten::_to_copy", False),
                                         ("aten::_to_copy(float32->float16)", True), ("aten::_local_scalar_dense", True)])
 def test_op_classification(op, compute):
-    assert provenance.is_compute(op) is compute
+    assert policy.is_compute(op) is compute
 
 
 def _timing_rep(times, launches, outputs):

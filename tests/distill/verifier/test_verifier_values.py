@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from distill.verifier import policy, provenance
+from distill.verifier import policy
+from distill.verifier.sandbox import provenance
 
 
 class _Names(TorchDispatchMode):
@@ -93,7 +94,7 @@ def test_a_tensor_subclass_cannot_lie_about_its_dtype():
 
 def test_every_phase_names_ops_alike():
     """The constructor's count (OpCount, the reference's and the worker's) and forward's audit use one name."""
-    with provenance.OpCount() as count:
+    with policy.OpCount() as count:
         I64.to(torch.uint8)
         X.view(torch.int32)
     assert count.counts == {"aten::_to_copy(int64->uint8)": 1, "aten::view(float32->int32)": 1, "aten::detach": 1}

@@ -47,7 +47,7 @@ import triton.language as tl
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 
-from distill.verifier import gpu_compile, gpu_deps
+from distill.verifier.sandbox import gpu_compile, gpu_deps
 
 BRANCH, ASSIGN, COMPARE, ISINSTANCE, GETATTR = (
     "__tf_branch__", "__tf_assign__", "__tf_compare__", "__tf_isinstance__", "__tf_getattr__")

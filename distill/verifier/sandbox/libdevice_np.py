@@ -329,7 +329,7 @@ def evaluate(symbol: str, args: list[np.ndarray], out_dtype: np.dtype) -> np.nda
     fn = _TABLE.get(symbol)
     if fn is None:
         raise NotImplementedError(f"libdevice function {symbol} has no CPU-interpreter implementation "
-                                  "(distill/verifier/libdevice_np.py); it runs only on a GPU")
+                                  "(distill/verifier/sandbox/libdevice_np.py); it runs only on a GPU")
     with np.errstate(all="ignore"):
         out = np.asarray(fn(*args))
     return out if out.dtype == out_dtype else out.astype(out_dtype)

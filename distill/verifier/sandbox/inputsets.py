@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from distill.verifier import codec, problemio, provenance
+from distill.verifier import codec, problemio
+from distill.verifier.sandbox import provenance
 
 
 class InputsRemade(Exception):

@@ -22,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import (bands, calls, caps, codec, gpu_compile, guard, inputsets, integrity, interp_shims,
-                              lockdown, memplan, problemio, provenance, replayer, running, seal, timing)
+from distill.verifier import codec, memplan, policy, problemio, running, timing
+from distill.verifier.sandbox import (bands, calls, caps, gpu_compile, guard, inputsets, integrity, interp_shims,
+                                      lockdown, provenance, replayer, seal)
 
 _REPLAYER = ("replay", "time_replay")  # the commands a replayer serves (replayer.py), and a worker never does
 # Captured before any candidate runs, like timing's CUDA entry points.
@@ -118,9 +119,10 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
                           traced_code=provenance.AuditMode.__torch_dispatch__.__wrapped__.__code__)
     block = provenance.BackendBlock(("CPU", "CUDA") if device.type == "cuda" else ("CPU",))
     caps.ignore_file_size_signal()  # after the warm-up's subprocesses, before seccomp freezes handlers
-    # Reads: the installation, the toolchain, system libraries, this package and the pool's template
-    # cache; not /tmp, a home folder or another worker's scratch (lockdown.readable).
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # Reads: the installation, the toolchain, system libraries, this package (distill/, three folders
+    # up from sandbox/worker.py) and the pool's template cache; not /tmp, a home folder or another
+    # worker's scratch (lockdown.readable).
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     reads = lockdown.readable(list(cfg["trusted_roots"]) + [package] + list(cfg.get("read_dirs", [])))
     report = lockdown.lock_down(cfg["scratch"], cfg.get("exec_files", []),
                                 no_children=not cfg.get("children", device.type == "cuda"), layers=layers, netns=netns,
@@ -267,7 +269,7 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     # The constructor may create parameters the way the reference does (its own ops, initialisers);
     # other compute is blocked at the backend and counted by the mode (judge.construct_compute).
     allow = provenance.INITIALISERS | frozenset(msg.get("construct_ops") or ())
-    counter = provenance.OpCount()
+    counter = policy.OpCount()
     out["blocked_ops"] = block.install(allow)
     try:
         with counter:

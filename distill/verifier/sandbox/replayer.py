@@ -35,8 +35,9 @@ import torch
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from distill.verifier import calls, gpu_compile, guard, inputsets, problemio, provenance, timing
-from distill.verifier.replay import NotReplayable, Program
+from distill.verifier import problemio, timing
+from distill.verifier.sandbox import calls, gpu_compile, guard, inputsets, provenance
+from distill.verifier.sandbox.replay import NotReplayable, Program
 
 _KINDS = (JITFunction, InterpretedFunction)
 

@@ -59,7 +59,8 @@ from triton.runtime.errors import OutOfResources
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITCallable, JITFunction, create_function_from_signature, get_jit_fn_file_line
 
-from distill.verifier import gpu_deps, inflight
+from distill.verifier import inflight
+from distill.verifier.sandbox import gpu_deps
 
 TARGET = GPUTarget("cuda", 90, 32)
 STAGES = ("ttir", "ttgir")

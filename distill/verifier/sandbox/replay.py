@@ -20,7 +20,8 @@ from typing import Any, Callable
 import torch
 import triton.language as tl
 
-from distill.verifier import codec, policy, provenance
+from distill.verifier import codec, policy
+from distill.verifier.sandbox import provenance
 from distill.verifier.record import MAX_DIMS, MAX_STEPS, MAX_STORAGES, NAME, SCALARS, NotReplayable, scrub
 
 __all__ = ["Bound", "NotReplayable", "Program"]

@@ -14,12 +14,13 @@ from typing import Any
 # Namespaces whose attributes the harness, the timer or the comparison path reach.
 MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.testing", "torch.library", "time", "gc",
            "sys", "builtins", "math", "os", "triton", "triton.language", "triton.testing", "ctypes",
-           "distill.verifier.guard", "distill.verifier.provenance", "distill.verifier.worker",
-           "distill.verifier.codec", "distill.verifier.timing", "distill.verifier.lockdown",
+           "distill.verifier.sandbox.guard", "distill.verifier.sandbox.provenance", "distill.verifier.sandbox.worker",
+           "distill.verifier.codec", "distill.verifier.timing", "distill.verifier.sandbox.lockdown",
            # the CPU lane's shims and GPU compile check (interp_shims.py, gpu_compile.py)
            "triton.runtime.interpreter", "triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
-           "distill.verifier.interp_shims", "distill.verifier.gpu_compile", "distill.verifier.libdevice_np",
-           "distill.verifier.interp_grid", "distill.verifier.interp_rewrite", "distill.verifier.gpu_deps")
+           "distill.verifier.sandbox.interp_shims", "distill.verifier.sandbox.gpu_compile",
+           "distill.verifier.sandbox.libdevice_np", "distill.verifier.sandbox.interp_grid",
+           "distill.verifier.sandbox.interp_rewrite", "distill.verifier.sandbox.gpu_deps")
 CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream",
            "triton.runtime.jit.JITFunction", "triton.runtime.interpreter.InterpretedFunction",
            "triton.runtime.jit.KernelInterface", "torch.utils._python_dispatch.TorchDispatchMode",

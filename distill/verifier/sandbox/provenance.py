@@ -20,8 +20,9 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from distill.verifier import guard, policy
-from distill.verifier.bands import Bands
+from distill.verifier import policy
+from distill.verifier.sandbox import guard
+from distill.verifier.sandbox.bands import Bands
 
 # The op tables and the rule that names an op by what it does to values live in policy.py; the
 # modes below record every op under `policy.op_name`, in every phase (construction, forward, timing).
@@ -77,21 +78,6 @@ class StreamWatch(TorchDispatchMode):
         name = func._schema.name
         # One audit event for both records: this runs for every op of every timed call.
         sys.audit("tritonforge.stream", self.current(self.index), policy.op_name(name, args, kwargs))
-        return func(*args, **kwargs)
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the ATen ops run while active, named as every phase names them (`policy.op_name`):
-    what a constructor computed, a cast to another dtype included."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: dict[str, int] = {}
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        name = policy.op_name(func._schema.name, args, kwargs)
-        self.counts[name] = self.counts.get(name, 0) + 1
         return func(*args, **kwargs)
 
 

@@ -11,8 +11,9 @@ from typing import Any, Callable
 import numpy
 import torch
 
-from distill.verifier import codec, guard, provenance, record
-from distill.verifier.bands import Bands
+from distill.verifier import codec, record
+from distill.verifier.sandbox import guard, provenance
+from distill.verifier.sandbox.bands import Bands
 
 _DESCR_TYPE = type.__dict__["__qualname__"]
 _DESCR_MODULE = type.__dict__["__module__"]

@@ -81,7 +81,7 @@ from triton.language.extra import libdevice as stub_libdevice
 from triton.language.extra.cuda import libdevice as cuda_libdevice
 from triton.runtime import autotuner, interpreter
 
-from distill.verifier import interp_grid, interp_rewrite, libdevice_np
+from distill.verifier.sandbox import interp_grid, interp_rewrite, libdevice_np
 
 # Inside an interpreted launch: the interpreter's semantic (which libdevice calls then use), the
 # launch's patch scope and the attributes it records.

@@ -42,7 +42,7 @@ from triton import knobs
 from triton.runtime import interpreter
 from triton.runtime.errors import InterpreterError
 
-from distill.verifier import gpu_compile
+from distill.verifier.sandbox import gpu_compile
 
 
 class WriteConflict(RuntimeError):

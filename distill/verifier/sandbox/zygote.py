@@ -11,7 +11,8 @@ import os
 import torch
 import triton  # noqa: F401 - preloaded for the forks
 
-from distill.verifier import provenance, reference, worker  # noqa: F401 - preloaded for the forks
+from distill.verifier import reference  # noqa: F401 - preloaded for the forks (references are forked here too)
+from distill.verifier.sandbox import provenance, worker
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     # Small sizes on purpose: no torch/OpenMP thread pool may exist in a process that forks.
