@@ -105,10 +105,10 @@ def run_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str = 
         t1 = time.perf_counter()
         verdicts = pool.verify_many([(p, c) for _, _, p, c in pairs])
         wall = time.perf_counter() - t1
-        gate = {k: round(sum(g.stats[k] for g in pool.gates.values()), 2) for k in
+        gate = {k: round(sum(g.stats[k] for g in pool.fleet.gates.values()), 2) for k in
                 ("timings", "stop_s", "held_s")}
         return {"startup_s": startup, "wall_s": wall, "verdicts": verdicts, "sandbox": pool.sandbox, "gate": gate,
-                "recycled": pool.stats["recycled"], "workers": len(pool._slots), "fallbacks": notes}
+                "recycled": pool.stats["recycled"], "workers": len(pool.fleet.slots), "fallbacks": notes}
     finally:
         pool.close()
 

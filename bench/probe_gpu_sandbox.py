@@ -68,7 +68,7 @@ def main() -> None:
                 w = pool.verify(problem(name), honest(name))
                 print(f"   honest {name}: {w.status}: {w.reason[:200]}", flush=True)
             if v.status != "pass":
-                for slot in pool._slots:
+                for slot in pool.fleet.slots:
                     log = os.path.join(slot.scratch, "output.log")
                     if os.path.exists(log):
                         print(open(log, errors="replace").read()[-3000:])

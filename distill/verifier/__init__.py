@@ -2,7 +2,8 @@
 
 Trust boundary (details: docs/verifier.md):
   trusted, the caller's process   api/pool/job -> judge, tolerance, verdict, environ: inputs' seeds,
-                                  expected outputs, every comparison and the Verdict itself
+                                  expected outputs, every comparison and the Verdict itself; the
+                                  pool's processes are its fleet's (fleet.py)
   trusted, own process            reference.py: runs the problem's Model on seeded inputs
   sandboxed, one per slot         sandbox/worker.py (+ guard, calls, seal, provenance, bands, caps, ...):
                                   the candidate in a netns, under Landlock, seccomp and memory caps;

@@ -5,8 +5,8 @@ process for the memory plan and the expected outputs, a timer for the reference'
 for the replay. It reads the pool's memory caps, timing gates and measured peaks, and shares one
 cache of reference timings with every other job. The pool (pool.py) builds one JobContext when it is
 made and hands each run of a job a copy carrying that run's own flags (whether its reference must be
-fresh, whether one broke), so job.py never imports the pool and only the pool knows how its processes
-are kept. Nothing here imports job.py or pool.py: both import this.
+fresh, whether one broke), so job.py never imports the pool and only the pool's fleet (fleet.py) knows
+how its processes are kept. Nothing here imports job.py, pool.py or fleet.py: they import this.
 """
 from __future__ import annotations
 

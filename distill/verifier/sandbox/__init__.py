@@ -7,10 +7,10 @@ from the zygote and confined the same way. What they report is a claim; the trus
 
 The trusted side touches this package only at its entry points (tests/test_architecture.py checks
 that no other module of it is imported from outside):
-  worker.worker_main      the process function of every worker and replayer (pool.py starts them)
+  worker.worker_main      the process function of every worker and replayer (fleet.py starts them)
   zygote                  the forkserver's preload, named by procs.py; workers and references fork from it
   lockdown, caps          a process confining itself: a worker here, and screen.py's child, which runs
-                          a problem's code; pool.py reads lockdown.DEFAULT_LAYERS for the workers' config
+                          a problem's code; fleet.py reads lockdown.DEFAULT_LAYERS for the workers' config
   worker._warm_up         run by a reference process on a GPU, so the worker's warm-up kernel is in the
                           template cache every worker's own cache is copied from
 

@@ -17,7 +17,7 @@ The record's state tensors arrive as the parent accepted them (statecheck.py): l
 reference's parameters as the worker reported them, anything else poisoned.
 
 The replayer is kept for the next job when the replay left nothing behind (the worker's hygiene:
-patched attributes, state, threads, candidate code in the harness's steps), else retired (pool.py).
+patched attributes, state, threads, candidate code in the harness's steps), else retired (fleet.py).
 On the CPU lane kernel bodies run as Python in the interpreter, under the guard and after the GPU
 compile check (gpu_compile.py), as in a worker; on a GPU they are compiled code.
 """

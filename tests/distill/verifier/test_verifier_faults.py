@@ -48,7 +48,7 @@ def _wait(cond, seconds: float = 15.0) -> None:
 
 
 def _pids(pool: VerifierPool, role: str) -> list[int]:
-    return [pid for pid, (pr, _) in list(pool.live.items()) if pr.process.name.startswith(f"tritonforge-{role}")]
+    return [pid for pid, (pr, _) in list(pool.fleet.live.items()) if pr.process.name.startswith(f"tritonforge-{role}")]
 
 
 def _kill_worker_when_job_asks_for_reference(pool: VerifierPool) -> list[int]:
@@ -57,7 +57,7 @@ def _kill_worker_when_job_asks_for_reference(pool: VerifierPool) -> list[int]:
 
     def hooked(gpu: int):
         if not killed:
-            proc = pool._slots[0].proc
+            proc = pool.fleet.slots[0].proc
             os.kill(proc.pid, signal.SIGKILL)
             _wait(lambda: not proc.alive())
             killed.append(proc.pid)
@@ -75,13 +75,13 @@ def one_worker():
 
 def test_a_worker_killed_while_idle_is_replaced_before_the_job(one_worker):
     pool = one_worker
-    proc = pool._slots[0].proc
+    proc = pool.fleet.slots[0].proc
     os.kill(proc.pid, signal.SIGKILL)
     _wait(lambda: not proc.alive())
     v = pool.verify(problem("add"), honest("add"))
     assert v.status == "pass", v.reason
     assert "retry" not in v.checks and pool.stats["replaced"] == 1 and pool.stats["retried"] == 0
-    assert pool._slots[0].proc.pid != proc.pid
+    assert pool.fleet.slots[0].proc.pid != proc.pid
 
 
 def test_a_worker_killed_mid_job_is_retried_on_a_fresh_one(one_worker):
@@ -103,7 +103,7 @@ def test_a_reference_killed_while_idle_is_replaced(one_worker):
     pool = one_worker
     [ref] = _pids(pool, "ref")
     os.kill(ref, signal.SIGKILL)
-    _wait(lambda: not pool.live[ref][0].alive())
+    _wait(lambda: not pool.fleet.live[ref][0].alive())
     v = pool.verify(problem("add"), honest("add"))
     assert v.status == "pass", v.reason
     assert "retry" not in v.checks and _pids(pool, "ref") != [ref]
@@ -173,7 +173,7 @@ def test_a_hung_zygote_is_killed_at_the_start_deadline_and_the_worker_spawned():
     """A zygote that never answers (stopped): the start's watchdog kills it at the deadline, and the
     worker starts by spawn; the reference, which died with the zygote, from a restarted one."""
     with VerifierPool(workers=1, device="cpu", timeout=8, start_timeout=10) as pool:
-        zygote, worker = procs.zygote_pid(), pool._slots[0].proc
+        zygote, worker = procs.zygote_pid(), pool.fleet.slots[0].proc
         os.kill(zygote, signal.SIGSTOP)
         try:
             os.kill(worker.pid, signal.SIGKILL)
@@ -181,7 +181,7 @@ def test_a_hung_zygote_is_killed_at_the_start_deadline_and_the_worker_spawned():
             v, took = _verify_within(pool, 90)
             assert v.status == "pass", v.reason
             assert 10 <= took < 60
-            assert pool._slots[0].proc.process._start_method == "spawn" and _gone(zygote)
+            assert pool.fleet.slots[0].proc.process._start_method == "spawn" and _gone(zygote)
         finally:  # a stopped zygote would hold multiprocessing's joins at exit
             with contextlib.suppress(ProcessLookupError):
                 os.kill(zygote, signal.SIGKILL)
@@ -208,7 +208,7 @@ from tests.distill.verifier.test_verifier_faults import _kill_worker_when_job_as
 def report(**kw):
     print(json.dumps(kw), flush=True)
 def settle():  # recycled workers' replacements start in the background
-    while pool._background:
+    while pool.fleet.background:
         time.sleep(0.02)
 pool = VerifierPool(workers=2, device="cpu", timeout=60, max_memory_mb=2048, start_timeout=60).start()
 """
@@ -232,7 +232,7 @@ statuses = [pool.verify(problem("add"), honest("add")).status,
 settle()
 during = leftovers.owned(os.getpid())
 pool.close()
-report(statuses=statuses, during=during, after=leftovers.owned(os.getpid()), memory=pool.memory.mode)
+report(statuses=statuses, during=during, after=leftovers.owned(os.getpid()), memory=pool.fleet.memory.mode)
 """)
     assert r["statuses"] == ["pass", "not_triton"]
     assert len(r["during"]["temp"]) == 1 and r["during"]["arena"] == []
@@ -246,12 +246,12 @@ def test_a_worker_killed_mid_job_leaves_nothing_behind():
 killed = _kill_worker_when_job_asks_for_reference(pool)
 v = pool.verify(problem("add"), honest("add"))
 settle()
-workers = [pid for pid, (pr, _) in pool.live.items() if pr.process.name.startswith(("tritonforge-worker",
-                                                                                      "tritonforge-replayer"))]
+workers = [pid for pid, (pr, _) in pool.fleet.live.items() if pr.process.name.startswith(("tritonforge-worker",
+                                                                                            "tritonforge-replayer"))]
 during = leftovers.owned(os.getpid())
 pool.close()
 report(status=v.status, killed=killed, workers=workers, during=during, after=leftovers.owned(os.getpid()),
-       memory=pool.memory.mode)
+       memory=pool.fleet.memory.mode)
 """)
     assert r["status"] == "pass" and r["killed"]
     if _cgroups_made(r):
@@ -265,7 +265,7 @@ def test_a_killed_parent_leaves_no_process_and_the_next_pool_sweeps_the_rest():
     child = subprocess.Popen([sys.executable, "-c", _CHILD + """
 threading.Thread(target=pool.verify, args=(problem("add"), hostile("loop_in_forward")), daemon=True).start()
 time.sleep(1.0)  # the worker is looping in forward
-report(pids=list(pool.live), owned=leftovers.owned(os.getpid()), memory=pool.memory.mode)
+report(pids=list(pool.fleet.live), owned=leftovers.owned(os.getpid()), memory=pool.fleet.memory.mode)
 time.sleep(600)
 """], cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "TRITON_INTERPRET": "1"})
     try:

@@ -105,5 +105,5 @@ def test_reply_arenas_are_used_and_unlinked_once_children_are_ready(pool):
     v = pool.verify(problem("add"), honest("add"))
     assert v.status == "pass", v.reason
     # every child maps its arena (replies' tensors go there), and no arena is left open by name
-    assert all(s.proc.arena is not None for s in pool._slots if s.proc is not None)
+    assert all(s.proc.arena is not None for s in pool.fleet.slots if s.proc is not None)
     assert not [f for f in os.listdir(codec.shm_dir()) if f.startswith(f"tritonforge-arena-{os.getpid()}-")]

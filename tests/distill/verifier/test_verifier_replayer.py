@@ -294,13 +294,13 @@ def test_what_the_replay_cannot_rebuild_says_what_to_change(pool):
 
 
 def test_a_replayer_never_loads_a_candidate(pool):
-    proc = pool.acquire_replayer(0)
+    proc = pool.fleet.acquire_replayer(0)
     try:
         reply = proc.request({"cmd": "load", "source": honest("add"), "problem": problem("add"), "seeds": []}, 30,
                              "load")
         assert "does not serve load" in reply["error"]["message"]
     finally:
-        pool.release_replayer(0, proc, False)
+        pool.fleet.release_replayer(0, proc, False)
 
 
 def test_a_bound_record_alternates_input_sets_on_memory_allocated_once():

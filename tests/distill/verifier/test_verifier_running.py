@@ -51,10 +51,10 @@ def test_a_child_started_through_the_c_level_fork_exec_helper_is_forbidden_and_k
         return out
 
     with VerifierPool(workers=1, device="cpu", timeout=20, lockdown=("netns", "landlock", "capabilities")) as pool:
-        cmdline = open(f"/proc/{pool._slots[0].proc.pid}/cmdline", "rb").read()
+        cmdline = open(f"/proc/{pool.fleet.slots[0].proc.pid}/cmdline", "rb").read()
         before = forks_of(cmdline)
         v = pool.verify(problem("add"), hostile("fork_exec_child"), static_checks=False)
         assert v.status == "forbidden" and "process" in v.reason, v.reason
         assert pool.verify(problem("add"), honest("add")).status == "pass"
-        left = {p for p in forks_of(cmdline) - before - set(pool.live) if running.tasks(p)}
+        left = {p for p in forks_of(cmdline) - before - set(pool.fleet.live) if running.tasks(p)}
         assert not left, f"the child outlived the job: {left}"
