@@ -124,6 +124,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.bench_multigpu_build import to_toml  # noqa: E402 - after the path is set; one TOML writer for the benches
+
 TIMINGS = ("eager+compile", "eager", "off")
 SAMPLE_EVERY_S = 0.5
 # verdict phase_s keys (distill/verifier/job.py's laps), grouped into the table's columns
@@ -224,30 +226,6 @@ def build_doc(args: argparse.Namespace, profile: str, timing: str) -> dict[str, 
                    "timeout": 600.0 if profile == "gpu" else 120.0, "timing": timing},
         "cluster": {"n_workers": 1, "threads_per_worker": 1, "gpus_per_worker": 1 if cuda else 0},
     }
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {v!r} as TOML")
-
-
-def to_toml(doc: dict[str, Any]) -> str:
-    """The build config's shape: top-level scalars, tables of scalars, arrays of such tables."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, (dict, list))]
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            lines += ["", f"[{k}]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
-        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            for t in v:
-                lines += ["", f"[[{k}]]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in t.items()]
-    return "\n".join(lines) + "\n"
 
 
 def folder_name(profile: str, timing: str) -> str:
