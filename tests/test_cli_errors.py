@@ -63,7 +63,7 @@ def _run(args: list[str], capsys) -> tuple[int, str]:
 BUILD_CONFIGS = [
     ("[verify]\ntimeout = -5\n", "[verify] timeout: must be a finite number > 0, got -5"),
     ("[verify]\ntimeout = nan\n", "[verify] timeout: must be a finite number > 0, got nan"),
-    ("[verify]\ntimeot = 5\n", "[verify] timeot: unknown key (known: device, device_memory_mb, resized, timeout, workers)"),
+    ("[verify]\ntimeot = 5\n", "[verify] timeot: unknown key (known: device, device_memory_mb, resized, timeout, timing, workers)"),
     ("stage = []\n", "stage: at least one [[stage]] is needed"),
     ("[cluster]\ngpus_per_worker = -1\n", "[cluster] gpus_per_worker: must be an integer >= 0, got -1"),
     ("[cluster]\nthreads_per_worker = 0\n", "[cluster] threads_per_worker: must be an integer from 1 to 256, got 0"),
