@@ -29,6 +29,9 @@ from typing import Any
 _EXACT = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "CC", "CXX", "TMPDIR", "PYTHONHASHSEED",
     "CUBLAS_WORKSPACE_CONFIG",
+    # where the installation's bytecode lives, or that none is written: workers load trusted modules
+    # as the caller's process does (a container with a read-only site-packages and a cache prefix)
+    "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE",
 })
 _PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_")
 _CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE|AUTH|COOKIE|SESSION", re.I)

@@ -89,6 +89,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     busy: set[int] = set()
     get_ident = threading.get_ident
     getframe = sys._getframe
+    os_open, os_read, os_close, rdonly = os.open, os.read, os.close, os.O_RDONLY  # held: the candidate may rebind them
     st: dict[str, Any] = {"own_file": None, "recording": False, "in_launch": 0, "trace": None,
                           "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": [], "streams": {},
                           "harness_code": []}
@@ -103,6 +104,25 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                 and not os.path.realpath(filename).startswith(scratch_root))
             trust_cache[filename] = hit
         return hit
+
+    def own_text(source: Any, filename: Any) -> bool:
+        """compile() of a trusted file's own text, byte for byte: the import system compiling a module
+        that has no .pyc (an environment installed with `pip --no-compile`, or PYTHONDONTWRITEBYTECODE),
+        which is the trusted module itself. Any other text under a trusted name stays a forgery."""
+        if type(source) not in (bytes, str) or not trusted(filename) or filename.startswith("<"):
+            return False
+        want = source if type(source) is bytes else source.encode()
+        try:  # a trusted root: readable, and not the candidate's to change
+            fd = os_open(filename, rdonly)
+        except OSError:
+            return False
+        try:
+            data = os_read(fd, len(want) + 1)  # one byte more: a longer file is another text
+        except OSError:
+            return False
+        finally:
+            os_close(fd)
+        return data == want
 
     def harness_pseudo(filename: str) -> bool:
         # Code the harness's libraries generate (dataclass and namedtuple methods, "<string>") and the
@@ -356,7 +376,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             untrusted, direct = stack_info(1)
             if untrusted:
                 fake_trusted = event == "compile" and len(args) > 1 and (trusted(args[1]) or (
-                    type(args[1]) is str and args[1].startswith(("<problem ", "<frozen"))))
+                    type(args[1]) is str and args[1].startswith(("<problem ", "<frozen")))) \
+                    and not own_text(args[0], args[1])
                 if not trusted(direct) or fake_trusted:
                     deny(event, "dynamic code", f"{event}()")
             return None

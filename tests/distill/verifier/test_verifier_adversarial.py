@@ -7,10 +7,15 @@ static layer stops are run again with it off, to show the run-time defences catc
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
+
+REPO = Path(__file__).resolve().parents[3]
 
 CASES = [c for c in MANIFEST["cases"] if c.get("lane", "cpu") in ("cpu", "interpreter")]
 RUNTIME = [c for c in CASES if "runtime" in c]
@@ -61,6 +66,43 @@ def test_sandboxed_writes_and_processes_left_no_trace(pool):
     for leftover in ("/tmp/tritonforge_pwned_system", "/tmp/tritonforge_pwned_subprocess",
                      "/tmp/tritonforge_pwned_write", "/tmp/tritonforge_pwned_save.pt"):
         assert not os.path.exists(leftover), leftover
+
+
+def test_an_environment_without_pyc_files_fails_no_honest_kernel(tmp_path):
+    """With no .pyc files (pip --no-compile, PYTHONDONTWRITEBYTECODE images), a module first imported
+    inside a guarded forward (the autotuner's, the interpreter's lazy imports) is compiled from its
+    source there: the import system compiling a trusted file's own text, not the candidate's compile().
+    A fresh process whose bytecode cache is an empty folder makes every such import compile."""
+    script = (
+        "from distill.verifier import VerifierPool\n"
+        "from tests.distill.verifier.conftest import honest, problem\n"
+        "with VerifierPool(workers=1, device='cpu', timeout=60) as pool:\n"
+        "    v = pool.verify(problem('add_autotuned'), honest('add_autotuned'))\n"
+        "print(v.status, v.reason)\n")
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc"), "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1].startswith("pass "), out.stdout[-1000:]
+
+
+# forward has the import system compile text under a trusted module's file name (torch's own loader, no
+# import statement): the file's own text, or that text with a line added, a forgery under a trusted name
+_COMPILE_UNDER_TRUSTED_NAME = """
+        loader = torch.__spec__.loader
+        loader.source_to_code({text}, torch.__file__)
+        out = torch.empty_like(a)"""
+
+
+@pytest.mark.parametrize("text,status", [("loader.get_data(torch.__file__)", "pass"),
+                                         ("loader.get_data(torch.__file__) + b'\\nx = 1\\n'", "forbidden")])
+def test_the_own_text_of_a_trusted_file_compiles_and_a_forged_one_does_not(pool, text, status):
+    source = honest("add").replace("\n        out = torch.empty_like(a)",
+                                   _COMPILE_UNDER_TRUSTED_NAME.format(text=text), 1)
+    assert "source_to_code" in source
+    v = pool.verify(problem("add"), source, static_checks=False)
+    assert v.status == status, v.reason
+    assert status == "pass" or "compile()" in v.reason
 
 
 def test_denials_say_where_and_what(pool):
