@@ -14,6 +14,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable
 
+from distill.verifier.verdict import TIMING
+
 if TYPE_CHECKING:
     from distill.teacher.preflight import Plan
     from distill.teacher.records import Attempt
@@ -60,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default=None, choices=["cpu", "cuda"],
                    help="where candidates run (default: cuda when a GPU is present, else cpu)")
     g.add_argument("--verify-workers", type=int, default=2)
-    g.add_argument("--timing", choices=("eager+compile", "eager", "off"), default="eager+compile",
+    g.add_argument("--timing", choices=TIMING, default="eager+compile",
                    help="baselines a GPU pass is timed against: eager+compile (eager PyTorch and torch.compile; "
                         "the default), eager (no torch.compile: most of a reference's timing cost), off "
                         "(correctness only)")

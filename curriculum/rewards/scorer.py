@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from curriculum.rewards.scheme import LOG_SPEEDUP_CLIP, SCHEMES, verdict_reward
-
-TIMING = ("eager+compile", "eager", "off")  # distill.verifier.pool.TIMING, without importing torch here
+from distill.verifier.verdict import TIMING
 
 log = logging.getLogger(__name__)
 

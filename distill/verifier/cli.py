@@ -13,6 +13,8 @@ import math
 import os
 import sys
 
+from distill.verifier.verdict import TIMING
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problem", required=True, metavar="P.py", help="KernelBench-style problem module")
@@ -26,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-memory", type=int, default=None, metavar="MB",
                         help="device-memory budget of the worker (default: its share of 80%% of the GPU); a problem "
                              "whose memory plan exceeds it is refused, naming the bytes (exit 2)")
-    parser.add_argument("--timing", choices=("eager+compile", "eager", "off"), default="eager+compile",
+    parser.add_argument("--timing", choices=TIMING, default="eager+compile",
                         help="baselines a GPU pass is timed against: eager+compile (eager PyTorch and torch.compile; "
                              "the default), eager (no torch.compile: most of a reference's timing cost), off "
                              "(correctness only); cpu times nothing")

@@ -31,17 +31,12 @@ from distill.verifier.fleet import Fleet
 from distill.verifier.handout import PoolError
 from distill.verifier.job import JobSpec, apply_ref_timing, ref_timing, run_job
 from distill.verifier.problemio import ProblemError
-from distill.verifier.verdict import Verdict
+from distill.verifier.verdict import TIMING, Verdict
 
 __all__ = ["PoolError", "ProblemError", "VerifierPool"]
 
 DEFAULT_TIMEOUT = {"cpu": 60.0, "cuda": 60.0}
 DEFAULT_MEMORY_MB = {"cpu": 4096, "cuda": 16384}
-# Which baselines a GPU verification times (`VerifierPool(timing=...)`; the first is the default):
-# the candidate against the reference run eagerly and under torch.compile, against eager only (no
-# compile: on the H100 it took most of ~14 s per `gpu`-profile problem), or nothing timed at all
-# (correctness only; speedups stay null). Recorded in every verdict's `checks["baselines"]`.
-TIMING = ("eager+compile", "eager", "off")
 
 
 class VerifierPool:

@@ -6,6 +6,12 @@ from typing import Any
 
 from distill.verifier.environ import MAX_REASON, scrub
 
+# Which baselines a GPU verification times (`VerifierPool(timing=...)`, `--timing`, `[verify] timing`;
+# the first is the default): the candidate against the reference run eagerly and under torch.compile,
+# against eager only (no compile: on the H100 it took most of ~14 s per `gpu`-profile problem), or
+# nothing timed (correctness only; speedups stay null). Every verdict records it in checks["baselines"].
+TIMING = ("eager+compile", "eager", "off")
+
 # Exactly the vocabulary of DESIGN §4, in the order checks run.
 STATUSES: tuple[str, ...] = (
     "pass",

@@ -12,6 +12,8 @@ import dataclasses
 import socket
 import sys
 
+from distill.verifier.verdict import TIMING
+
 SCHEMES = ("tcp", "tls", "ws", "wss")  # dask's transports over TCP (inproc lives inside one process)
 REACH_TIMEOUT_S = 5.0
 
@@ -22,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", help="address of a running dask scheduler, [tcp://]HOST:PORT "
                                        "(default: a local cluster)")
     p.add_argument("--no-card", action="store_true", help="skip the dataset card and its plots")
-    p.add_argument("--timing", choices=("eager+compile", "eager", "off"), default=None,
+    p.add_argument("--timing", choices=TIMING, default=None,
                    help="the config's [verify] timing, overridden: which baselines a GPU pass is timed against "
                         "(eager+compile, eager without torch.compile, off: correctness only)")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from curriculum.config import DEFAULT_HELDOUT_LEVELS, DEFAULT_STAGES, CurriculumConfig, Stage
 from distill.teacher.base import ROUNDS_CAP, SAMPLES_CAP
+from distill.verifier.verdict import TIMING
 from pipelines.configs import ConfigError, build, read_toml
 from synth.bounds import MAX_BATCH, MAX_LEVEL
 
@@ -77,7 +78,7 @@ class VerifySection:
         "help": "each verifier worker's device budget in MB (default: its share of 80% of the GPU)", "min": 1})
     timing: str = field(default="eager+compile", metadata={
         "help": "baselines a GPU pass is timed against: eager+compile, eager (no torch.compile), or off "
-                "(correctness only); the rows and the card say which", "choices": ("eager+compile", "eager", "off")})
+                "(correctness only); the rows and the card say which", "choices": TIMING})
 
 
 @dataclass(frozen=True)
