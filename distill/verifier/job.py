@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from distill.verifier import environ, inflight, judge, memplan, procs, reference, replaycheck, running, static, timing
+from distill.verifier import (environ, inflight, judge, memplan, procs, reference, replaycheck, running, screen, static,
+                              timing)
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.verdict import Verdict
 
@@ -131,8 +132,35 @@ def _reference(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float) -
     finally:
         ctx.release_reference(gpu, ref, broken)
     if "problem_error" in out:
+        if isinstance(out.get("screen"), dict):
+            raise reference.ScreenFailed(screen.ScreenReport(**out["screen"]))
         raise reference.ProblemError(out["problem_error"])
     return out
+
+
+def _trials(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any]) -> dict[str, Any]:
+    """The reference's expected outputs for this job's trials. The problem is screened in the first
+    job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
+    problem that failed screening fails them at once."""
+    msg = {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0], "seeds": spec.reference_seeds,
+           "calls": len(spec.plan()), "budgets": budgets}
+    key = f"{spec.key}:{spec.device}"
+    known = ctx.screens.cache.get(key)
+    if known is None:  # the first job on the problem screens it; the others wait for its report
+        with ctx.screens.lock_for(key):
+            known = ctx.screens.cache.get(key)
+            if known is None:
+                try:
+                    out = _reference(ctx, slot.gpu, msg, max(spec.timeout, 120))
+                except reference.ScreenFailed as exc:
+                    ctx.screens.cache[key] = exc.report.to_dict()
+                    raise
+                if isinstance(out.get("screen"), dict):
+                    ctx.screens.cache[key] = out["screen"]
+                return out
+    if known["status"] != "ok":
+        raise reference.ScreenFailed(screen.ScreenReport(**known))
+    return _reference(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120))
 
 
 def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[dict, bool]:
@@ -307,10 +335,10 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
                             "template_cache": ctx.template if spec.device == "cuda" else None})
-        ref = _reference(ctx, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
-                                          "seeds": spec.reference_seeds,
-                                          "calls": len(spec.plan()), "budgets": budgets}, max(t, 120))
+        ref = _trials(ctx, slot, spec, budgets)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
+        if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
+            base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}
         lap("reference_trials")
         load = _watched(ctx, slot.proc, proc.finish(nonce, t, phase))
         lap("load")
