@@ -191,11 +191,14 @@ def baseline_one(problem_path: str, candidate_path: str, device: str) -> None:
 
 
 def phase_sums(verdicts: list) -> str:
-    """Where the pool's time went: each phase's wall seconds summed over every pair that reached it."""
+    """Where the pool's time went: each phase's wall seconds summed over every pair that reached it;
+    `twin.` phases are the resized-twin job's (a second, untimed job per passing candidate)."""
     sums: collections.Counter = collections.Counter()
     for v in verdicts:
         for k, sec in (v.checks.get("phase_s") or {}).items():
             sums[k] += sec
+        for k, sec in ((v.checks.get("resized") or {}).get("phase_s") or {}).items():
+            sums[f"twin.{k}"] += sec
     return ", ".join(f"{k} {sec:.1f}" for k, sec in sums.most_common()) or "n/a"
 
 
