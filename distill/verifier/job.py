@@ -121,11 +121,14 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[s
 
 
 def _reference(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
+    t0 = time.monotonic()
     ref = ctx.acquire_reference(gpu)
+    waited = time.monotonic() - t0  # queued for a reference process: the pool's, not the problem's
     broken = False
     try:
         ref.send(msg)
         out = ref.receive(seconds, "reference")
+        out["wait_s"] = round(waited, 4)
     except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
         broken = True
         raise reference.ProblemError(f"reference process failed: {exc}") from None
@@ -174,6 +177,7 @@ def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any
     got = _reference(ctx, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
                                       "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
                                       "budgets": budgets}, max(spec.timeout, 120))
+    base["memory"]["wait_s"] = got["wait_s"]  # run_job moves it to its phases
     plan = got.get("plan")
     if plan:
         base["memory"]["plan"] = plan
@@ -330,12 +334,14 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
     try:
         budgets, stream = _memory_plan(ctx, slot, spec, base)
         lap("plan")
-        if spec.device == "cuda":
+        phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)
+        if spec.device == "cuda" and spec.timed:  # an untimed job (the resized twin) uses no reference medians
             prefetch_ref_timing(ctx, spec, slot.gpu)
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
                             "template_cache": ctx.template if spec.device == "cuda" else None})
         ref = _trials(ctx, slot, spec, budgets)
+        phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
             base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}

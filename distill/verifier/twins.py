@@ -239,7 +239,7 @@ def check_resized(attempt: Callable[[JobSpec], Verdict | None], problem: Any, ca
         return verdict
     assert tv is not None
     verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], **record,
-                                 "phase_s": tv.checks.get("phase_s") or {}}
+                                 "phase_s": tv.checks.get("phase_s") or {}, "screening": tv.checks.get("screening")}
     if tv.status == "pass" or not required:
         return verdict
     return dataclasses.replace(verdict, status=tv.status, reason=f"on a resized twin of the problem (same graph, "
