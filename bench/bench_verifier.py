@@ -244,7 +244,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=int, default=10, help="honest pairs for the fresh-process baseline")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-lockdown", action="store_true", help="diagnosis only: workers without kernel confinement")
-    ap.add_argument("--timing-in", choices=("worker", "replayer"), default="worker",
+    ap.add_argument("--timing-in", choices=("worker", "replayer"), default="replayer",
                     help="the process that times candidates (VerifierPool timing_in; replayer: not yet run on a GPU)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--baseline-one", nargs=2, metavar=("PROBLEM", "CANDIDATE"), help=argparse.SUPPRESS)

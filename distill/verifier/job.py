@@ -239,7 +239,7 @@ def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
 def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
           verdict: dict[str, Any], replayed: replaycheck.Prepared | None = None) -> judge.Finding:
     """Time the candidate: in its worker, or (`replayed`, the pool's `timing_in="replayer"`) its replayed
-    record in a replayer, where none of its Python runs (replayer.time_replay; not yet run on a GPU)."""
+    record in a replayer, where none of its Python runs (replayer.time_replay)."""
     sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
     peaks = ctx.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
