@@ -99,16 +99,29 @@ def start_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str 
     raise SystemExit("no configuration passed the probe:\n" + "\n".join(notes))
 
 
+def _host_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of every core since boot, from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def run_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str = "worker") -> dict:
     pool, startup, notes = start_pool(pairs, device, workers, lockdown, timing_in)
     try:
-        t1 = time.perf_counter()
+        t1, cpu1, host1 = time.perf_counter(), time.process_time(), _host_cpu()
         verdicts = pool.verify_many([(p, c) for _, _, p, c in pairs])
         wall = time.perf_counter() - t1
+        host2 = _host_cpu()
+        # Is the pool bound by the parent's one interpreter (threads judging, decoding, under one GIL)
+        # or by the host's cores (compiles, references, workers)? Both as a share of the wall time.
+        load = {"parent_cpu_pct": round(100 * (time.process_time() - cpu1) / wall),
+                "host_busy_pct": round(100 * (host2[0] - host1[0]) / max(host2[1] - host1[1], 1)),
+                "cores": os.cpu_count()}
         gate = {k: round(sum(g.stats[k] for g in pool.fleet.gates.values()), 2) for k in
                 ("timings", "stop_s", "held_s")}
         return {"startup_s": startup, "wall_s": wall, "verdicts": verdicts, "sandbox": pool.sandbox, "gate": gate,
-                "recycled": pool.stats["recycled"], "workers": len(pool.fleet.slots), "fallbacks": notes}
+                "recycled": pool.stats["recycled"], "workers": len(pool.fleet.slots), "fallbacks": notes, "load": load}
     finally:
         pool.close()
 
@@ -228,6 +241,8 @@ def table(res: dict, base: dict, spread: dict, pairs: list, device: str, gpu: st
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))),
         ("sandbox", "; ".join(f"{k}: {v}" for k, v in res["sandbox"].items())),
         ("worker-seconds per phase, summed over pairs", phase_sums(verdicts)),
+        ("CPU during the pool's wall time: the parent process (% of one core), the host (% of all cores)",
+         "{parent_cpu_pct}%, {host_busy_pct}% of {cores} cores".format(**res["load"]) if res.get("load") else "n/a"),
         ("timing gate (exclusive GPU): runs, s stopping the others, s held in all",
          ", ".join(f"{k} {v}" for k, v in res.get("gate", {}).items()) or "n/a"),
         ("timing windows used", ", ".join(f"{k} {n}" for k, n in collections.Counter(
