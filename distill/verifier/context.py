@@ -116,6 +116,7 @@ class JobContext:
     stream_inputs: bool | None  # None: each job's memory plan decides; True/False: always/never stream
     timing_in: str  # which process times a candidate on the GPU: "worker" or "replayer"
     compile_reference: bool = True  # the reference is also timed under torch.compile (pool timing "eager+compile")
+    admission: Any = None  # admission.Admission (fleet.py): a job shares its GPU or holds it alone; None: shares
     fresh_reference: bool = False  # this run is the retry: its references must have served no job
     reference_broke: bool = False  # a reference failed in this run (died, hung, garbled): retry, don't blame
 
