@@ -30,7 +30,7 @@ from typing import Any
 
 from distill.verifier.verdict import STATUSES, Verdict
 
-__all__ = ["STATUSES", "Verdict", "VerifierPool", "verify", "ProblemError"]
+__all__ = ["STATUSES", "Verdict", "VerifierPool", "verify", "ProblemError", "ResourceError"]
 
 
 def __getattr__(name: str) -> Any:
@@ -46,4 +46,8 @@ def __getattr__(name: str) -> Any:
         from distill.verifier.reference import ProblemError
 
         return ProblemError
+    if name == "ResourceError":
+        from distill.verifier.problemio import ResourceError
+
+        return ResourceError
     raise AttributeError(f"module 'distill.verifier' has no attribute {name!r}")

@@ -134,6 +134,7 @@ class JobContext:
     timing_in: str  # which process times a candidate on the GPU: "worker" or "replayer"
     screens: Screens = field(default_factory=Screens)  # each problem's screening report, shared by the pool's jobs
     compile_reference: bool = True  # the reference is also timed under torch.compile (pool timing "eager+compile")
+    admission: Any = None  # admission.Admission (fleet.py): a job shares its GPU or holds it alone; None: shares
     fresh_reference: bool = False  # this run is the retry: its references must have served no job
     reference_broke: bool = False  # a reference failed in this run (died, hung, garbled): retry, don't blame
 

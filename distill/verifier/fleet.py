@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from distill.verifier import leftovers, limits, procs, reference, trusted
+from distill.verifier import admission, leftovers, limits, procs, reference, trusted
 from distill.verifier.context import DeviceBudget, Slot
 from distill.verifier.gate import TimingGate, timing_core
 from distill.verifier.handout import Handout, PoolError, References
@@ -66,6 +66,8 @@ class Fleet:
         self.budget = DeviceBudget(device, max_memory_mb, device_memory_mb,
                                    max(0.1, min(0.8, 0.8 / -(-n // len(gpus)))))
         self._free: Handout[Slot] = Handout("worker", start_s + job_s, lambda: self.closed)
+        # Jobs share their GPU, or one whose plan needs more than a worker's share holds it alone (admission.py).
+        self.admission = admission.Admission({g: sum(s.gpu == g for s in self.slots) for g in gpus}, start_s + job_s)
         self._n_refs = references or (max(4, n // 2) if device == "cuda" else 1)
         self._refs = {g: References("reference process", lambda g=g: self._start_reference(g, "ref"),
                                     self._discard, start_s + max(REF_HOLD, timeout), lambda: self.closed)
@@ -97,6 +99,10 @@ class Fleet:
         self.stats = {"recycled": 0, "started": 0, "replaced": 0}
 
     # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self._started
+
     def start(self) -> None:
         """Start every process (once; later calls return at once). A failed start closes the fleet."""
         with self._lock:

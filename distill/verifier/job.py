@@ -7,6 +7,7 @@ comes as a JobContext (context.py): a job never imports the pool that runs it.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import threading
@@ -14,8 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from distill.verifier import (environ, inflight, judge, memplan, procs, reference, replaycheck, running, screen, static,
-                              timing)
+from distill.verifier import (environ, inflight, judge, memfault, memplan, procs, reference, replaycheck, running,
+                              screen, static, timing)
+from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.verdict import Verdict
 
@@ -166,26 +168,32 @@ def _trials(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any])
     return _reference(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120))
 
 
-def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[dict, bool]:
-    """The problem's memory plan from meta tensors (memplan.py), checked against the budgets before
-    the worker makes anything (a ProblemError names the bytes); and whether the worker streams its
-    input sets (they do not all fit beside the plan's peak) or keeps them as made."""
+def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[Grant, bool]:
+    """The problem's memory plan from meta tensors (memplan.py), checked against the most the pool can
+    give one job before the worker makes anything (a ProblemError names the bytes); the job's grant
+    (admission.py: a worker's share, or its GPU's whole where only that fits); and whether the worker
+    streams its input sets (they do not all fit beside the plan's peak) or keeps them as made."""
     timed = spec.device == "cuda" and spec.timed
-    budgets = {"device": ctx.budget.device_bytes(), "host": ctx.budget.host_mb << 20, "timed": timed}
-    base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"]}
+    adm = ctx.admission
+    most = adm.whole(ctx.budget, slot.gpu) if adm is not None else None
+    share = adm.share(ctx.budget, slot.gpu) if adm is not None else Grant(
+        ctx.budget.host_mb, ctx.budget.device_bytes(), None, False)
     sets = spec.trials + TIMING_SETS
     got = _reference(ctx, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
                                       "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
-                                      "budgets": budgets}, max(spec.timeout, 120))
-    base["memory"]["wait_s"] = got["wait_s"]  # run_job moves it to its phases
+                                      "budgets": (most or share).budgets(timed)}, max(spec.timeout, 120))
     plan = got.get("plan")
+    grant = adm.grant(ctx.budget, slot.gpu, plan, spec.device, timed) if adm is not None else share
+    budgets = grant.budgets(timed)
+    base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"],
+                      "alone": grant.alone, "wait_s": got["wait_s"]}  # run_job moves wait_s to its phases
     if plan:
         base["memory"]["plan"] = plan
     if ctx.stream_inputs is not None:
-        return budgets, ctx.stream_inputs
+        return grant, ctx.stream_inputs
     if not plan:
-        return budgets, False
-    return budgets, memplan.streams(plan, spec.device, budgets)
+        return grant, False
+    return grant, memplan.streams(plan, spec.device, budgets)
 
 
 def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
@@ -277,17 +285,23 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
 
 
 def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
-            found: judge.Finding, stream: bool) -> tuple[judge.Finding, replaycheck.Prepared]:
+            found: judge.Finding, stream: bool, grant: Grant) -> tuple[judge.Finding, replaycheck.Prepared]:
     """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's
-    module; and what was sent to it (the timing may send it again)."""
+    module; and what was sent to it (the timing may send it again). It runs under the job's grant."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
                                {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
-                               ctx.budget.device_bytes(), found.checks, stream)
+                               grant.device_bytes, found.checks, stream)
     if prep.msg is None:
         return prep.finding, prep
+    if grant.fraction is not None:  # the job's device cap, set by the replayer's harness before the record runs
+        prep.msg = {**prep.msg, "device_memory_fraction": grant.fraction}
     proc = ctx.handouts.replayer(slot.gpu)
     broken, checks = True, prep.checks
+    cap = ctx.memory.limit_bytes(proc.pid)
+    # A larger cap than the pool's (a retry's, pool.py; a job alone, admission.py): the replayer is retired after.
+    raised = grant.alone or (cap is not None and cap < grant.host_mb << 20)
     try:
+        ctx.memory.raise_limit(proc.pid, grant.host_mb)
         rep = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
                                                 total=spec.timeout * (len(replaycheck.RUNS) + 2)))
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
@@ -297,14 +311,17 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run
         return judge.Finding("timeout", f"replaying its kernels ({exc.phase}) ran past its {exc.seconds:g} s limit",
                              checks), prep
     except procs.ProcDied as exc:
-        if ctx.memory.tripped(proc.pid):
-            return judge.Finding("crash", f"the replay process was killed at the {ctx.budget.host_mb} MB memory "
-                                 "limit", checks), prep
+        if ctx.memory.tripped(proc.pid):  # it never imported the candidate's module: the verifier's limit
+            err = memfault.host_kill(memfault.StepLog(lambda: 0, [(exc.phase, 0)]), "replay", None,
+                                     ctx.memory.limit_bytes(proc.pid), ctx.memory.held_at_kill(proc.pid))
+            assert err is not None
+            err.args = (f"{err} ({exc.phase})",)
+            raise err from None
         return judge.Finding("crash", f"the replay process died while its kernels ran: {exc}", checks), prep
     except procs.ProcProtocol as exc:
         return judge.Finding("forbidden", f"at run time: {exc} (the replay's channel)", checks), prep
     finally:
-        ctx.handouts.release_replayer(slot.gpu, proc, broken)
+        ctx.handouts.release_replayer(slot.gpu, proc, broken or raised)
 
 
 def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
@@ -331,22 +348,32 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         return Verdict(status, reason, checks={**base, **(extra or {})}, device=spec.device,
                        versions=slot.info.get("versions", {}), **fields)
 
+    # The steps the worker announces, with its resident bytes as this process reads them: whose a
+    # death at the memory cap is (memfault.py).
+    steps = memfault.StepLog(lambda: ctx.memory.resident(proc.pid))
+
+    held = contextlib.ExitStack()  # the job's hold on its GPU (admission.py), from its plan to its end
     try:
-        budgets, stream = _memory_plan(ctx, slot, spec, base)
+        grant, stream = _memory_plan(ctx, slot, spec, base)
+        if ctx.admission is not None:
+            held.enter_context(ctx.admission.hold(slot.gpu, grant.alone))
+        ctx.memory.raise_limit(proc.pid, grant.host_mb)  # a job alone: the worker is retired after
         lap("plan")
         phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)
         if spec.device == "cuda" and spec.timed:  # an untimed job (the resized twin) uses no reference medians
             prefetch_ref_timing(ctx, spec, slot.gpu)
+        steps("inputs load")
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
-                            "template_cache": ctx.template if spec.device == "cuda" else None})
-        ref = _trials(ctx, slot, spec, budgets)
+                            "template_cache": ctx.template if spec.device == "cuda" else None,
+                            "device_memory_fraction": grant.fraction})
+        ref = _trials(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed))
         phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
             base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}
         lap("reference_trials")
-        load = _watched(ctx, slot.proc, proc.finish(nonce, t, phase))
+        load = _watched(ctx, slot.proc, proc.finish(nonce, t, phase, on_progress=steps))
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
@@ -358,10 +385,11 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         if f is not None:
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
+        steps(phase)
         run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
                             "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "n_trials": spec.trials,
                             "construct_ops": sorted(ref.get("construct_ops") or {}),
-                            "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2))
+                            "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2), on_progress=steps)
         run = _watched(ctx, slot.proc, run)
         lap("run")
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
@@ -369,6 +397,11 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         run_s = run.get("run_s")
         for k, sec in (run_s.items() if isinstance(run_s, dict) else ()):
             phases[f"run.{k}"] = round(float(sec), 4)
+        if spec.device == "cuda":  # an out-of-memory error in forward within its own budget: the verifier's
+            for call in run.get("calls") or ():
+                err = memfault.device_oom(call, base["memory"].get("plan"), grant.device_bytes)
+                if err is not None:
+                    raise err
         if ref.get("insensitive_inputs"):  # a property of the problem, stated with every verdict on it
             base["problem"] = {"insensitive_inputs": ref["insensitive_inputs"]}
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
@@ -377,7 +410,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         replayed = None
         if found.status is None:  # provenance, from a process that never ran the candidate's module
             phase = "replay"
-            found, replayed = _replay(ctx, slot, spec, ref, run, found, stream)
+            found, replayed = _replay(ctx, slot, spec, ref, run, found, stream, grant)
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
@@ -395,7 +428,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             return verdict(tainted.status, tainted.reason, {**found.checks, **tainted.checks}), False
         if end.get("finalizers"):
             found.checks["clean_up_code"] = end["finalizers"]
-        return verdict("pass", "every check held", found.checks), not end.get("finalizers")
+        return verdict("pass", "every check held", found.checks), not end.get("finalizers") and not grant.alone
     except procs.ProcTimeout as exc:
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:
@@ -403,7 +436,15 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         if kernel is not None and not ctx.memory.tripped(proc.pid):
             return verdict("compile_error", f"Triton's compiler crashed compiling kernel {kernel} ({exc})"), False
         if ctx.memory.tripped(proc.pid):
-            return verdict("crash", f"worker killed at the {ctx.budget.host_mb} MB memory limit during {exc.phase}"), False
+            steps.steps.append((exc.phase, steps.steps[-1][1] if steps.steps else 0))  # its last word, read before
+            err = memfault.host_kill(steps, phase, base["memory"].get("plan"), ctx.memory.limit_bytes(proc.pid),
+                                     ctx.memory.held_at_kill(proc.pid))
+            if err is not None:
+                raise err from None
+            cap = (ctx.memory.limit_bytes(proc.pid) or 0) >> 20
+            return verdict("crash", f"worker killed at the {cap} MB memory limit during {exc.phase}"), False
         return verdict("crash", str(exc)), False
     except procs.ProcProtocol as exc:
         return verdict("forbidden", f"at run time: {exc} (harness)"), False
+    finally:
+        held.close()

@@ -54,6 +54,7 @@ class _Capped:
     limit: int
     cgroup: str | None
     tripped: bool = False
+    seen: int = 0  # resident bytes of the group at the watchdog's last sample (at the kill: what it held)
 
 
 class MemoryGuard:
@@ -116,6 +117,40 @@ class MemoryGuard:
             self.cgroups["error"] = str(exc)[:120]
             return None
 
+    def limit_bytes(self, pid: int) -> int | None:
+        """The cap of `pid` now, in bytes (None: not capped)."""
+        with self._lock:
+            cap = self._procs.get(pid)
+        return cap.limit if cap else None
+
+    def raise_limit(self, pid: int, limit_mb: int) -> None:
+        """Raise `pid`'s cap (a job given more room: pool.py's retry, an exclusive job). Only ever up: a
+        cap lowered under what a process holds would kill it; a process whose cap was raised is retired
+        after its job, never handed back to another at the larger cap."""
+        limit = int(limit_mb) << 20
+        with self._lock:
+            cap = self._procs.get(pid)
+            if cap is None or limit <= cap.limit:
+                return
+            cap.limit = limit
+        if cap.cgroup:
+            name = "memory.max" if cap.cgroup.startswith(f"{_V2}/{CGROUP_PREFIX}") else "memory.limit_in_bytes"
+            try:
+                _write(f"{cap.cgroup}/{name}", str(limit))
+            except OSError:
+                pass  # the watchdog still holds the new cap; the cgroup's old one only kills sooner
+
+    def resident(self, pid: int) -> int:
+        """The process's resident bytes now, read by this (trusted) process: evidence of what a worker
+        held at a step boundary that does not rest on the worker's word (job.py)."""
+        return _rss_bytes(pid)
+
+    def held_at_kill(self, pid: int) -> int | None:
+        """What the watchdog last saw the process's group hold (at a kill: over its cap)."""
+        with self._lock:
+            cap = self._procs.get(pid)
+        return cap.seen if cap and cap.seen else None
+
     def cgroup(self, pid: int) -> str | None:
         """The cgroup capping `pid`, if one was made (running.py counts its members)."""
         with self._lock:
@@ -164,7 +199,8 @@ class MemoryGuard:
                 continue
             rss = _groups_rss({c.pid for c in caps})
             for cap in caps:
-                if rss.get(cap.pid, 0) > cap.limit:
+                cap.seen = rss.get(cap.pid, 0)
+                if cap.seen > cap.limit:
                     cap.tripped = True
                     try:
                         os.killpg(cap.pid, signal.SIGKILL)

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from distill.verifier import sizing
 from distill.verifier.problemio import ProblemError, seed_all
 
 # Fixed device bytes of a worker besides the problem (flush buffer, warm-up tensors).
@@ -129,14 +130,7 @@ def _tensors(values: Any) -> list[torch.Tensor]:
 
 def host_available() -> int | None:
     """MemAvailable from /proc/meminfo (None where there is none)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) << 10
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return sizing.host_available()
 
 
 def _host_budget(device: str, device_budget: int, host_budget: int) -> int:
@@ -153,6 +147,14 @@ def streams(plan: dict[str, Any], device: str, budgets: dict[str, Any]) -> bool:
     return extra + plan["worker_host_bytes"] > _host_budget(device, budgets["device"], budgets["host"])
 
 
+def fits(plan: dict[str, Any], device: str, budgets: dict[str, Any]) -> bool:
+    """Whether a plan (`MemoryPlan.to_dict`) fits one worker's budgets: `check`'s first two tests, without
+    the machine's available memory (admission.py asks this of the share before granting the whole)."""
+    if device == "cuda" and plan["device_peak_bytes"] > budgets["device"]:
+        return False
+    return plan["worker_host_bytes"] <= _host_budget(device, budgets["device"], budgets["host"])
+
+
 def check(plan: MemoryPlan, device: str, device_budget: int, host_budget: int, timed: bool) -> None:
     """Raise ProblemError when the problem cannot be verified within the budgets: its message names
     the bytes needed and the bytes available. Not the candidate's doing, so never its verdict."""
@@ -162,14 +164,14 @@ def check(plan: MemoryPlan, device: str, device_budget: int, host_budget: int, t
     if device == "cuda" and need > device_budget:
         raise ProblemError(f"too large for this verifier: {what}; verifying it streamed needs "
                            f"{_gib(need)} ({need} bytes) of device memory per process, the budget is "
-                           f"{_gib(device_budget)} ({device_budget} bytes) per worker (VerifierPool "
-                           f"device_memory_mb, fewer workers per GPU)")
+                           f"{_gib(device_budget)} ({device_budget} bytes) for one job, its GPU's workers' together "
+                           f"(VerifierPool device_memory_mb; admission.py)")
     host = plan.worker_host(device)
     budget = _host_budget(device, device_budget, host_budget)
     if host > budget:
         raise ProblemError(f"too large for this verifier: {what}; a worker needs {_gib(host)} ({host} bytes) of "
-                           f"host memory for {plan.calls} calls' outputs, its cap is {_gib(budget)} ({budget} bytes) "
-                           "(VerifierPool max_memory_mb, device_memory_mb on the CPU)")
+                           f"host memory for {plan.calls} calls' outputs, the most one job gets is {_gib(budget)} ({budget} "
+                           "bytes) (VerifierPool max_memory_mb times the workers, device_memory_mb on the CPU)")
     # The whole job's host bytes: the reference's and the worker's outputs, each with its encoded copy,
     # and the parent's copy of both.
     total = 3 * (plan.sets + plan.calls) * plan.output_bytes

@@ -22,21 +22,22 @@ gets `_attempt` as a callable. Neither job.py nor twins.py imports this module.
 """
 from __future__ import annotations
 
+import dataclasses
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
-from distill.verifier import procs, twins
+from distill.verifier import procs, sizing, twins
 from distill.verifier.context import Handouts, JobContext, RefTimings, Slot
 from distill.verifier.fleet import Fleet
 from distill.verifier.handout import PoolError
 from distill.verifier.job import JobSpec, apply_ref_timing, ref_timing, run_job
-from distill.verifier.problemio import ProblemError
+from distill.verifier.problemio import ProblemError, ResourceError
 from distill.verifier.verdict import TIMING, Verdict
 
-__all__ = ["PoolError", "ProblemError", "VerifierPool"]
+__all__ = ["PoolError", "ProblemError", "ResourceError", "VerifierPool"]
 
 DEFAULT_TIMEOUT = {"cpu": 60.0, "cuda": 60.0}
-DEFAULT_MEMORY_MB = {"cpu": 4096, "cuda": 16384}
 
 
 class VerifierPool:
@@ -65,11 +66,13 @@ class VerifierPool:
         self.timing = timing if device == "cuda" else "off"  # the CPU lane times nothing
         self.gpus = gpus if gpus is not None else (self._count_gpus() if device == "cuda" else [0])
         self.timeout = float(timeout or DEFAULT_TIMEOUT[device])
-        self.max_memory_mb = max_memory_mb if max_memory_mb is not None else DEFAULT_MEMORY_MB[device]
+        # Sizes not given come from the machine (sizing.py); the rule is printed when the pool starts.
+        self.sizing = sizing.derive(device, len(self.gpus), workers, max_memory_mb, device_memory_mb)
+        self.max_memory_mb = self.sizing.host_mb
         self.spec_defaults = dict(trials=trials, timing_trials=timing_trials, warmup=warmup,
                                   static_checks=static_checks)
-        self.fleet = Fleet(device, self.gpus, workers, references, self.timeout, trials, self.max_memory_mb,
-                           device_memory_mb, lockdown, start_timeout)
+        self.fleet = Fleet(device, self.gpus, self.sizing.workers, references, self.timeout, trials,
+                           self.max_memory_mb, device_memory_mb, lockdown, start_timeout)
         fleet = self.fleet
         # `reference` late-bound: a job calls whatever acquire_reference is now (test_verifier_faults
         # wraps it to kill a process mid-job); a retry's fresh reference comes straight from the queue.
@@ -77,7 +80,8 @@ class VerifierPool:
                             self.release_reference, fleet.acquire_timer, fleet.release_timer,
                             fleet.acquire_replayer, fleet.release_replayer)
         self.context = JobContext(device, handouts, fleet.memory, fleet.budget, fleet.gates, fleet.peaks, RefTimings(),
-                                  fleet.template, stream_inputs, timing_in, compile_reference=timing == TIMING[0])
+                                  fleet.template, stream_inputs, timing_in, compile_reference=timing == TIMING[0],
+                                  admission=fleet.admission)
         self.stats = fleet.stats  # the fleet's counters (recycled, started, replaced) and the pool's retries
         self.stats["retried"] = 0
 
@@ -90,7 +94,11 @@ class VerifierPool:
 
     def start(self) -> "VerifierPool":
         """Start every process (once); a failed start closes the pool and raises PoolError."""
+        first = not self.fleet.started
         self.fleet.start()
+        if first:  # one line on stderr: the sizes and how they were derived
+            print(self.sizing.describe(self.device, self.fleet.budget.device_bytes() if self.device == "cuda" else None),
+                  file=sys.stderr, flush=True)
         return self
 
     def __enter__(self) -> "VerifierPool":
@@ -161,13 +169,48 @@ class VerifierPool:
 
     def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, Slot, str]:
         """One run of a job: (verdict, slot, "") or, unless `last`, (None, slot, why) when the pool
-        failed it (the worker died while running it, or the reference process failed)."""
+        failed it (the worker died while running it, or the reference process failed). A run that hit
+        the verifier's own memory limit (ResourceError, memfault.py) runs once more, with a larger host
+        cap where the machine has one free (sizing.larger_host_mb); its outcome is the attempt's."""
+        try:
+            return self._run(spec, last, None)
+        except ResourceError as exc:
+            if self.fleet.closed:
+                raise PoolError("the pool closed during this job") from None
+            cap = self.fleet.budget.host_mb
+            # A device budget is the worker's share of its GPU, fixed at its start: no larger one to retry with.
+            bigger = sizing.larger_host_mb(cap) if exc.memory == "host" else None
+            if bigger is None:
+                why = (f"this machine has no larger host cap than {cap} MB free" if exc.memory == "host" else
+                       "a worker's device budget is fixed when it starts (VerifierPool device_memory_mb, fewer workers)")
+                raise ResourceError(f"{exc}; not retried: {why}", exc.step, exc.used_bytes, exc.limit_bytes,
+                                    exc.memory) from None
+            first = str(exc)
+        self.stats["retried"] += 1
+        try:
+            verdict, slot, why = self._run(spec, True, bigger)
+        except ResourceError as exc:
+            raise ResourceError(f"{exc}; retried once with the host cap raised from {cap} to {bigger} MB",
+                                exc.step, exc.used_bytes, exc.limit_bytes, exc.memory) from None
+        if verdict is not None:
+            verdict.checks["memory_retry"] = {"first_attempt": first, "host_budget_bytes": bigger << 20}
+        return verdict, slot, why
+
+    def _run(self, spec: JobSpec, last: bool, host_mb: int | None) -> tuple[Verdict | None, Slot, str]:
+        """`_attempt`'s one run; `host_mb`: the raised host cap of a retry (its worker is retired after)."""
         slot = self.fleet.take_worker()
         keep = False
         ctx = self.context.attempt(last)
+        if host_mb is not None:
+            ctx = dataclasses.replace(ctx, budget=dataclasses.replace(ctx.budget, host_mb=host_mb))
+            if slot.proc is not None:
+                self.fleet.memory.raise_limit(slot.proc.pid, host_mb)
         try:
             try:
                 verdict, keep = run_job(ctx, slot, spec)
+                keep = keep and host_mb is None  # a worker with a raised cap serves no other job
+            except ResourceError:
+                raise
             except ProblemError as exc:
                 if self.fleet.closed:
                     raise PoolError("the pool closed during this job") from None

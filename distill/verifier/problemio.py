@@ -21,6 +21,21 @@ class ProblemError(ValueError):
     """The problem itself (not the candidate) could not be built or run."""
 
 
+class ResourceError(ProblemError):
+    """The verifier's own memory limit, hit outside the candidate's doing: a harness step (making or
+    refilling inputs, copies, the replay, sending outputs) past a worker's host cap, or an
+    out-of-memory error while the candidate's own allocations were within its budget. A ProblemError,
+    so every caller that never charges a candidate for the problem treats it so (verify_many returns
+    it, the reward scores it "error", a pipeline records `verifier_error`); its own type says the
+    problem may well fit a larger machine. `step` names where, the byte figures what was held and
+    allowed (None where unknown), `memory` which limit: "host" or "device"."""
+
+    def __init__(self, message: str, step: str = "", used_bytes: int | None = None,
+                 limit_bytes: int | None = None, memory: str = "host") -> None:
+        super().__init__(message)
+        self.step, self.used_bytes, self.limit_bytes, self.memory = step, used_bytes, limit_bytes, memory
+
+
 def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.ModuleType:
     key = hashlib.sha256(source.encode()).hexdigest()
     if key not in cache:

@@ -285,9 +285,10 @@ class Proc:
         self.send({**msg, "nonce": nonce})
         return nonce
 
-    def finish(self, nonce: str, seconds: float, phase: str, total: float | None = None) -> dict[str, Any]:
+    def finish(self, nonce: str, seconds: float, phase: str, total: float | None = None,
+               on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
         """Wait for the reply to `nonce`. `progress` messages restart the per-phase clock (each call
-        of `forward` is a phase) but never past `total`."""
+        of `forward` is a phase) but never past `total`; `on_progress` hears each one's step."""
         hard = time.monotonic() + (total if total is not None else seconds)
         current = phase
         while True:
@@ -302,11 +303,14 @@ class Proc:
                 raise ProcProtocol(f"reply during {current} does not carry this command's nonce")
             if "progress" in reply:
                 current = str(reply["progress"])[:100]
+                if on_progress is not None:
+                    on_progress(current)
                 continue
             return reply
 
-    def request(self, msg: dict[str, Any], seconds: float, phase: str, total: float | None = None) -> dict[str, Any]:
-        return self.finish(self.begin(msg), seconds, phase, total)
+    def request(self, msg: dict[str, Any], seconds: float, phase: str, total: float | None = None,
+                on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        return self.finish(self.begin(msg), seconds, phase, total, on_progress)
 
     def _exitcode(self) -> int | None:
         self._wait_exit(2)

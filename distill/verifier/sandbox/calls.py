@@ -120,10 +120,13 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
 
 
 def run_call(model: Any, inputs: list, pristine: list | None, token: object, trace: bool,
-             sync: Callable[[], None], input_bands: Bands | None = None) -> dict[str, Any]:
+             sync: Callable[[], None], input_bands: Bands | None = None,
+             returned: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
     `pristine` are host copies of `inputs` as made, to tell whether forward changed them. With
-    `trace`, the report's "trace" is the call's record as data (record.serialise), for a replayer."""
+    `trace`, the report's "trace" is the call's record as data (record.serialise), for a replayer.
+    `returned` is called once forward has returned, before the harness's copies and checks: the
+    worker announces that step to the parent (a death at the memory cap there is not forward's)."""
     guard.ctl(token, "record", True)
     if trace:
         guard.ctl(token, "trace", None)
@@ -142,6 +145,8 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
         guard.ctl(token, "harness", True)
         guard.ctl(token, "record", False)
     call_s = time.perf_counter() - t0
+    if returned is not None:
+        returned()
     box: list = []
     if trace:
         guard.ctl(token, "trace", box)

@@ -165,6 +165,10 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
                 data = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}})
             conn.send_bytes(data)
 
+        if cmd in ("load", *_REPLAYER) and device.type == "cuda" and msg.get("device_memory_fraction"):
+            # The job's device cap (admission.py: a worker's share, or its GPU's whole for a job alone),
+            # set by the harness before any of the job's candidate code or kernels run.
+            caps.cap_device_memory(device.index, float(msg["device_memory_fraction"]))
         if (cmd in _REPLAYER) != (role == "replayer") and cmd in ("load", "run", "time", *_REPLAYER):
             reply({"error": {"type": "harness", "message": f"a {role} does not serve {cmd}"}})
         elif cmd == "replay":
@@ -176,7 +180,7 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
         elif cmd == "load":
             serial += 1
             job = {"serial": serial}
-            reply(_hygiene(_load(job, msg, cfg["scratch"], token, device), token, snap, threads0))
+            reply(_hygiene(_load(job, msg, cfg["scratch"], token, device, reply), token, snap, threads0))
         elif cmd == "run":
             reply(_hygiene(_run(job, msg, device, token, block, sync, reply, snap), token, snap, threads0))
         elif cmd == "time":
@@ -218,9 +222,12 @@ def _fresh_compile_cache(scratch: str, serial: int, template: str | None) -> Non
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.device) -> dict[str, Any]:
+def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.device, reply: Any) -> dict[str, Any]:
     # The job's inputs exist before any of the candidate's code does: its import and constructor
-    # cannot hook their making (the parent compares the fingerprints with the reference's).
+    # cannot hook their making (the parent compares the fingerprints with the reference's). Steps
+    # are announced (`progress`) so a death at the memory cap is placed: the parent charges a
+    # harness step (HARNESS_STEPS) to the verifier, never to the candidate (job.py).
+    reply({"progress": "inputs load"})
     t0 = time.perf_counter()
     memplan.reset_peak(device)
     mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
@@ -231,6 +238,7 @@ def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.devic
         return {"ok": False, "problem_memory": str(memplan.out_of_memory(exc, "making the inputs", None, device))}
     job["inputs_s"] = time.perf_counter() - t0
     _fresh_compile_cache(scratch, job["serial"], msg.get("template_cache"))
+    reply({"progress": "import"})
     path = os.path.join(scratch, f"candidate_{job['serial']}.py")
     with open(path, "w") as fh:
         fh.write(msg["source"])
@@ -294,7 +302,10 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         job["sets"].made[:msg["n_trials"]] = [None] * msg["n_trials"]  # resident: only the timing sets stay
     finally:
         guard.ctl(token, "harness", False)
-    out["memory"] = {"worker_peak_bytes": memplan.peak(device), "streamed": job["sets"].stream}
+    reply({"progress": "outputs reply"})  # the reply's encoding: every call's outputs, copied once more
+    peak = memplan.peak(device)
+    out["memory"] = {"worker_peak_bytes": None if peak is None else max(peak, out.pop("peak_before", 0)),
+                     "streamed": job["sets"].stream}
     if device.type == "cpu":  # part of "calls": the CPU lane compiles each launch for a GPU too
         laps["gpu_compile"] = gpu_compile.spent()["gpu_compile_s"]
     return out
@@ -310,7 +321,7 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
     lift = job["block"] if sets.stream else None
     input_bands = bands.Bands()
     for spec in msg["plan"]:
-        reply({"progress": f"call {spec['kind']} {spec['trial']}"})
+        reply({"progress": f"inputs {spec['kind']} {spec['trial']}"})
         try:
             values = sets.get(spec["trial"], lift)
         except inputsets.InputsRemade as exc:
@@ -322,10 +333,15 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         torch.manual_seed(msg["call_seed"])
         # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
         pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
-        rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands)
+        reply({"progress": f"call {spec['kind']} {spec['trial']}"})
+        held = _device_mark(device, out)
+        rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands,
+                             lambda _s=spec: reply({"progress": f"outputs {_s['kind']} {_s['trial']}"}))
         if rep["inputs_changed"] is None:
             rep["inputs_changed"] = inputsets.changed(inputs, values, lift)
         del values
+        if held is not None:  # the candidate's own device bytes: the call's peak over what the harness held
+            rep["device_memory"] = {"held_bytes": held, "peak_bytes": int(torch.cuda.max_memory_allocated(device))}
         for o in rep.get("outputs") or ():
             o["data"] = o["data"].to("cpu")
         rep.update(kind=spec["kind"], trial=spec["trial"], state=seal.changed(job["state0"]))
@@ -335,6 +351,17 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         out["calls"].append(rep)
         if rep["state"] or rep["error"] is not None:
             break
+
+
+def _device_mark(device: torch.device, out: dict) -> int | None:
+    """On a GPU, before a call: the bytes the harness holds, and the peak counter restarted for the call
+    (the job's peak so far kept in `out`). A CUDA out-of-memory error in forward is then placed by the
+    parent (memfault.device_oom): the candidate's own allocations against its budget."""
+    if device.type != "cuda":
+        return None
+    out["peak_before"] = max(out.get("peak_before", 0), int(torch.cuda.max_memory_allocated(device)))
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))
 
 
 def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:

@@ -1,0 +1,108 @@
+"""Workers from the problem: small jobs share a GPU, a job that needs the whole of it runs alone.
+
+Each worker has a share of its GPU (and of the host) for the problems most jobs bring. A problem whose
+memory plan (memplan.py, from meta tensors before anything is allocated) does not fit that share but
+fits what the pool holds on that GPU altogether (every worker's share: 80% of the GPU, each worker's
+host cap times the workers on it) used to be refused as `too large for this verifier`. Now its job
+waits until the GPU's other jobs are done, holds the GPU alone, and gets the whole: its worker's host
+cap is raised (limits.MemoryGuard.raise_limit) and its device cap set for the job (the `load` and
+`replay` commands carry the fraction; the worker's harness sets it before any candidate code runs);
+the worker and replayer that ran it are retired after, so no raised cap outlives its job. A problem
+over the whole is still refused, naming the bytes.
+
+The wait is writer-preferring: once a job waits to run alone, no new job starts sharing that GPU, so a
+stream of small jobs cannot starve it. Every job holds its GPU (shared or alone) from its plan to its
+end; a job that waits longer than `seconds` (the pool's longest job) raises PoolError.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from distill.verifier import memplan
+from distill.verifier.context import DeviceBudget
+from distill.verifier.handout import PoolError
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The memory one job may use: its worker's share, or (`alone`) its GPU's whole."""
+
+    host_mb: int  # host cap of its worker and replayer
+    device_bytes: int  # device budget (on the CPU: the host share the plan is checked against)
+    fraction: float | None  # device-memory fraction its worker and replayer set for the job (GPU only)
+    alone: bool
+
+    def budgets(self, timed: bool) -> dict[str, Any]:
+        """The budgets memplan checks a plan against (the reference's `plan` and `trials` commands)."""
+        return {"device": self.device_bytes, "host": self.host_mb << 20, "timed": timed}
+
+
+class Admission:
+    """Per GPU: how many jobs share it, and whether one holds it alone (or waits to)."""
+
+    def __init__(self, workers_per_gpu: dict[int, int], seconds: float) -> None:
+        self.workers = dict(workers_per_gpu)
+        self.seconds = seconds
+        self._cond = threading.Condition()
+        self._shared = dict.fromkeys(workers_per_gpu, 0)
+        self._alone = dict.fromkeys(workers_per_gpu, False)
+        self._waiting = dict.fromkeys(workers_per_gpu, 0)
+
+    def share(self, budget: DeviceBudget, gpu: int) -> Grant:
+        """One worker's grant: the pool's budget as configured."""
+        return Grant(budget.host_mb, budget.device_bytes(),
+                     budget.fraction(gpu) if budget.device == "cuda" else None, False)
+
+    def whole(self, budget: DeviceBudget, gpu: int) -> Grant:
+        """What the pool holds on `gpu` altogether: every worker's host cap and device share there."""
+        n = max(1, self.workers.get(gpu, 1))
+        host_mb = budget.host_mb * n
+        if budget.device != "cuda":
+            return Grant(host_mb, host_mb << 20 if budget.given_mb is None else (budget.given_mb << 20) * n, None, True)
+        total = budget.totals.get(gpu) or (min(budget.totals.values()) if budget.totals else 0)
+        if not total:
+            return self.share(budget, gpu)
+        fraction = min(0.95, budget.fraction(gpu) * n)
+        return Grant(host_mb, int(fraction * total), fraction, True)
+
+    def grant(self, budget: DeviceBudget, gpu: int, plan: dict[str, Any] | None, device: str, timed: bool) -> Grant:
+        """The share where the plan fits it (or is not known yet), else the whole."""
+        share = self.share(budget, gpu)
+        if not plan or memplan.fits(plan, device, share.budgets(timed)):
+            return share
+        return self.whole(budget, gpu)
+
+    @contextmanager
+    def hold(self, gpu: int, alone: bool) -> Iterator[None]:
+        """Hold `gpu` for one job: shared, or alone (waiting for its other jobs to end)."""
+        deadline = time.monotonic() + self.seconds
+        with self._cond:
+            if alone:
+                self._waiting[gpu] += 1
+            try:
+                while self._alone[gpu] or (self._shared[gpu] if alone else self._waiting[gpu]):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise PoolError(f"waited {self.seconds:g} s to {'hold' if alone else 'share'} GPU {gpu}")
+                    self._cond.wait(min(left, 1.0))
+            finally:
+                if alone:
+                    self._waiting[gpu] -= 1
+                    self._cond.notify_all()  # sharers that waited behind this job may go (it holds, or gave up)
+            if alone:
+                self._alone[gpu] = True
+            else:
+                self._shared[gpu] += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                if alone:
+                    self._alone[gpu] = False
+                else:
+                    self._shared[gpu] -= 1
+                self._cond.notify_all()

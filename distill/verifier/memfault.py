@@ -1,0 +1,110 @@
+"""Whose fault a worker's memory limit is: the verifier's own steps, or the candidate's.
+
+A worker killed at its host cap (limits.MemoryGuard), or a CUDA out-of-memory error, used to be the
+candidate's `crash` or `runtime_error` wherever it struck; for a problem near its budgets that was a
+zero reward for a correct kernel. Now the parent places it, from evidence it holds itself:
+
+* **the phase it asked for.** A replayer never imports the candidate's module (replayer.py): a death
+  at its cap is the verifier's. A worker's `load` makes the inputs before any candidate code exists.
+* **the step the worker announced** (`progress` messages, sandbox/worker.py): `inputs ...` (making,
+  refilling and staging input sets), `call ...` (forward: the candidate's), `outputs ...` (copies,
+  band and input checks, the reply's encoding), `import`. The announcement is a claim, so
+* **what the candidate's own steps grew the worker by**, as the parent read the worker's resident
+  bytes at each announcement (limits.MemoryGuard.resident, never the worker's word): the sum over its
+  steps (construction, each forward) of the growth from the step's start to the next announcement.
+  A death in a harness step is the verifier's only where that growth stayed within what the memory
+  plan leaves the candidate: the cap less the plan's harness bytes, plus its own share of them (its
+  parameters and two outputs: the one it returns and one of temporaries). A candidate that filled
+  the headroom and left the harness to trip over it keeps its `crash`.
+
+Simplifies: the parent reads the worker's memory when an announcement arrives, a little after the
+worker sent it; a step's first allocations may land in the step before. Both sides of that error
+are small next to the plan's headroom (the harness steps copy a known number of known tensors).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from distill.verifier.problemio import ResourceError
+
+HARNESS_STEPS = ("inputs", "outputs", "replay")  # first word of a harness step's announcement
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 28 else f"{n / (1 << 20):.1f} MiB"
+
+
+def is_harness(step: str) -> bool:
+    return step.split(" ", 1)[0] in HARNESS_STEPS
+
+
+@dataclass
+class StepLog:
+    """The steps a worker announced during a job, each with its resident bytes as the parent read them."""
+
+    read: Callable[[], int]  # the worker's resident bytes, read by the parent
+    steps: list[tuple[str, int]] = field(default_factory=list)
+
+    def __call__(self, step: str) -> None:
+        """Record `step` starting now (Proc.finish's `on_progress`; the parent marks its own commands too)."""
+        self.steps.append((step, self.read()))
+
+    @property
+    def last(self) -> str:
+        return self.steps[-1][0] if self.steps else ""
+
+    def candidate_growth(self) -> int:
+        """Bytes the candidate's own steps added, each from its start to the next step's start."""
+        return sum(max(0, after - before) for (step, before), (_, after) in zip(self.steps, self.steps[1:])
+                   if not is_harness(step))
+
+
+def allowance(plan: dict[str, Any] | None, cap: int) -> int | None:
+    """Host bytes the plan leaves the candidate's own steps under `cap` (None without a plan)."""
+    if not plan or not isinstance(plan.get("worker_host_bytes"), int):
+        return None
+    own = int(plan.get("param_bytes") or 0) + 2 * int(plan.get("output_bytes") or 0)
+    return max(0, cap - plan["worker_host_bytes"]) + own
+
+
+def host_kill(log: StepLog, phase: str, plan: dict[str, Any] | None, cap: int | None,
+              held: int | None) -> ResourceError | None:
+    """A worker (or, `phase` "replay", a replayer) killed at its host cap: the verifier's error when it
+    died in a harness step with the candidate's own steps within their allowance; None: the candidate's."""
+    cap = cap or 0
+    step = log.last if phase != "replay" else phase
+    if phase != "replay" and not is_harness(step):
+        return None
+    grown, room = log.candidate_growth(), allowance(plan, cap)
+    if phase != "replay" and grown and (room is None or grown > room):
+        return None  # it filled the room the plan left it: the harness only tripped over what it held
+    seen = f" holding {_gib(held)} ({held} bytes)" if held else ""
+    own = (f"; the candidate's own steps grew it by {_gib(grown)} ({grown} bytes), within the "
+           f"{_gib(room)} ({room} bytes) the plan leaves them" if room is not None and phase != "replay" else "")
+    return ResourceError(f"the verifier's own memory limit: a {'replayer' if phase == 'replay' else 'worker'} was "
+                         f"killed at its {_gib(cap)} ({cap} bytes) host-memory cap{seen} during {step}, a step of "
+                         f"the verifier's own{own}", step=step, used_bytes=held, limit_bytes=cap)
+
+
+def device_oom(call: dict[str, Any], plan: dict[str, Any] | None, budget: int) -> ResourceError | None:
+    """A CUDA out-of-memory error raised in forward while the candidate's own allocations (the call's
+    peak above what the harness held when it began, the worker's figures) were within what the plan
+    leaves it of the device budget: the verifier's error. None: the candidate's (or not an OOM)."""
+    err = call.get("error") or {}
+    mem = call.get("device_memory") or {}
+    if not str(err.get("type", "")).endswith("OutOfMemoryError") or not plan:
+        return None
+    held, peak = mem.get("held_bytes"), mem.get("peak_bytes")
+    need = plan.get("worker_device_bytes")
+    if not all(isinstance(x, int) for x in (held, peak, need)):
+        return None
+    own = max(0, peak - held)
+    room = max(0, budget - need) + int(plan.get("param_bytes") or 0) + 2 * int(plan.get("output_bytes") or 0)
+    if own > room:
+        return None
+    return ResourceError(f"the verifier's own memory limit: forward ran out of device memory under the "
+                         f"{_gib(budget)} ({budget} bytes) budget per worker with its own allocations at "
+                         f"{_gib(own)} ({own} bytes), within the {_gib(room)} ({room} bytes) the plan leaves "
+                         f"it; the harness held {_gib(held)} ({held} bytes)", step=f"call {call.get('trial')}",
+                         used_bytes=held + own, limit_bytes=budget, memory="device")
