@@ -138,9 +138,9 @@ class JobContext:
     fresh_reference: bool = False  # this run is the retry: its references must have served no job
     reference_broke: bool = False  # a reference failed in this run (died, hung, garbled): retry, don't blame
 
-    def attempt(self, last: bool) -> "JobContext":
-        """The context for one run of a job; `last`, the retry, takes only fresh references."""
-        return dataclasses.replace(self, fresh_reference=last, reference_broke=False)
+    def attempt(self, fresh: bool) -> "JobContext":
+        """The context for one run of a job; `fresh` (a retry's) takes only references that served no job."""
+        return dataclasses.replace(self, fresh_reference=fresh, reference_broke=False)
 
     def acquire_reference(self, gpu: int) -> procs.Proc:
         return (self.handouts.fresh_reference if self.fresh_reference else self.handouts.reference)(gpu)

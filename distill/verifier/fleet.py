@@ -305,6 +305,11 @@ class Fleet:
     def release_reference(self, gpu: int, proc: procs.Proc, broken: bool) -> None:
         self._refs[gpu].release(proc, broken)
 
+    def references_replaced(self) -> int:
+        """Reference processes started after the pool's start (a dead or broken one replaced, or one that
+        had served handed over for a retry's fresh one): each costs a start, seconds on a GPU."""
+        return sum(r.replaced for r in self._refs.values())
+
     def acquire_timer(self, gpu: int) -> procs.Proc:
         """A reference process for compiling and timing references (a plain one on pools without)."""
         return (self._timers if self._n_timers else self._refs)[gpu].acquire()

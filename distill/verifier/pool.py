@@ -163,17 +163,20 @@ class VerifierPool:
         if lane_twin:
             verdict.checks["cpu_twin"] = lane_twin
         if verdict.status == "pass" and self.resized != "off":
-            verdict = twins.check_resized(lambda tspec: self._attempt(tspec, last=True)[0], problem,
+            # The twin runs once (last) on any reference: a fresh one (a new process, seconds on a GPU)
+            # is for a retry after a reference failed, and would retire a warm one for every twin.
+            verdict = twins.check_resized(lambda tspec: self._attempt(tspec, last=True, fresh=False)[0], problem,
                                           candidate_source, spec, verdict, required=self.resized == "required")
         return verdict
 
-    def _attempt(self, spec: JobSpec, last: bool) -> tuple[Verdict | None, Slot, str]:
+    def _attempt(self, spec: JobSpec, last: bool, fresh: bool | None = None) -> tuple[Verdict | None, Slot, str]:
         """One run of a job: (verdict, slot, "") or, unless `last`, (None, slot, why) when the pool
-        failed it (the worker died while running it, or the reference process failed). A run that hit
+        failed it (the worker died while running it, or the reference process failed). `fresh` (default:
+        `last`): its reference processes must have served no job, as a retry's must. A run that hit
         the verifier's own memory limit (ResourceError, memfault.py) runs once more, with a larger host
         cap where the machine has one free (sizing.larger_host_mb); its outcome is the attempt's."""
         try:
-            return self._run(spec, last, None)
+            return self._run(spec, last, None, last if fresh is None else fresh)
         except ResourceError as exc:
             if self.fleet.closed:
                 raise PoolError("the pool closed during this job") from None
@@ -188,7 +191,7 @@ class VerifierPool:
             first = str(exc)
         self.stats["retried"] += 1
         try:
-            verdict, slot, why = self._run(spec, True, bigger)
+            verdict, slot, why = self._run(spec, True, bigger, True)
         except ResourceError as exc:
             raise ResourceError(f"{exc}; retried once with the host cap raised from {cap} to {bigger} MB",
                                 exc.step, exc.used_bytes, exc.limit_bytes, exc.memory) from None
@@ -196,11 +199,11 @@ class VerifierPool:
             verdict.checks["memory_retry"] = {"first_attempt": first, "host_budget_bytes": bigger << 20}
         return verdict, slot, why
 
-    def _run(self, spec: JobSpec, last: bool, host_mb: int | None) -> tuple[Verdict | None, Slot, str]:
+    def _run(self, spec: JobSpec, last: bool, host_mb: int | None, fresh: bool) -> tuple[Verdict | None, Slot, str]:
         """`_attempt`'s one run; `host_mb`: the raised host cap of a retry (its worker is retired after)."""
         slot = self.fleet.take_worker()
         keep = False
-        ctx = self.context.attempt(last)
+        ctx = self.context.attempt(fresh)
         if host_mb is not None:
             ctx = dataclasses.replace(ctx, budget=dataclasses.replace(ctx.budget, host_mb=host_mb))
             if slot.proc is not None:

@@ -193,6 +193,7 @@ def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
              (problem("add"), hostile("decoy_kernel"))]
     with VerifierPool(workers=2, device="cpu", timeout=8, start_timeout=60, references=2) as pool:
         got = pool.verify_many(pairs)
+        replaced = pool.fleet.references_replaced()
     assert [type(g).__name__ for g in got] == ["Verdict", "ProblemError", "Verdict", "ProblemError", "Verdict"]
     assert [g.status for g in got if isinstance(g, Verdict)] == ["pass", "pass", "not_triton"]
     assert "get_inputs" in str(got[1]) and "exit code 3" in str(got[3])
@@ -200,6 +201,10 @@ def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
     here = [g.checks["screening"]["here"] for g in (got[0], got[4])]
     assert sorted(here) == [False, True] and got[2].checks["screening"]["here"] is True
     assert got[0].checks["screening"]["seconds"] == got[4].checks["screening"]["seconds"] > 0
+    # the two passes' resized twins ran on the warm references; only KILLS_ITS_REFERENCE's two runs
+    # (its first, then its retry on a fresh process) cost a reference its life
+    assert got[0].checks["resized"]["status"] == got[2].checks["resized"]["status"] == "pass"
+    assert replaced <= 2, replaced
 
 
 # -- what a pool leaves behind: counted in a child process, whose pid names everything it made --------
