@@ -99,16 +99,29 @@ def start_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str 
     raise SystemExit("no configuration passed the probe:\n" + "\n".join(notes))
 
 
+def _host_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of every core since boot, from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def run_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str = "worker") -> dict:
     pool, startup, notes = start_pool(pairs, device, workers, lockdown, timing_in)
     try:
-        t1 = time.perf_counter()
+        t1, cpu1, host1 = time.perf_counter(), time.process_time(), _host_cpu()
         verdicts = pool.verify_many([(p, c) for _, _, p, c in pairs])
         wall = time.perf_counter() - t1
+        host2 = _host_cpu()
+        # Is the pool bound by the parent's one interpreter (threads judging, decoding, under one GIL)
+        # or by the host's cores (compiles, references, workers)? Both as a share of the wall time.
+        load = {"parent_cpu_pct": round(100 * (time.process_time() - cpu1) / wall),
+                "host_busy_pct": round(100 * (host2[0] - host1[0]) / max(host2[1] - host1[1], 1)),
+                "cores": os.cpu_count()}
         gate = {k: round(sum(g.stats[k] for g in pool.fleet.gates.values()), 2) for k in
                 ("timings", "stop_s", "held_s")}
         return {"startup_s": startup, "wall_s": wall, "verdicts": verdicts, "sandbox": pool.sandbox, "gate": gate,
-                "recycled": pool.stats["recycled"], "workers": len(pool.fleet.slots), "fallbacks": notes}
+                "recycled": pool.stats["recycled"], "workers": len(pool.fleet.slots), "fallbacks": notes, "load": load}
     finally:
         pool.close()
 
@@ -191,11 +204,14 @@ def baseline_one(problem_path: str, candidate_path: str, device: str) -> None:
 
 
 def phase_sums(verdicts: list) -> str:
-    """Where the pool's time went: each phase's wall seconds summed over every pair that reached it."""
+    """Where the pool's time went: each phase's wall seconds summed over every pair that reached it;
+    `twin.` phases are the resized-twin job's (a second, untimed job per passing candidate)."""
     sums: collections.Counter = collections.Counter()
     for v in verdicts:
         for k, sec in (v.checks.get("phase_s") or {}).items():
             sums[k] += sec
+        for k, sec in ((v.checks.get("resized") or {}).get("phase_s") or {}).items():
+            sums[f"twin.{k}"] += sec
     return ", ".join(f"{k} {sec:.1f}" for k, sec in sums.most_common()) or "n/a"
 
 
@@ -225,6 +241,8 @@ def table(res: dict, base: dict, spread: dict, pairs: list, device: str, gpu: st
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))),
         ("sandbox", "; ".join(f"{k}: {v}" for k, v in res["sandbox"].items())),
         ("worker-seconds per phase, summed over pairs", phase_sums(verdicts)),
+        ("CPU during the pool's wall time: the parent process (% of one core), the host (% of all cores)",
+         "{parent_cpu_pct}%, {host_busy_pct}% of {cores} cores".format(**res["load"]) if res.get("load") else "n/a"),
         ("timing gate (exclusive GPU): runs, s stopping the others, s held in all",
          ", ".join(f"{k} {v}" for k, v in res.get("gate", {}).items()) or "n/a"),
         ("timing windows used", ", ".join(f"{k} {n}" for k, n in collections.Counter(
@@ -241,7 +259,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=int, default=10, help="honest pairs for the fresh-process baseline")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-lockdown", action="store_true", help="diagnosis only: workers without kernel confinement")
-    ap.add_argument("--timing-in", choices=("worker", "replayer"), default="worker",
+    ap.add_argument("--timing-in", choices=("worker", "replayer"), default="replayer",
                     help="the process that times candidates (VerifierPool timing_in; replayer: not yet run on a GPU)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--baseline-one", nargs=2, metavar=("PROBLEM", "CANDIDATE"), help=argparse.SUPPRESS)

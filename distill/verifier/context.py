@@ -85,6 +85,23 @@ class RefTimings:
             return True
 
 
+@dataclass
+class Screens:
+    """Each problem's screening report (screen.ScreenReport's fields), measured once per pool: screening
+    runs the problem in float64 and float32 on several draws (seconds on a GPU-sized problem), and a
+    pool has several reference processes, each of which would otherwise screen every problem again.
+    The first job on a problem screens it in its reference; the others wait on its lock, then hand
+    the report to theirs. Keyed by the problem's text (its sha256) and held in the trusted parent."""
+
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)  # problem key -> report fields
+    locks: dict[str, threading.Lock] = field(default_factory=dict)  # per key: one screens, the rest wait
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards `locks`
+
+    def lock_for(self, key: str) -> threading.Lock:
+        with self.lock:
+            return self.locks.setdefault(key, threading.Lock())
+
+
 @dataclass(frozen=True)
 class Handouts:
     """The pool's processes a job borrows, as the pool's own functions. Each acquire waits under a
@@ -115,6 +132,7 @@ class JobContext:
     template: str  # the pool's warm Triton cache, which seeds each GPU candidate's own compile cache
     stream_inputs: bool | None  # None: each job's memory plan decides; True/False: always/never stream
     timing_in: str  # which process times a candidate on the GPU: "worker" or "replayer"
+    screens: Screens = field(default_factory=Screens)  # each problem's screening report, shared by the pool's jobs
     compile_reference: bool = True  # the reference is also timed under torch.compile (pool timing "eager+compile")
     admission: Any = None  # admission.Admission (fleet.py): a job shares its GPU or holds it alone; None: shares
     fresh_reference: bool = False  # this run is the retry: its references must have served no job

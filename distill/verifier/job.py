@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from distill.verifier import (environ, inflight, judge, memfault, memplan, procs, reference, replaycheck, running, static,
-                              timing)
+from distill.verifier import (environ, inflight, judge, memfault, memplan, procs, reference, replaycheck, running,
+                              screen, static, timing)
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.verdict import Verdict
@@ -124,19 +124,49 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[s
 
 
 def _reference(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
+    t0 = time.monotonic()
     ref = ctx.acquire_reference(gpu)
+    waited = time.monotonic() - t0  # queued for a reference process: the pool's, not the problem's
     broken = False
     try:
         ref.send(msg)
         out = ref.receive(seconds, "reference")
+        out["wait_s"] = round(waited, 4)
     except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
         broken = True
         raise reference.ProblemError(f"reference process failed: {exc}") from None
     finally:
         ctx.release_reference(gpu, ref, broken)
     if "problem_error" in out:
+        if isinstance(out.get("screen"), dict):
+            raise reference.ScreenFailed(screen.ScreenReport(**out["screen"]))
         raise reference.ProblemError(out["problem_error"])
     return out
+
+
+def _trials(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any]) -> dict[str, Any]:
+    """The reference's expected outputs for this job's trials. The problem is screened in the first
+    job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
+    problem that failed screening fails them at once."""
+    msg = {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0], "seeds": spec.reference_seeds,
+           "calls": len(spec.plan()), "budgets": budgets}
+    key = f"{spec.key}:{spec.device}"
+    known = ctx.screens.cache.get(key)
+    if known is None:  # the first job on the problem screens it; the others wait for its report
+        with ctx.screens.lock_for(key):
+            known = ctx.screens.cache.get(key)
+            if known is None:
+                try:
+                    out = _reference(ctx, slot.gpu, msg, max(spec.timeout, 120))
+                except reference.ScreenFailed as exc:
+                    ctx.screens.cache[key] = exc.report.to_dict()
+                    raise
+                if isinstance(out.get("screen"), dict):
+                    ctx.screens.cache[key] = out["screen"]
+                return out
+    if known["status"] != "ok":
+        raise reference.ScreenFailed(screen.ScreenReport(**known))
+    return _reference(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120))
 
 
 def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[Grant, bool]:
@@ -157,7 +187,7 @@ def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any
     grant = (share if adm is None else most if spec.alone else adm.grant(ctx.budget, slot.gpu, plan, spec.device, timed))
     budgets = grant.budgets(timed)
     base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"],
-                      "alone": grant.alone}
+                      "alone": grant.alone, "wait_s": got["wait_s"]}  # run_job moves wait_s to its phases
     if plan:
         base["memory"]["plan"] = plan
     if ctx.stream_inputs is not None:
@@ -218,7 +248,7 @@ def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
 def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
           verdict: dict[str, Any], replayed: replaycheck.Prepared | None = None) -> judge.Finding:
     """Time the candidate: in its worker, or (`replayed`, the pool's `timing_in="replayer"`) its replayed
-    record in a replayer, where none of its Python runs (replayer.time_replay; not yet run on a GPU)."""
+    record in a replayer, where none of its Python runs (replayer.time_replay)."""
     sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
     peaks = ctx.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
@@ -330,17 +360,19 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             held.enter_context(ctx.admission.hold(slot.gpu, grant.alone))
         ctx.memory.raise_limit(proc.pid, grant.host_mb)  # a job alone: the worker is retired after
         lap("plan")
-        if spec.device == "cuda":
+        phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)
+        if spec.device == "cuda" and spec.timed:  # an untimed job (the resized twin) uses no reference medians
             prefetch_ref_timing(ctx, spec, slot.gpu)
         steps("inputs load")
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
                             "template_cache": ctx.template if spec.device == "cuda" else None,
                             "device_memory_fraction": grant.fraction})
-        ref = _reference(ctx, slot.gpu, {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0],
-                                          "seeds": spec.reference_seeds, "calls": len(spec.plan()),
-                                          "budgets": grant.budgets(spec.device == "cuda" and spec.timed)}, max(t, 120))
+        ref = _trials(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed))
+        phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
+        if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
+            base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}
         lap("reference_trials")
         load = _watched(ctx, slot.proc, proc.finish(nonce, t, phase, on_progress=steps))
         lap("load")

@@ -48,7 +48,7 @@ class VerifierPool:
                  timing_trials: int = 100, warmup: int = 3, static_checks: bool = True,
                  lockdown: bool | tuple[str, ...] = True, references: int | None = None,
                  start_timeout: float = 300.0, resized: str = twins.RESIZED[0], device_memory_mb: int | None = None,
-                 stream_inputs: bool | None = None, timing_in: str = "worker", timing: str = TIMING[0]) -> None:
+                 stream_inputs: bool | None = None, timing_in: str = "replayer", timing: str = TIMING[0]) -> None:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
         if resized not in twins.RESIZED:
@@ -57,9 +57,10 @@ class VerifierPool:
             raise ValueError(f"timing must be one of {', '.join(TIMING)}, not {timing!r}")
         if timing_in not in ("worker", "replayer"):
             raise ValueError(f"timing_in must be 'worker' or 'replayer', not {timing_in!r}")
-        # timing_in, which process a GPU timing runs in: the candidate's worker (the default, measured on
-        # the H100), or a replayer timing the replayed record, where none of the candidate's Python runs
-        # (replayer.time_replay: written for issue 30, not yet run on a GPU). Jobs read it in self.context.
+        # timing_in, which process a GPU timing runs in: a replayer timing the replayed record, where none
+        # of the candidate's Python runs (the default: replayer.time_replay), or the candidate's worker.
+        # On the H100 the two agree per kernel within 0.7% (bench/RESULTS.md, 2026-11-27); the replayer
+        # costs ~12% of a pool's wall time. Jobs read it in self.context.
         self.device = device
         self.resized = resized
         self.timing = timing if device == "cuda" else "off"  # the CPU lane times nothing

@@ -1,20 +1,19 @@
 """The trusted reference process: runs the problem's own `Model` to make the expected outputs.
 
 It is a separate process from every worker, so expected values never exist where candidate code
-runs. Before a problem's first trials it screens the problem as `distill` does (screen.py, cached
-per problem in this process): a problem that fails is a ProblemError, never a candidate's verdict,
-and each expected output carries its bound (the problem's measured honest error, tolerance.fitted).
-It also times the reference (eager and under torch.compile, GPU only) and measures the device's
-copy bandwidth and matmul peak for the physical floor.
+runs. Before a problem's first trials it screens the problem as `distill` does (screen.py; the pool
+keeps the report and hands it to the next job's reference, so a problem is screened once a pool): a
+problem that fails is a ProblemError, never a candidate's verdict, and each expected output carries
+its bound (the problem's measured honest error, tolerance.fitted). It also times the reference
+(eager and under torch.compile, GPU only) and measures the device's copy bandwidth and matmul peak
+for the physical floor.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import types
 import weakref
-from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -80,39 +79,40 @@ def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple
     return model, args, kwargs, counter.counts
 
 
-# Screening outcomes per (problem text, device) in this process: a problem is screened once, then
-# every later job on it reads the bounds from here (the cost: bench in docs/verifier.md, Tolerances).
-_SCREENED: "OrderedDict[tuple[str, str], screen.ScreenReport]" = OrderedDict()
-_SCREENED_MAX = 4096
+class ScreenFailed(ProblemError):
+    """The problem failed screening; `report` says how (the pool keeps it, and fails later jobs on the
+    problem without screening it again)."""
+
+    def __init__(self, report: screen.ScreenReport) -> None:
+        super().__init__(f"the problem fails screening ({report.status}): {report.reason}")
+        self.report = report
 
 
-def screened(mod: types.ModuleType, source: str, device: torch.device) -> screen.ScreenReport:
-    """The problem's screening report (screen.screen_module, cached); a ProblemError naming why when
-    the problem fails it: the problem, not a candidate, is at fault."""
-    key = (hashlib.sha256(source.encode()).hexdigest(), device.type)
-    report = _SCREENED.get(key)
-    if report is None:
+def screened(mod: types.ModuleType, device: torch.device, known: dict[str, Any] | None = None) -> screen.ScreenReport:
+    """The problem's screening report: `known` (the pool's, from an earlier job's screening: context.Screens),
+    else screen.screen_module now. Raises ScreenFailed when the problem fails it: the problem, not a
+    candidate, is at fault."""
+    if known is not None:
+        report = screen.ScreenReport(**known)
+    else:
         t0 = time.monotonic()
         report = screen.screen_module(mod, device)
         report.seconds = round(time.monotonic() - t0, 3)
         memplan.release(device)
-        _SCREENED[key] = report
-        while len(_SCREENED) > _SCREENED_MAX:
-            _SCREENED.popitem(last=False)
-    else:
-        _SCREENED.move_to_end(key)
     if report.status != "ok":
-        raise ProblemError(f"the problem fails screening ({report.status}): {report.reason}")
+        raise ScreenFailed(report)
     return report
 
 
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
-                calls: int = 0, budgets: dict[str, Any] | None = None, source: str | None = None) -> dict[str, Any]:
+                calls: int = 0, budgets: dict[str, Any] | None = None, screen_first: bool = False,
+                known: dict[str, Any] | None = None) -> dict[str, Any]:
     """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
     (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
-    the next one. With `source`, the problem is screened first (`screened`) and each trial carries
-    the outputs' bounds (`tolerances`: tolerance.Tolerance fields per output, None where exact)."""
-    report = screened(mod, source, device) if source is not None else None
+    the next one. With `screen_first`, the problem is screened first (`screened`, or `known`: the pool's
+    report of an earlier screening) and each trial carries the outputs' bounds (`tolerances`:
+    tolerance.Tolerance fields per output, None where exact); the reply's `screen` is the whole report."""
+    report = screened(mod, device, known) if screen_first else None
     memplan.reset_peak(device)
     held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
@@ -145,7 +145,8 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     out = {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
            "construct_ops": construct_ops, "memory": memory, "params": state}
     if report is not None:
-        out["screen"] = {"tolerances": report.tolerances, "effects": report.effects, "seconds": report.seconds}
+        out["screen"] = report.to_dict()
+        out["screened_here"] = known is None
     return out
 
 
@@ -230,7 +231,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 mod = load_problem(msg["source"], cache)
                 try:
                     out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
-                                      msg.get("budgets"), source=msg["source"])
+                                      msg.get("budgets"), screen_first=True, known=msg.get("screen"))
                 except torch.OutOfMemoryError as exc:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock
@@ -245,6 +246,8 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 os._exit(0)
             else:
                 out = {"problem_error": f"unknown command {cmd}"}
+        except ScreenFailed as exc:  # the report goes back too: the pool fails later jobs on it at once
+            out = {"problem_error": str(exc)[:1500], "screen": exc.report.to_dict()}
         except ProblemError as exc:  # already says what about the problem failed
             out = {"problem_error": str(exc)[:1500]}
         except Exception as exc:  # noqa: BLE001 - report, keep serving

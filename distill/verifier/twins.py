@@ -238,7 +238,8 @@ def check_resized(attempt: Callable[[JobSpec], Verdict | None], problem: Any, ca
         verdict.checks["resized"] = {"status": status, "reason": f"twin's reference failed: {exc}"[:300], **record}
         return verdict
     assert tv is not None
-    verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], **record}
+    verdict.checks["resized"] = {"status": tv.status, "reason": tv.reason[:300], **record,
+                                 "phase_s": tv.checks.get("phase_s") or {}, "screening": tv.checks.get("screening")}
     if tv.status == "pass" or not required:
         return verdict
     return dataclasses.replace(verdict, status=tv.status, reason=f"on a resized twin of the problem (same graph, "

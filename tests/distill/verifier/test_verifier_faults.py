@@ -191,11 +191,15 @@ def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
     pairs = [(problem("add"), honest("add")), (NO_GET_INPUTS, honest("add")),
              (problem("relu_pos"), honest("relu_pos")), (KILLS_ITS_REFERENCE, honest("add")),
              (problem("add"), hostile("decoy_kernel"))]
-    with VerifierPool(workers=2, device="cpu", timeout=8, start_timeout=60) as pool:
+    with VerifierPool(workers=2, device="cpu", timeout=8, start_timeout=60, references=2) as pool:
         got = pool.verify_many(pairs)
     assert [type(g).__name__ for g in got] == ["Verdict", "ProblemError", "Verdict", "ProblemError", "Verdict"]
     assert [g.status for g in got if isinstance(g, Verdict)] == ["pass", "pass", "not_triton"]
     assert "get_inputs" in str(got[1]) and "exit code 3" in str(got[3])
+    # two reference processes, one screening of `add`: the pool hands the first job's report to the other
+    here = [g.checks["screening"]["here"] for g in (got[0], got[4])]
+    assert sorted(here) == [False, True] and got[2].checks["screening"]["here"] is True
+    assert got[0].checks["screening"]["seconds"] == got[4].checks["screening"]["seconds"] > 0
 
 
 # -- what a pool leaves behind: counted in a child process, whose pid names everything it made --------

@@ -5,6 +5,7 @@ Never collected in CI (no GPU there); every test asserts an exact status like th
 from __future__ import annotations
 
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -27,7 +28,7 @@ def gpu_pool():
         pytest.skip("no CUDA device")
     from distill.verifier import VerifierPool
 
-    with VerifierPool(workers=4, device="cuda", timeout=120, timing_trials=50) as p:
+    with VerifierPool(workers=8, device="cuda", timeout=120, timing_trials=50) as p:
         yield p
 
 
@@ -59,13 +60,30 @@ def test_timing_baselines_are_a_choice(timing):
         assert v.kernel_ms is None and v.ref_eager_ms is None and v.speedup_eager is None
 
 
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c["name"])
-def test_timing_and_fault_cases(gpu_pool, case):
-    v = gpu_pool.verify(problem(case["problem"]), hostile(case["name"]), static_checks=False)
-    expected = case.get("runtime", case["status"])
-    assert v.status == expected, f"{case['name']}: {v.status}: {v.reason}"
-    after = gpu_pool.verify(problem("add"), honest("add"))
+@pytest.fixture(scope="module")
+def hostile_verdicts(gpu_pool):
+    """Every hostile case of this module (run-time layers only), each followed on its thread by an honest
+    `add` that must still pass: eight at a time, since one at a time the module took ~15 s a case."""
+    def one(name: str):
+        case = next(c for c in MANIFEST["cases"] if c["name"] == name)
+        v = gpu_pool.verify(problem(case["problem"]), hostile(name), static_checks=False)
+        return v, gpu_pool.verify(problem("add"), honest("add"))
+
+    names = sorted({c["name"] for c in GPU_CASES} | set(ALSO))
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        return dict(zip(names, ex.map(one, names)))
+
+
+def _expect(hostile_verdicts, name: str) -> None:
+    case = next(c for c in MANIFEST["cases"] if c["name"] == name)
+    v, after = hostile_verdicts[name]
+    assert v.status == case.get("runtime", case["status"]), f"{name}: {v.status}: {v.reason}"
     assert after.status == "pass", after.reason
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c["name"])
+def test_timing_and_fault_cases(hostile_verdicts, case):
+    _expect(hostile_verdicts, case["name"])
 
 
 def test_side_stream_work_is_inside_the_timed_window(gpu_pool):
@@ -77,12 +95,8 @@ def test_side_stream_work_is_inside_the_timed_window(gpu_pool):
 
 
 @pytest.mark.parametrize("name", ALSO)
-def test_cpu_suite_on_gpu(gpu_pool, name):
-    case = next(c for c in MANIFEST["cases"] if c["name"] == name)
-    v = gpu_pool.verify(problem(case["problem"]), hostile(name), static_checks=False)
-    assert v.status == case.get("runtime", case["status"]), f"{name}: {v.status}: {v.reason}"
-    after = gpu_pool.verify(problem("add"), honest("add"))
-    assert after.status == "pass", after.reason
+def test_cpu_suite_on_gpu(hostile_verdicts, name):
+    _expect(hostile_verdicts, name)
 
 
 def test_same_kernel_timed_twice_agrees(gpu_pool):

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from distill.verifier import Verdict
 from distill.verifier.sandbox import gpu_compile, libdevice_np
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
 
@@ -606,23 +607,6 @@ def test_patching_a_shim_is_forbidden(pool):
 
 
 # -- the same candidates on a GPU (`-m gpu`, run through the device tool; never collected in CI) -------------
-@pytest.fixture(scope="module")
-def gpu_pool():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from distill.verifier import VerifierPool
-
-    with VerifierPool(workers=4, device="cuda", timeout=120, timing_trials=20) as p:
-        yield p
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", MANIFEST["honest"])
-def test_the_honest_corpus_passes_on_a_gpu(gpu_pool, name):
-    v = gpu_pool.verify(problem(name), honest(name))
-    assert v.status == "pass", v.reason
-
-
 def _both_lanes() -> list[tuple[str, str, str, str]]:
     """(id, problem, candidate, status): what the CPU tests above expect, which a GPU must agree with."""
     cases = [("oversized_config", problem("matmul"), OVERSIZED, "pass"), ("scalars", problem("flaggems_add_alpha"),
@@ -636,12 +620,33 @@ def _both_lanes() -> list[tuple[str, str, str, str]]:
     return cases
 
 
+@pytest.fixture(scope="module")
+def gpu_verdicts():
+    """Every GPU case of this module verified once, side by side (verify_many), by id: one at a time
+    the corpus took ~15 s a case, most of it waiting on torch.compile of the reference, which no test
+    here reads (timing "eager": every candidate is still timed, and judged on its timing)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from distill.verifier import VerifierPool
+
+    pairs = {f"honest:{n}": (problem(n), honest(n)) for n in MANIFEST["honest"]}
+    pairs.update({f"lanes:{c[0]}": (c[1], c[2]) for c in _both_lanes()})
+    with VerifierPool(workers=8, device="cuda", timeout=120, timing_trials=20, timing="eager") as p:
+        return dict(zip(pairs, p.verify_many(pairs.values())))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", MANIFEST["honest"])
+def test_the_honest_corpus_passes_on_a_gpu(gpu_verdicts, name):
+    v = gpu_verdicts[f"honest:{name}"]
+    assert isinstance(v, Verdict) and v.status == "pass", getattr(v, "reason", v)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", _both_lanes(), ids=lambda c: c[0])
-def test_a_gpu_gives_the_cpu_lanes_verdicts(gpu_pool, case):
-    _, prob, source, status = case
-    v = gpu_pool.verify(prob, source)
-    assert v.status == status, v.reason
+def test_a_gpu_gives_the_cpu_lanes_verdicts(gpu_verdicts, case):
+    v = gpu_verdicts[f"lanes:{case[0]}"]
+    assert isinstance(v, Verdict) and v.status == case[3], getattr(v, "reason", v)
 
 
 def test_a_gpu_refusing_a_plain_python_function_is_a_compile_error():
