@@ -52,6 +52,7 @@ class JobSpec:
     timed: bool = True  # False: correctness only (the resized-twin check)
     traced: int = 0  # the trial whose call is traced and replayed (plan), and the one replayed beside it
     other: int = 0
+    alone: bool = False  # hold the GPU alone with its whole budget (admission.py; pool.py's retry of a device error)
 
     @classmethod
     def make(cls, problem: Any, candidate: str, device: str, timeout: float, trials: int, timing_trials: int,
@@ -183,7 +184,7 @@ def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any
                                       "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
                                       "budgets": (most or share).budgets(timed)}, max(spec.timeout, 120))
     plan = got.get("plan")
-    grant = adm.grant(ctx.budget, slot.gpu, plan, spec.device, timed) if adm is not None else share
+    grant = (share if adm is None else most if spec.alone else adm.grant(ctx.budget, slot.gpu, plan, spec.device, timed))
     budgets = grant.budgets(timed)
     base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"],
                       "alone": grant.alone, "wait_s": got["wait_s"]}  # run_job moves wait_s to its phases
@@ -430,6 +431,9 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             found.checks["clean_up_code"] = end["finalizers"]
         return verdict("pass", "every check held", found.checks), not end.get("finalizers") and not grant.alone
     except procs.ProcTimeout as exc:
+        err = memfault.harness_timeout(exc.phase, exc.seconds) if phase in ("import", "construct") else None
+        if err is not None:
+            raise err from None
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:
         kernel = inflight.died_compiling(slot.scratch)  # the CPU lane's GPU compile crashed (gpu_compile.py)

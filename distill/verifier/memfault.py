@@ -13,9 +13,9 @@ zero reward for a correct kernel. Now the parent places it, from evidence it hol
   bytes at each announcement (limits.MemoryGuard.resident, never the worker's word): the sum over its
   steps (construction, each forward) of the growth from the step's start to the next announcement.
   A death in a harness step is the verifier's only where that growth stayed within what the memory
-  plan leaves the candidate: the cap less the plan's harness bytes, plus its own share of them (its
-  parameters and two outputs: the one it returns and one of temporaries). A candidate that filled
-  the headroom and left the harness to trip over it keeps its `crash`.
+  plan gives the candidate (its parameters, two outputs: the one it returns and one of temporaries,
+  and OWN_BASE for its module and compiled kernels). A candidate that kept more and left the harness
+  to trip over it keeps its `crash`.
 
 Simplifies: the parent reads the worker's memory when an announcement arrives, a little after the
 worker sent it; a step's first allocations may land in the step before. Both sides of that error
@@ -29,6 +29,9 @@ from typing import Any, Callable
 from distill.verifier.problemio import ResourceError
 
 HARNESS_STEPS = ("inputs", "outputs", "replay")  # first word of a harness step's announcement
+# What a candidate's own steps may grow a worker by beyond the plan: its module, its compiled kernels and
+# their launchers, the interpreter's caches (an honest kernel's first launch grew a CPU worker by tens of MB).
+OWN_BASE = 128 << 20
 
 
 def _gib(n: float) -> str:
@@ -60,12 +63,13 @@ class StepLog:
                    if not is_harness(step))
 
 
-def allowance(plan: dict[str, Any] | None, cap: int) -> int | None:
-    """Host bytes the plan leaves the candidate's own steps under `cap` (None without a plan)."""
+def allowance(plan: dict[str, Any] | None) -> int | None:
+    """Host bytes the plan gives the candidate's own steps (None without a plan): its parameters, two
+    outputs (the one it returns and one of temporaries) and OWN_BASE. Not the cap's headroom over the
+    plan: where the harness needs more than planned, that headroom is not there to hand out."""
     if not plan or not isinstance(plan.get("worker_host_bytes"), int):
         return None
-    own = int(plan.get("param_bytes") or 0) + 2 * int(plan.get("output_bytes") or 0)
-    return max(0, cap - plan["worker_host_bytes"]) + own
+    return int(plan.get("param_bytes") or 0) + 2 * int(plan.get("output_bytes") or 0) + OWN_BASE
 
 
 def host_kill(log: StepLog, phase: str, plan: dict[str, Any] | None, cap: int | None,
@@ -76,15 +80,24 @@ def host_kill(log: StepLog, phase: str, plan: dict[str, Any] | None, cap: int | 
     step = log.last if phase != "replay" else phase
     if phase != "replay" and not is_harness(step):
         return None
-    grown, room = log.candidate_growth(), allowance(plan, cap)
+    grown, room = log.candidate_growth(), allowance(plan)
     if phase != "replay" and grown and (room is None or grown > room):
         return None  # it filled the room the plan left it: the harness only tripped over what it held
     seen = f" holding {_gib(held)} ({held} bytes)" if held else ""
     own = (f"; the candidate's own steps grew it by {_gib(grown)} ({grown} bytes), within the "
-           f"{_gib(room)} ({room} bytes) the plan leaves them" if room is not None and phase != "replay" else "")
+           f"{_gib(room)} ({room} bytes) the plan gives them" if room is not None and phase != "replay" else "")
     return ResourceError(f"the verifier's own memory limit: a {'replayer' if phase == 'replay' else 'worker'} was "
                          f"killed at its {_gib(cap)} ({cap} bytes) host-memory cap{seen} during {step}, a step of "
                          f"the verifier's own{own}", step=step, used_bytes=held, limit_bytes=cap)
+
+
+def harness_timeout(step: str, seconds: float) -> ResourceError | None:
+    """A phase's time limit passed while the worker was in a harness step it announced (making or
+    refilling inputs for a large problem on the CPU lane, copying its outputs): the verifier's."""
+    if not is_harness(step):
+        return None
+    return ResourceError(f"the verifier's own time limit: {step}, a step of the verifier's own, ran past the "
+                         f"{seconds:g} s limit of its phase (VerifierPool timeout)", step=step, resource="time")
 
 
 def device_oom(call: dict[str, Any], plan: dict[str, Any] | None, budget: int) -> ResourceError | None:
@@ -107,4 +120,4 @@ def device_oom(call: dict[str, Any], plan: dict[str, Any] | None, budget: int) -
                          f"{_gib(budget)} ({budget} bytes) budget per worker with its own allocations at "
                          f"{_gib(own)} ({own} bytes), within the {_gib(room)} ({room} bytes) the plan leaves "
                          f"it; the harness held {_gib(held)} ({held} bytes)", step=f"call {call.get('trial')}",
-                         used_bytes=held + own, limit_bytes=budget, memory="device")
+                         used_bytes=held + own, limit_bytes=budget, resource="device")

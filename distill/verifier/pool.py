@@ -181,23 +181,34 @@ class VerifierPool:
             if self.fleet.closed:
                 raise PoolError("the pool closed during this job") from None
             cap = self.fleet.budget.host_mb
-            # A device budget is the worker's share of its GPU, fixed at its start: no larger one to retry with.
-            bigger = sizing.larger_host_mb(cap) if exc.memory == "host" else None
-            if bigger is None:
-                why = (f"this machine has no larger host cap than {cap} MB free" if exc.memory == "host" else
-                       "a worker's device budget is fixed when it starts (VerifierPool device_memory_mb, fewer workers)")
-                raise ResourceError(f"{exc}; not retried: {why}", exc.step, exc.used_bytes, exc.limit_bytes,
-                                    exc.memory) from None
+            retry, bigger, room = self._larger(spec, exc, cap)
+            if retry is None:
+                raise ResourceError(f"{exc}; not retried: {room}", exc.step, exc.used_bytes, exc.limit_bytes,
+                                    exc.resource) from None
             first = str(exc)
         self.stats["retried"] += 1
         try:
-            verdict, slot, why = self._run(spec, True, bigger, True)
+            verdict, slot, why = self._run(retry, True, bigger, True)
         except ResourceError as exc:
-            raise ResourceError(f"{exc}; retried once with the host cap raised from {cap} to {bigger} MB",
-                                exc.step, exc.used_bytes, exc.limit_bytes, exc.memory) from None
+            raise ResourceError(f"{exc}; retried once with {room}", exc.step, exc.used_bytes, exc.limit_bytes,
+                                exc.resource) from None
         if verdict is not None:
-            verdict.checks["memory_retry"] = {"first_attempt": first, "host_budget_bytes": bigger << 20}
+            verdict.checks["memory_retry"] = {"first_attempt": first, "retried_with": room,
+                                              "host_budget_bytes": bigger << 20 if bigger else None}
         return verdict, slot, why
+
+    def _larger(self, spec: JobSpec, exc: ResourceError, cap: int) -> tuple[JobSpec | None, int | None, str]:
+        """What a job that hit the verifier's own limit retries with: (spec, host cap or None, why), or
+        (None, None, why not). The host cap doubled where the memory is free (sizing.larger_host_mb); for
+        device memory the GPU alone with its whole budget (admission.py), where its workers share it."""
+        if exc.resource == "host":
+            bigger = sizing.larger_host_mb(cap)
+            if bigger is None:
+                return None, None, f"this machine has no larger host cap than {cap} MB free"
+            return spec, bigger, f"the host cap raised from {cap} to {bigger} MB"
+        if exc.resource == "device" and not spec.alone and len(self.fleet.slots) > len(self.gpus):
+            return dataclasses.replace(spec, alone=True), None, "the GPU alone, its whole budget (admission.py)"
+        return None, None, f"no larger {exc.resource} limit to give it (VerifierPool device_memory_mb, timeout)"
 
     def _run(self, spec: JobSpec, last: bool, host_mb: int | None, fresh: bool) -> tuple[Verdict | None, Slot, str]:
         """`_attempt`'s one run; `host_mb`: the raised host cap of a retry (its worker is retired after)."""

@@ -28,12 +28,13 @@ class ResourceError(ProblemError):
     so every caller that never charges a candidate for the problem treats it so (verify_many returns
     it, the reward scores it "error", a pipeline records `verifier_error`); its own type says the
     problem may well fit a larger machine. `step` names where, the byte figures what was held and
-    allowed (None where unknown), `memory` which limit: "host" or "device"."""
+    allowed (None where unknown), `resource` which limit: "host" or "device" memory, or "time" (a
+    harness step past its phase's limit)."""
 
     def __init__(self, message: str, step: str = "", used_bytes: int | None = None,
-                 limit_bytes: int | None = None, memory: str = "host") -> None:
+                 limit_bytes: int | None = None, resource: str = "host") -> None:
         super().__init__(message)
-        self.step, self.used_bytes, self.limit_bytes, self.memory = step, used_bytes, limit_bytes, memory
+        self.step, self.used_bytes, self.limit_bytes, self.resource = step, used_bytes, limit_bytes, resource
 
 
 def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.ModuleType:

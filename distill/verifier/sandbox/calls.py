@@ -183,3 +183,14 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
 def _copies(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
     return [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type, "shape": list(t.shape),
              "data": t.detach().clone()} for t in tensors]
+
+
+def device_mark(device: torch.device, out: dict) -> int | None:
+    """On a GPU, before a call: the bytes the harness holds, and the peak counter restarted for the call
+    (the job's peak so far kept in `out`). A CUDA out-of-memory error in forward is then placed by the
+    parent (memfault.device_oom): the candidate's own allocations against its budget."""
+    if device.type != "cuda":
+        return None
+    out["peak_before"] = max(out.get("peak_before", 0), int(torch.cuda.max_memory_allocated(device)))
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))

@@ -334,7 +334,7 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
         pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
         reply({"progress": f"call {spec['kind']} {spec['trial']}"})
-        held = _device_mark(device, out)
+        held = calls.device_mark(device, out)
         rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands,
                              lambda _s=spec: reply({"progress": f"outputs {_s['kind']} {_s['trial']}"}))
         if rep["inputs_changed"] is None:
@@ -351,17 +351,6 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         out["calls"].append(rep)
         if rep["state"] or rep["error"] is not None:
             break
-
-
-def _device_mark(device: torch.device, out: dict) -> int | None:
-    """On a GPU, before a call: the bytes the harness holds, and the peak counter restarted for the call
-    (the job's peak so far kept in `out`). A CUDA out-of-memory error in forward is then placed by the
-    parent (memfault.device_oom): the candidate's own allocations against its budget."""
-    if device.type != "cuda":
-        return None
-    out["peak_before"] = max(out.get("peak_before", 0), int(torch.cuda.max_memory_allocated(device)))
-    torch.cuda.reset_peak_memory_stats(device)
-    return int(torch.cuda.memory_allocated(device))
 
 
 def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:

@@ -64,19 +64,20 @@ class ModelNew(nn.Module):
 
 
 def test_a_problem_over_a_workers_share_runs_alone_with_the_whole():
-    """Two workers of 400 MB: 16 MiB in and out needs 640 MiB of a worker's host memory on the CPU lane
-    (five calls' outputs and their copies, the base): over one share, within the pool's 800 MB, so it
-    runs alone and passes; 32 MiB needs 896 MiB, over the whole, and is refused naming the whole."""
-    with VerifierPool(workers=2, device="cpu", timeout=60, max_memory_mb=400, resized="off") as pool:
-        v = pool.verify(RELU_PROBLEM.format(n=1 << 22), RELU)
+    """Two workers of 768 MB (cli.MIN_MEMORY_MB: a worker's start-up peaks near 400 MB). 32 MiB in and
+    out needs 896 MiB of a worker's host memory on the CPU lane (five calls' outputs and their copies,
+    the base): over one share, within the pool's 1536 MB, so it runs alone and passes; 128 MiB needs
+    2432 MiB, over the whole, and is refused from its meta plan, naming the whole."""
+    with VerifierPool(workers=2, device="cpu", timeout=60, max_memory_mb=768, resized="off") as pool:
+        v = pool.verify(RELU_PROBLEM.format(n=1 << 23), RELU)
         assert v.status == "pass", v.reason
         mem = v.checks["memory"]
-        assert mem["alone"] is True and mem["host_budget_bytes"] == 800 << 20, mem
-        assert mem["plan"]["worker_host_bytes"] > 400 << 20
+        assert mem["alone"] is True and mem["host_budget_bytes"] == 1536 << 20, mem
+        assert mem["plan"]["worker_host_bytes"] > 768 << 20
         with pytest.raises(ProblemError) as err:
-            pool.verify(RELU_PROBLEM.format(n=1 << 23), RELU)
+            pool.verify(RELU_PROBLEM.format(n=1 << 25), RELU)
         msg = str(err.value)
-        assert "too large for this verifier" in msg and "(838860800 bytes)" in msg, msg
+        assert "too large for this verifier" in msg and f"({1536 << 20} bytes)" in msg, msg
 
 
 def test_alone_waits_for_sharers_and_holds_new_ones_back():

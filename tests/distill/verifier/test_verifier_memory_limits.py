@@ -1,7 +1,7 @@
 """The verifier's own memory limits are never the candidate's fault (issue 31, memfault.py): a worker
 killed at its host cap in a harness step is a ResourceError naming the bytes, retried once with a
 larger cap; a candidate whose own allocations pass its budget keeps its `crash`. One small pool (one
-worker, a 560 MB cap, input sets kept resident against the plan's advice so that making them is the
+worker, a 640 MB cap, input sets kept resident against the plan's advice so that making them is the
 step that trips the cap)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from distill.verifier.problemio import ProblemError, ResourceError
 
 from conftest import hostile, problem
 
-# 16 x 2^20 floats in (64 MiB a set, 7 sets a job), 16 floats out: its plan fits 560 MB (one set and
+# 16 x 2^20 floats in (64 MiB a set, 7 sets a job), 16 floats out: its plan fits 640 MB (one set and
 # its banded copy beside the worker's base), its seven resident sets do not.
 WIDE = """
 import torch
@@ -68,7 +68,46 @@ class ModelNew(nn.Module):
 HOARDER = ROWSUM.replace("class ModelNew", "_KEPT = []\n\n\nclass ModelNew").replace(
     "        y = torch.empty(", "        _KEPT.append(b'x' * (160 << 20))\n        y = torch.empty(")
 
-CAP_MB = 560
+CAP_MB = 640  # over a worker's start-up peak (about 400 MB, cli.MIN_MEMORY_MB), under its seven sets
+
+
+# The unit tests come first: the pool tests end with the pool's close, so no worker start (which cuts
+# os.environ to the allow-list for a moment, environ.py) runs on while pytest edits os.environ.
+
+
+def test_step_log_charges_growth_only_to_the_candidates_steps():
+    """The parent's readings at each announced step: growth over construct and forward is the
+    candidate's, growth over inputs/outputs steps the harness's."""
+    mib = 1 << 20
+    reads = iter([100 * mib, 100 * mib, 150 * mib, 150 * mib, 900 * mib, 950 * mib, 960 * mib])
+    log = memfault.StepLog(lambda: next(reads))
+    for step in ("construct", "inputs trial 0", "call trial 0", "outputs trial 0", "inputs trial 1", "call trial 1",
+                 "outputs trial 1"):
+        log(step)
+    assert log.candidate_growth() == 10 * mib  # call trial 1; the 750 MiB of "outputs trial 0" is the harness's
+    # What the plan gives the candidate: 2 outputs of 10 MiB + OWN_BASE (128 MiB) = 148 MiB.
+    plan = {"worker_host_bytes": 800 * mib, "param_bytes": 0, "output_bytes": 10 * mib}
+    err = memfault.host_kill(log, "construct", plan, 1000 * mib, 1001 * mib)
+    assert err is not None and err.step == "outputs trial 1" and f"({1000 * mib} bytes)" in str(err)
+    log.steps[-2] = ("call trial 1", 800 * mib)  # its own call grew it by 160 MiB, past its 148
+    assert memfault.host_kill(log, "construct", plan, 1000 * mib, 1001 * mib) is None
+    assert memfault.host_kill(memfault.StepLog(lambda: 0, [("call trial 0", 0)]), "construct", plan, 1000, 1) is None
+    assert memfault.host_kill(memfault.StepLog(lambda: 0, [("replay secret", 0)]), "replay", None, 1000, 1) is not None
+    slow = memfault.harness_timeout("inputs trial 3", 60)
+    assert slow is not None and slow.resource == "time" and memfault.harness_timeout("call trial 3", 60) is None
+
+
+def test_a_cuda_oom_within_the_candidates_own_budget_is_the_verifiers():
+    """The worker's figures around a call that raised torch.OutOfMemoryError (GPU lane; checked here
+    as data): its own allocations within what the plan leaves it -> the verifier's, past it -> its own."""
+    plan = {"worker_device_bytes": 600, "param_bytes": 0, "output_bytes": 50}  # room under 1000: 400 + 100
+    oom = {"type": "torch.OutOfMemoryError", "message": "CUDA out of memory"}
+    mine = memfault.device_oom({"error": oom, "trial": 2, "device_memory": {"held_bytes": 500, "peak_bytes": 900}},
+                               plan, 1000)
+    assert mine is not None and mine.resource == "device" and "(400 bytes)" in str(mine) and mine.step == "call 2"
+    assert memfault.device_oom({"error": oom, "device_memory": {"held_bytes": 100, "peak_bytes": 700}}, plan, 1000) is None
+    other = {"type": "builtins.RuntimeError", "message": "boom"}
+    assert memfault.device_oom({"error": other, "device_memory": {"held_bytes": 0, "peak_bytes": 1}}, plan, 1000) is None
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +122,7 @@ def _bytes(msg: str) -> list[int]:
 
 
 def test_a_harness_step_over_the_cap_is_retried_with_a_larger_one(small):
-    """Making the resident input sets (before any candidate code) trips the 560 MB cap: the verifier's
+    """Making the resident input sets (before any candidate code) trips the 640 MB cap: the verifier's
     limit, retried at twice the cap, where the honest kernel passes."""
     v = small.verify(WIDE, ROWSUM)
     assert v.status == "pass", v.reason
@@ -112,38 +151,7 @@ def test_a_candidate_over_its_own_budget_keeps_its_crash(small):
 
 
 def test_a_candidate_that_hoards_memory_keeps_its_crash_in_a_harness_step(small):
-    """Forward keeping 160 MB a call fills the room the plan leaves it: wherever the cap strikes (its
-    call, or the harness's copies after it), the parent's own readings charge the candidate."""
+    """Forward keeping 160 MB a call passes what the plan gives it (2 outputs and 128 MiB): wherever the
+    cap strikes (its call, or the harness's copies after it), the parent's own readings charge it."""
     v = small.verify(WIDE, HOARDER)
     assert v.status == "crash" and "memory limit" in v.reason, v.reason
-
-
-def test_step_log_charges_growth_only_to_the_candidates_steps():
-    """The parent's readings at each announced step: growth over construct and forward is the
-    candidate's, growth over inputs/outputs steps the harness's."""
-    reads = iter([100, 100, 150, 150, 900, 950, 960])
-    log = memfault.StepLog(lambda: next(reads))
-    for step in ("construct", "inputs trial 0", "call trial 0", "outputs trial 0", "inputs trial 1", "call trial 1",
-                 "outputs trial 1"):
-        log(step)
-    assert log.candidate_growth() == 10  # call trial 1: 950 -> 960; the 750 of "outputs trial 0" is the harness's
-    plan = {"worker_host_bytes": 800, "param_bytes": 0, "output_bytes": 10}  # room: 1000 - 800 + 2 x 10
-    err = memfault.host_kill(log, "construct", plan, 1000, 1001)
-    assert err is not None and err.step == "outputs trial 1" and "(1000 bytes)" in str(err)
-    log.steps[-2] = ("call trial 1", 700)  # its own call grew it by 260, past the 220 the plan leaves it
-    assert memfault.host_kill(log, "construct", plan, 1000, 1001) is None
-    assert memfault.host_kill(memfault.StepLog(lambda: 0, [("call trial 0", 0)]), "construct", plan, 1000, 1) is None
-    assert memfault.host_kill(memfault.StepLog(lambda: 0, [("replay secret", 0)]), "replay", None, 1000, 1) is not None
-
-
-def test_a_cuda_oom_within_the_candidates_own_budget_is_the_verifiers():
-    """The worker's figures around a call that raised torch.OutOfMemoryError (GPU lane; checked here
-    as data): its own allocations within what the plan leaves it -> the verifier's, past it -> its own."""
-    plan = {"worker_device_bytes": 600, "param_bytes": 0, "output_bytes": 50}  # room under 1000: 400 + 100
-    oom = {"type": "torch.OutOfMemoryError", "message": "CUDA out of memory"}
-    mine = memfault.device_oom({"error": oom, "trial": 2, "device_memory": {"held_bytes": 500, "peak_bytes": 900}},
-                               plan, 1000)
-    assert mine is not None and mine.memory == "device" and "(400 bytes)" in str(mine) and mine.step == "call 2"
-    assert memfault.device_oom({"error": oom, "device_memory": {"held_bytes": 100, "peak_bytes": 700}}, plan, 1000) is None
-    other = {"type": "builtins.RuntimeError", "message": "boom"}
-    assert memfault.device_oom({"error": other, "device_memory": {"held_bytes": 0, "peak_bytes": 1}}, plan, 1000) is None
