@@ -201,10 +201,10 @@ def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
     here = [g.checks["screening"]["here"] for g in (got[0], got[4])]
     assert sorted(here) == [False, True] and got[2].checks["screening"]["here"] is True
     assert got[0].checks["screening"]["seconds"] == got[4].checks["screening"]["seconds"] > 0
-    # the two passes' resized twins ran on the warm references; only KILLS_ITS_REFERENCE's two runs
-    # (its first, then its retry on a fresh process) cost a reference its life
+    # the two passes' resized twins ran on the warm references; only KILLS_ITS_REFERENCE's two runs start
+    # references: one for each it killed, and its retry's fresh one where the one queued had served
     assert got[0].checks["resized"]["status"] == got[2].checks["resized"]["status"] == "pass"
-    assert replaced <= 2, replaced
+    assert replaced <= 3, replaced
 
 
 # -- what a pool leaves behind: counted in a child process, whose pid names everything it made --------
