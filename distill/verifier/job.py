@@ -1,5 +1,7 @@
-"""One verification job: static layer, secret seeds, reference data, the worker's phases, timing.
+"""One verification job: the worker's phases, its replay and its timing, and the verdict they make.
 
+The job's specification and seeds are jobspec.py's; its work in the reference processes (memory plan,
+expected outputs, the reference's medians) is refwork.py's.
 `run_job` drives a worker through load -> run -> (time) -> end with per-phase deadlines and turns
 every way a worker can fail (timeout, death, a tampered channel) into a status. What it borrows and
 reads of the pool (reference processes, timers, replayers, caps, gates, the reference-timing cache)
@@ -8,103 +10,15 @@ comes as a JobContext (context.py): a job never imports the pool that runs it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import secrets
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from distill.verifier import (environ, inflight, judge, memfault, memplan, procs, reference, replaycheck, running,
-                              screen, static, timing)
+from distill.verifier import environ, inflight, judge, memfault, procs, reference, refwork, replaycheck, running, timing
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
+from distill.verifier.jobspec import TIMING_CHECKS, TIMING_SETS, JobSpec
 from distill.verifier.verdict import Verdict
-
-TIMING_SETS = 2
-TIMING_CHECKS = 3
-
-
-def _seeds(given: list[int] | None, n: int) -> list[int]:
-    if given is None:
-        return [secrets.randbits(62) for _ in range(n)]
-    if len(given) != n or not all(type(x) is int and 0 <= x < 1 << 62 for x in given):
-        raise ValueError(f"replay seeds must be {n} integers in [0, 2^62) for this pool's trial settings, "
-                         f"got {len(given)} values")
-    return list(given)
-
-
-@dataclass
-class JobSpec:
-    source: str
-    candidate: str
-    device: str
-    timeout: float
-    trials: int
-    timing_trials: int
-    warmup: int
-    static_checks: bool
-    problem_id: str
-    flops: float
-    bytes_moved: float
-    static_report: static.StaticReport | None = None
-    seeds: list[int] = field(default_factory=list)
-    timed: bool = True  # False: correctness only (the resized-twin check)
-    traced: int = 0  # the trial whose call is traced and replayed (plan), and the one replayed beside it
-    other: int = 0
-    alone: bool = False  # hold the GPU alone with its whole budget (admission.py; pool.py's retry of a device error)
-
-    @classmethod
-    def make(cls, problem: Any, candidate: str, device: str, timeout: float, trials: int, timing_trials: int,
-             warmup: int, static_checks: bool, seeds: list[int] | None = None) -> "JobSpec":
-        """`seeds`: replay a recorded verdict's (`checks["replay"]["seeds"]`); default: fresh secret ones.
-        Layout: [init, trial 0..n-1, timing sets, replay trial, call, timing init, timing inputs]. The
-        replay trial's seed goes to the reference and a replayer, never to the worker."""
-        source = problem if isinstance(problem, str) else getattr(problem, "source", None)
-        if not isinstance(source, str):
-            raise TypeError("problem must be module source text or an object with a .source string")
-        pid = getattr(problem, "problem_id", None) or hashlib.sha256(source.encode()).hexdigest()[:16]
-        return cls(source=source, candidate=candidate, device=device, timeout=timeout, trials=max(trials, 2),
-                   timing_trials=timing_trials, warmup=warmup, static_checks=static_checks, problem_id=str(pid),
-                   flops=float(getattr(problem, "flops", 0) or 0),
-                   bytes_moved=float(getattr(problem, "bytes_moved", 0) or 0),
-                   seeds=_seeds(seeds, max(trials, 2) + TIMING_SETS + 5))
-
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()
-
-    def static_verdict(self) -> Verdict | None:
-        if not self.static_checks:
-            return None
-        self.static_report = static.check_source(self.candidate)
-        if self.static_report.status is None:
-            return None
-        return Verdict(self.static_report.status, self.static_report.reason,
-                       checks={"static": self.static_report.to_dict(), "problem_id": self.problem_id},
-                       device=self.device)
-
-    @property
-    def reference_seeds(self) -> list[int]:
-        """The reference's trials: the worker's (correctness, then timing sets), then the replay trial."""
-        return self.seeds[1:2 + self.trials + TIMING_SETS]
-
-    @property
-    def replay_trial(self) -> int:
-        """Index of the replay trial among the reference's trials."""
-        return self.trials + TIMING_SETS
-
-    def plan(self) -> list[dict[str, Any]]:
-        """Every trial once; one of them (never the first, which compiles and autotunes), chosen in
-        secret, is traced: a replayer runs that record without the candidate's Python on the replay
-        trial, which the worker never sees, on another trial (`other`: determinism against that
-        trial's own call) and with its kernels ablated (replaycheck.py)."""
-        if not self.traced:
-            rng = secrets.SystemRandom()
-            self.traced = rng.randrange(1, self.trials)
-            self.other = rng.choice([i for i in range(self.trials) if i != self.traced])
-        return [{"kind": "trial", "trial": i, "trace": i == self.traced} for i in range(self.trials)]
-
 
 def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[str, Any]:
     """`reply` with its strings scrubbed (the names the candidate chose bounded to identifiers,
@@ -121,128 +35,6 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[s
         hyg["processes"] = len(left.processes)
         reply["hygiene"] = hyg
     return reply
-
-
-def _reference(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
-    t0 = time.monotonic()
-    ref = ctx.acquire_reference(gpu)
-    waited = time.monotonic() - t0  # queued for a reference process: the pool's, not the problem's
-    broken = False
-    try:
-        ref.send(msg)
-        out = ref.receive(seconds, "reference")
-        out["wait_s"] = round(waited, 4)
-    except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
-        broken = True
-        raise reference.ProblemError(f"reference process failed: {exc}") from None
-    finally:
-        ctx.release_reference(gpu, ref, broken)
-    if "problem_error" in out:
-        if isinstance(out.get("screen"), dict):
-            raise reference.ScreenFailed(screen.ScreenReport(**out["screen"]))
-        raise reference.ProblemError(out["problem_error"])
-    return out
-
-
-def _trials(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any]) -> dict[str, Any]:
-    """The reference's expected outputs for this job's trials. The problem is screened in the first
-    job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
-    problem that failed screening fails them at once."""
-    msg = {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0], "seeds": spec.reference_seeds,
-           "calls": len(spec.plan()), "budgets": budgets}
-    key = f"{spec.key}:{spec.device}"
-    known = ctx.screens.cache.get(key)
-    if known is None:  # the first job on the problem screens it; the others wait for its report
-        with ctx.screens.lock_for(key):
-            known = ctx.screens.cache.get(key)
-            if known is None:
-                try:
-                    out = _reference(ctx, slot.gpu, msg, max(spec.timeout, 120))
-                except reference.ScreenFailed as exc:
-                    ctx.screens.cache[key] = exc.report.to_dict()
-                    raise
-                if isinstance(out.get("screen"), dict):
-                    ctx.screens.cache[key] = out["screen"]
-                return out
-    if known["status"] != "ok":
-        raise reference.ScreenFailed(screen.ScreenReport(**known))
-    return _reference(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120))
-
-
-def _memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[Grant, bool]:
-    """The problem's memory plan from meta tensors (memplan.py), checked against the most the pool can
-    give one job before the worker makes anything (a ProblemError names the bytes); the job's grant
-    (admission.py: a worker's share, or its GPU's whole where only that fits); and whether the worker
-    streams its input sets (they do not all fit beside the plan's peak) or keeps them as made."""
-    timed = spec.device == "cuda" and spec.timed
-    adm = ctx.admission
-    most = adm.whole(ctx.budget, slot.gpu) if adm is not None else None
-    share = adm.share(ctx.budget, slot.gpu) if adm is not None else Grant(
-        ctx.budget.host_mb, ctx.budget.device_bytes(), None, False)
-    sets = spec.trials + TIMING_SETS
-    got = _reference(ctx, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
-                                      "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
-                                      "budgets": (most or share).budgets(timed)}, max(spec.timeout, 120))
-    plan = got.get("plan")
-    grant = (share if adm is None else most if spec.alone else adm.grant(ctx.budget, slot.gpu, plan, spec.device, timed))
-    budgets = grant.budgets(timed)
-    base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"],
-                      "alone": grant.alone, "wait_s": got["wait_s"]}  # run_job moves wait_s to its phases
-    if plan:
-        base["memory"]["plan"] = plan
-    if ctx.stream_inputs is not None:
-        return grant, ctx.stream_inputs
-    if not plan:
-        return grant, False
-    return grant, memplan.streams(plan, spec.device, budgets)
-
-
-def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
-    """Eager and torch.compile medians of the reference (torch.compile's only where the pool times both
-    baselines), cached per problem and GPU."""
-    key = (spec.key, gpu)
-    cached = ctx.ref_timings
-    with cached.lock_for(key):
-        if key in cached.cache:
-            return cached.cache[key]
-        ref = ctx.handouts.timer(gpu)
-        broken = False
-        try:
-            ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
-                      "seed": spec.seeds[-2], "key": spec.key, "compile": ctx.compile_reference})
-            prep = ref.receive(600, "reference compile")
-            with ctx.gates[gpu].quiet(keep=ref.pid):
-                ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
-                out = ref.receive(600, "reference timing")
-            out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
-        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
-            broken = True
-            out = {"eager_ms": None, "compile_ms": None, "error": str(exc)}
-        finally:
-            ctx.handouts.release_timer(gpu, ref, broken)
-        cached.cache[key] = out
-        return out
-
-
-def prefetch_ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> None:
-    """Start compiling and timing the reference in the background (torch.compile takes seconds)."""
-    if not ctx.ref_timings.claim((spec.key, gpu)):
-        return
-    threading.Thread(target=ref_timing, args=(ctx, spec, gpu), name="tritonforge-ref-timing", daemon=True).start()
-
-
-def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
-    """Fill the reference medians and speedups of a timed verdict (after its worker is released)."""
-    eager, comp = reft.get("eager_ms"), reft.get("compile_ms")
-    v.ref_eager_ms, v.ref_compile_ms = eager, comp
-    if v.kernel_ms:
-        v.speedup_eager = eager / v.kernel_ms if eager else None
-        v.speedup_compile = comp / v.kernel_ms if comp else None
-    t = v.checks.setdefault("timing", {})
-    t["reference"] = reft
-    if (v.speedup_eager or 0) > 10 or (v.speedup_compile or 0) > 10:
-        t["flag"] = "speedup over 10x: check by hand before trusting it"
-    return v
 
 
 def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
@@ -355,20 +147,20 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
 
     held = contextlib.ExitStack()  # the job's hold on its GPU (admission.py), from its plan to its end
     try:
-        grant, stream = _memory_plan(ctx, slot, spec, base)
+        grant, stream = refwork.memory_plan(ctx, slot, spec, base)
         if ctx.admission is not None:
             held.enter_context(ctx.admission.hold(slot.gpu, grant.alone))
         ctx.memory.raise_limit(proc.pid, grant.host_mb)  # a job alone: the worker is retired after
         lap("plan")
         phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)
         if spec.device == "cuda" and spec.timed:  # an untimed job (the resized twin) uses no reference medians
-            prefetch_ref_timing(ctx, spec, slot.gpu)
+            refwork.prefetch_ref_timing(ctx, spec, slot.gpu)
         steps("inputs load")
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
                             "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
                             "template_cache": ctx.template if spec.device == "cuda" else None,
                             "device_memory_fraction": grant.fraction})
-        ref = _trials(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed))
+        ref = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed))
         phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's

@@ -31,7 +31,9 @@ from distill.verifier import procs, sizing, twins
 from distill.verifier.context import Handouts, JobContext, RefTimings, Slot
 from distill.verifier.fleet import Fleet
 from distill.verifier.handout import PoolError
-from distill.verifier.job import JobSpec, apply_ref_timing, ref_timing, run_job
+from distill.verifier.job import run_job
+from distill.verifier.jobspec import JobSpec
+from distill.verifier.refwork import apply_ref_timing, ref_timing
 from distill.verifier.problemio import ProblemError, ResourceError
 from distill.verifier.verdict import TIMING, Verdict
 

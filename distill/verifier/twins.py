@@ -32,7 +32,7 @@ import hashlib
 import secrets
 from typing import Any, Callable
 
-from distill.verifier.job import JobSpec
+from distill.verifier.jobspec import JobSpec
 from distill.verifier.reference import ProblemError
 from distill.verifier.verdict import Verdict
 

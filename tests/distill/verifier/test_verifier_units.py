@@ -165,7 +165,7 @@ def test_timing_judge_floor_replay_instability_and_timed_outputs():
 
 
 def test_reference_timing_fills_speedups_and_flags_big_ones():
-    from distill.verifier.job import apply_ref_timing
+    from distill.verifier.refwork import apply_ref_timing
 
     v = apply_ref_timing(Verdict("pass", kernel_ms=0.5, device="cuda"), {"eager_ms": 1.0, "compile_ms": 0.75})
     assert v.speedup_eager == 2.0 and v.speedup_compile == 1.5 and "flag" not in v.checks["timing"]

@@ -1,0 +1,139 @@
+"""A job's work in the pool's trusted reference processes: the memory plan, the expected outputs (with
+the problem's screening, once a pool) and the reference's own eager and torch.compile medians.
+
+Each borrows a reference process (or a timer) from the JobContext for one command and gives it back;
+the time spent queueing for one is returned as `wait_s` (a job's `*.wait` phases).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from distill.verifier import memplan, procs, reference, screen
+from distill.verifier.admission import Grant
+from distill.verifier.context import JobContext, Slot
+from distill.verifier.jobspec import TIMING_SETS, JobSpec
+from distill.verifier.verdict import Verdict
+
+
+def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
+    t0 = time.monotonic()
+    ref = ctx.acquire_reference(gpu)
+    waited = time.monotonic() - t0  # queued for a reference process: the pool's, not the problem's
+    broken = False
+    try:
+        ref.send(msg)
+        out = ref.receive(seconds, "reference")
+        out["wait_s"] = round(waited, 4)
+    except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+        broken = True
+        raise reference.ProblemError(f"reference process failed: {exc}") from None
+    finally:
+        ctx.release_reference(gpu, ref, broken)
+    if "problem_error" in out:
+        if isinstance(out.get("screen"), dict):
+            raise reference.ScreenFailed(screen.ScreenReport(**out["screen"]))
+        raise reference.ProblemError(out["problem_error"])
+    return out
+
+
+def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any]) -> dict[str, Any]:
+    """The reference's expected outputs for this job's trials. The problem is screened in the first
+    job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
+    problem that failed screening fails them at once."""
+    msg = {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0], "seeds": spec.reference_seeds,
+           "calls": len(spec.plan()), "budgets": budgets}
+    key = f"{spec.key}:{spec.device}"
+    known = ctx.screens.cache.get(key)
+    if known is None:  # the first job on the problem screens it; the others wait for its report
+        with ctx.screens.lock_for(key):
+            known = ctx.screens.cache.get(key)
+            if known is None:
+                try:
+                    out = reference_call(ctx, slot.gpu, msg, max(spec.timeout, 120))
+                except reference.ScreenFailed as exc:
+                    ctx.screens.cache[key] = exc.report.to_dict()
+                    raise
+                if isinstance(out.get("screen"), dict):
+                    ctx.screens.cache[key] = out["screen"]
+                return out
+    if known["status"] != "ok":
+        raise reference.ScreenFailed(screen.ScreenReport(**known))
+    return reference_call(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120))
+
+
+def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[Grant, bool]:
+    """The problem's memory plan from meta tensors (memplan.py), checked against the most the pool can
+    give one job before the worker makes anything (a ProblemError names the bytes); the job's grant
+    (admission.py: a worker's share, or its GPU's whole where only that fits); and whether the worker
+    streams its input sets (they do not all fit beside the plan's peak) or keeps them as made."""
+    timed = spec.device == "cuda" and spec.timed
+    adm = ctx.admission
+    most = adm.whole(ctx.budget, slot.gpu) if adm is not None else None
+    share = adm.share(ctx.budget, slot.gpu) if adm is not None else Grant(
+        ctx.budget.host_mb, ctx.budget.device_bytes(), None, False)
+    sets = spec.trials + TIMING_SETS
+    got = reference_call(ctx, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
+                                      "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
+                                      "budgets": (most or share).budgets(timed)}, max(spec.timeout, 120))
+    plan = got.get("plan")
+    grant = (share if adm is None else most if spec.alone else adm.grant(ctx.budget, slot.gpu, plan, spec.device, timed))
+    budgets = grant.budgets(timed)
+    base["memory"] = {"device_budget_bytes": budgets["device"], "host_budget_bytes": budgets["host"],
+                      "alone": grant.alone, "wait_s": got["wait_s"]}  # run_job moves wait_s to its phases
+    if plan:
+        base["memory"]["plan"] = plan
+    if ctx.stream_inputs is not None:
+        return grant, ctx.stream_inputs
+    if not plan:
+        return grant, False
+    return grant, memplan.streams(plan, spec.device, budgets)
+
+
+def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
+    """Eager and torch.compile medians of the reference (torch.compile's only where the pool times both
+    baselines), cached per problem and GPU."""
+    key = (spec.key, gpu)
+    cached = ctx.ref_timings
+    with cached.lock_for(key):
+        if key in cached.cache:
+            return cached.cache[key]
+        ref = ctx.handouts.timer(gpu)
+        broken = False
+        try:
+            ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
+                      "seed": spec.seeds[-2], "key": spec.key, "compile": ctx.compile_reference})
+            prep = ref.receive(600, "reference compile")
+            with ctx.gates[gpu].quiet(keep=ref.pid):
+                ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
+                out = ref.receive(600, "reference timing")
+            out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
+        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+            broken = True
+            out = {"eager_ms": None, "compile_ms": None, "error": str(exc)}
+        finally:
+            ctx.handouts.release_timer(gpu, ref, broken)
+        cached.cache[key] = out
+        return out
+
+
+def prefetch_ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> None:
+    """Start compiling and timing the reference in the background (torch.compile takes seconds)."""
+    if not ctx.ref_timings.claim((spec.key, gpu)):
+        return
+    threading.Thread(target=ref_timing, args=(ctx, spec, gpu), name="tritonforge-ref-timing", daemon=True).start()
+
+
+def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
+    """Fill the reference medians and speedups of a timed verdict (after its worker is released)."""
+    eager, comp = reft.get("eager_ms"), reft.get("compile_ms")
+    v.ref_eager_ms, v.ref_compile_ms = eager, comp
+    if v.kernel_ms:
+        v.speedup_eager = eager / v.kernel_ms if eager else None
+        v.speedup_compile = comp / v.kernel_ms if comp else None
+    t = v.checks.setdefault("timing", {})
+    t["reference"] = reft
+    if (v.speedup_eager or 0) > 10 or (v.speedup_compile or 0) > 10:
+        t["flag"] = "speedup over 10x: check by hand before trusting it"
+    return v
