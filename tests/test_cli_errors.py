@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import main
+from tests.limits import wall_bound
 
 REPO = Path(__file__).resolve().parents[1]
 TRITONFORGE = Path(sys.executable).parent / "tritonforge"
@@ -91,10 +92,10 @@ def test_build_config_errors(tmp_path, capsys, text, message):
     port = _free_port()
     cfg = tmp_path / "demo.toml"
     cfg.write_text(text.format(port=port))
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     rc, err = _run(["build", str(cfg), "--out", str(tmp_path / "out")], capsys)
     assert rc == 2 and f"tritonforge build: error: {cfg}: {message.format(port=port)}" in err, err
-    assert time.perf_counter() - t0 < 10  # refused, not sampled: no size or level ran
+    assert time.process_time() - t0 < 10  # refused, not sampled: no size or level ran (CPU s: load-free)
     assert "Traceback" not in err and not (tmp_path / "out").exists()  # no folder made or stamped
 
 
@@ -177,7 +178,7 @@ def test_scheduler_on_a_closed_port_is_refused_in_seconds(tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"
     t0 = time.perf_counter()
     proc = _tritonforge("build", "demo", "--out", str(tmp_path / "out"), "--scheduler", address)
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < wall_bound(10)
     assert proc.returncode == 2 and f"--scheduler {address}: cannot reach it" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
 
@@ -190,7 +191,7 @@ def test_scheduler_that_does_not_speak_dask_is_refused(tmp_path):
         address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
         t0 = time.perf_counter()
         proc = _tritonforge("build", "demo", "--out", str(tmp_path / "out"), "--scheduler", address)
-        assert time.perf_counter() - t0 < 20
+        assert time.perf_counter() - t0 < wall_bound(20)
     assert proc.returncode == 2 and "does not answer as a dask scheduler" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from tests.limits import CALL_LIMIT_S
 
 
 @pytest.fixture(scope="session")
@@ -14,7 +15,7 @@ def vpool():
     # trials=3 (the verifier's default is 5): these tests judge the lowering over hundreds of programs,
     # and each trial is a full interpreted run; 3 fresh input sets plus the two replays still catch a
     # wrong kernel, and the slow lane's 600 level-1/2/5 programs take ~28% less
-    with VerifierPool(workers=2, device="cpu", timeout=60, resized="off", trials=3) as p:
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S, resized="off", trials=3) as p:
         yield p
 
 

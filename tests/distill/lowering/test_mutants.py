@@ -9,6 +9,7 @@ import pytest
 import synth
 from distill.lowering import lower
 from distill.lowering.mutants import MUTATIONS, mutants
+from tests.limits import CALL_LIMIT_S
 
 
 def _run(pool, problems) -> tuple[dict, list[str], int]:
@@ -44,8 +45,9 @@ def _report(table: dict, total: int) -> str:
 def mpool():
     from distill.verifier import VerifierPool
 
-    # a mutant that corrupts the heap can hang its worker: a short limit keeps the suite quick
-    with VerifierPool(workers=2, device="cpu", timeout=20, resized="off") as p:
+    # a mutant that corrupts the heap could hang its worker (none has in CI's kill tables); the limit is
+    # tests.limits's, so a slow trial on a busy box is never called a timeout
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S, resized="off") as p:
         yield p
 
 

@@ -17,6 +17,7 @@ from distill.lowering import lower
 from distill.lowering.ir import read_program
 from distill.lowering.selfcheck import check
 from tests.distill.lowering.conftest import verify_all
+from tests.limits import CALL_LIMIT_S
 
 
 def _init(source: str) -> str:
@@ -75,7 +76,7 @@ def test_verifier_with_resized_required_passes_lowered_modules(problems):
     from distill.verifier import VerifierPool
 
     picked = problems[:2] + problems[-2:]  # cat over a dim drawn as 1, attention, linear, conv
-    with VerifierPool(workers=2, device="cpu", timeout=60, resized="required") as pool:
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S, resized="required") as pool:
         verdicts, bad = verify_all(pool, picked, [lower(p).source for p in picked])
     assert not bad, "\n".join(bad)
     assert all(v.checks["resized"]["status"] == "pass" for v in verdicts), [v.checks["resized"] for v in verdicts]

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.limits import CALL_LIMIT_S
 
 FIXTURES = Path(__file__).resolve().parents[3] / "data" / "fixtures" / "verifier"
 
@@ -39,5 +40,5 @@ def pool():
     """One worker, so every hostile case is followed by an honest one on the same slot."""
     from distill.verifier import VerifierPool
 
-    with VerifierPool(workers=1, device="cpu", timeout=8, max_memory_mb=2048) as p:
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, max_memory_mb=2048) as p:
         yield p

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
+from tests.limits import CALL_LIMIT_S
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -30,7 +31,7 @@ def pool():
     own tests in test_verifier_resized.py, and the honest corpus keeps them in test_verifier_pool.py)."""
     from distill.verifier import VerifierPool
 
-    with VerifierPool(workers=1, device="cpu", timeout=8, max_memory_mb=2048, resized="off") as p:
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, max_memory_mb=2048, resized="off") as p:
         yield p
 
 

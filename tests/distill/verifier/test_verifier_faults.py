@@ -18,6 +18,7 @@ import pytest
 from distill.verifier import ProblemError, VerifierPool, leftovers, procs
 from distill.verifier.verdict import Verdict
 from tests.distill.verifier.conftest import honest, hostile, problem
+from tests.limits import CALL_LIMIT_S, wall_bound
 
 ROOT = Path(__file__).resolve().parents[3]
 NO_GET_INPUTS = "import torch\nclass Model(torch.nn.Module):\n    pass\n"
@@ -69,7 +70,7 @@ def _kill_worker_when_job_asks_for_reference(pool: VerifierPool) -> list[int]:
 
 @pytest.fixture()
 def one_worker():
-    with VerifierPool(workers=1, device="cpu", timeout=8, max_memory_mb=2048, start_timeout=60) as p:
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, max_memory_mb=2048, start_timeout=60) as p:
         yield p
 
 
@@ -139,7 +140,7 @@ def _verify_within(pool: VerifierPool, seconds: float) -> tuple[Verdict, float]:
     t0 = time.monotonic()
     thread = threading.Thread(target=lambda: out.append(pool.verify(problem("add"), honest("add"))), daemon=True)
     thread.start()
-    thread.join(seconds)
+    thread.join(wall_bound(seconds))
     assert out, f"verify still blocked after {seconds} s"
     return out[0], time.monotonic() - t0
 
@@ -152,7 +153,7 @@ def test_a_dead_zygote_is_restarted_and_verify_returns_in_time(one_worker):
     _wait(lambda: all(_gone(p) for p in _pids(pool, "worker") + _pids(pool, "ref")))
     v, took = _verify_within(pool, 60)
     assert v.status == "pass", v.reason
-    assert took < 30 and procs.zygote_pid() not in (None, zygote)
+    assert took < wall_bound(30) and procs.zygote_pid() not in (None, zygote)
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05])
@@ -165,14 +166,14 @@ def test_a_zygote_dying_while_a_replacement_starts_blocks_nothing(one_worker, de
     os.kill(zygote, signal.SIGKILL)
     v, took = _verify_within(pool, 60)
     assert v.status == "pass", v.reason
-    assert took < 30
+    assert took < wall_bound(30)
 
 
 @pytest.mark.slow
 def test_a_hung_zygote_is_killed_at_the_start_deadline_and_the_worker_spawned():
     """A zygote that never answers (stopped): the start's watchdog kills it at the deadline, and the
     worker starts by spawn; the reference, which died with the zygote, from a restarted one."""
-    with VerifierPool(workers=1, device="cpu", timeout=8, start_timeout=10) as pool:
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, start_timeout=10) as pool:
         zygote, worker = procs.zygote_pid(), pool.fleet.slots[0].proc
         os.kill(zygote, signal.SIGSTOP)
         try:
@@ -180,7 +181,7 @@ def test_a_hung_zygote_is_killed_at_the_start_deadline_and_the_worker_spawned():
             _wait(lambda: not worker.alive())
             v, took = _verify_within(pool, 90)
             assert v.status == "pass", v.reason
-            assert 10 <= took < 60
+            assert 10 <= took < wall_bound(60)
             assert pool.fleet.slots[0].proc.process._start_method == "spawn" and _gone(zygote)
         finally:  # a stopped zygote would hold multiprocessing's joins at exit
             with contextlib.suppress(ProcessLookupError):
@@ -191,7 +192,7 @@ def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
     pairs = [(problem("add"), honest("add")), (NO_GET_INPUTS, honest("add")),
              (problem("relu_pos"), honest("relu_pos")), (KILLS_ITS_REFERENCE, honest("add")),
              (problem("add"), hostile("decoy_kernel"))]
-    with VerifierPool(workers=2, device="cpu", timeout=8, start_timeout=60, references=2) as pool:
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S, start_timeout=60, references=2) as pool:
         got = pool.verify_many(pairs)
         replaced = pool.fleet.references_replaced()
     assert [type(g).__name__ for g in got] == ["Verdict", "ProblemError", "Verdict", "ProblemError", "Verdict"]

@@ -8,6 +8,7 @@ import pytest
 
 from distill.verifier import ProblemError, VerifierPool
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
+from tests.limits import CALL_LIMIT_S
 
 
 @pytest.mark.parametrize("name", MANIFEST["honest"])
@@ -64,7 +65,7 @@ def test_verify_many_is_concurrent_and_keeps_order():
     pairs = [(problem(n), honest(n)) for n in names]
     pairs += [(problem("add"), hostile("decoy_kernel")), (problem("add"), hostile("os_system_obfuscated")),
               (problem("add"), hostile("unwritten_output"))]
-    with VerifierPool(workers=2, device="cpu", timeout=20) as pool:
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S) as pool:
         verdicts = pool.verify_many(pairs)
         assert [v.status for v in verdicts] == ["pass"] * 4 + ["not_triton", "forbidden", "wrong_output"]
         # The static layer stops os_system_obfuscated before any worker; the two others cost a worker each.
@@ -74,7 +75,7 @@ def test_verify_many_is_concurrent_and_keeps_order():
 def test_threads_may_share_one_pool():
     results: list[str] = []
     lock = threading.Lock()
-    with VerifierPool(workers=2, device="cpu", timeout=20) as pool:
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S) as pool:
         def work(name: str) -> None:
             status = pool.verify(problem(name), honest(name)).status
             with lock:

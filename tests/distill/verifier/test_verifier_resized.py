@@ -9,6 +9,7 @@ import pytest
 
 import synth
 from distill.verifier import VerifierPool
+from tests.limits import CALL_LIMIT_S
 
 GENERIC = '''
 import torch
@@ -40,8 +41,8 @@ def relu_problem():
 
 @pytest.fixture(scope="module")
 def pools():
-    with VerifierPool(workers=1, device="cpu", timeout=30) as required, \
-            VerifierPool(workers=1, device="cpu", timeout=30, resized="recorded") as recorded:
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S) as required, \
+            VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, resized="recorded") as recorded:
         yield required, recorded
 
 

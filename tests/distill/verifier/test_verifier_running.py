@@ -9,6 +9,7 @@ import time
 
 from distill.verifier import running
 from tests.distill.verifier.conftest import honest, hostile, problem
+from tests.limits import CALL_LIMIT_S
 
 # A child that starts a grandchild in a session of its own and exits: the grandchild is no longer in
 # the child's process group, and (without a subreaper) it is re-parented away from the tree.
@@ -50,7 +51,7 @@ def test_a_child_started_through_the_c_level_fork_exec_helper_is_forbidden_and_k
                 continue
         return out
 
-    with VerifierPool(workers=1, device="cpu", timeout=20, lockdown=("netns", "landlock", "capabilities")) as pool:
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, lockdown=("netns", "landlock", "capabilities")) as pool:
         cmdline = open(f"/proc/{pool.fleet.slots[0].proc.pid}/cmdline", "rb").read()
         before = forks_of(cmdline)
         v = pool.verify(problem("add"), hostile("fork_exec_child"), static_checks=False)
