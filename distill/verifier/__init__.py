@@ -11,7 +11,8 @@ Trust boundary (details: docs/verifier.md):
                                   it kept) is a claim the parent checks
   sandboxed, never the candidate  sandbox/replayer.py (worker_main, role "replayer"): runs the traced
     module                        record (sandbox/replay.py) with kernels the parent cut out of the
-                                  source (kernelsrc.py) on a trial the worker never saw;
+                                  source (kernelsrc.py) on a trial the worker never saw, and on a GPU
+                                  times it (the default; timing_in="worker" times in the worker);
                                   replaycheck/statecheck/judge decide
   the sandbox wing                sandbox/: everything that runs in a worker or a replayer; the
                                   trusted side enters it only at its entry points (its __init__)
@@ -21,8 +22,9 @@ Trust boundary (details: docs/verifier.md):
 Covered: substitution (replayed kernels must compute the outputs), semantic, caching, harness
   (state left behind, code in the harness's steps), timing and sandbox attacks (cases.json), answers
   that ignore their inputs, secrets, forged reports (the replay's evidence comes from a replayer).
-  Not covered: the worker's GPU times are still its own report (docs/verifier.md); code a library
-  compiles for the candidate runs as "<string>".
+  Not covered: with timing_in="worker" the GPU times are the worker's own report (docs/verifier.md);
+  the worker receives its trials' seeds at load; code a library compiles for the candidate runs as
+  "<string>".
 """
 from __future__ import annotations
 
