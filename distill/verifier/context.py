@@ -63,18 +63,25 @@ class DeviceBudget:
 
 
 @dataclass
-class RefTimings:
-    """The reference's eager and torch.compile medians per (problem, GPU), measured once: torch.compile
-    holds a timer for seconds per problem, and every later job on the problem reads them here."""
+class OncePerKey:
+    """Values measured once a pool and read by every later job: `cache` by key, and a lock per key so
+    that one job measures while the others on the same key wait for its value."""
 
-    cache: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (problem key, GPU) -> medians
-    locks: dict[tuple[str, int], threading.Lock] = field(default_factory=dict)  # per key: one measures, the rest wait
-    started: set[tuple[str, int]] = field(default_factory=set)  # keys a background thread is measuring (prefetch)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # guards `locks` and `started`
+    cache: dict[Any, dict[str, Any]] = field(default_factory=dict)  # key -> the measured value
+    locks: dict[Any, threading.Lock] = field(default_factory=dict)  # per key: one measures, the rest wait
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards `locks` (and a subclass's own sets)
 
-    def lock_for(self, key: tuple[str, int]) -> threading.Lock:
+    def lock_for(self, key: Any) -> threading.Lock:
         with self.lock:
             return self.locks.setdefault(key, threading.Lock())
+
+
+@dataclass
+class RefTimings(OncePerKey):
+    """The reference's eager and torch.compile medians per (problem key, GPU): torch.compile holds a
+    timer for seconds per problem, and every later job on the problem reads them here."""
+
+    started: set[tuple[str, int]] = field(default_factory=set)  # keys a background thread is measuring (prefetch)
 
     def claim(self, key: tuple[str, int]) -> bool:
         """Whether the caller should start measuring `key` in the background: not cached, not started."""
@@ -86,20 +93,12 @@ class RefTimings:
 
 
 @dataclass
-class Screens:
-    """Each problem's screening report (screen.ScreenReport's fields), measured once per pool: screening
-    runs the problem in float64 and float32 on several draws (seconds on a GPU-sized problem), and a
-    pool has several reference processes, each of which would otherwise screen every problem again.
-    The first job on a problem screens it in its reference; the others wait on its lock, then hand
-    the report to theirs. Keyed by the problem's text (its sha256) and held in the trusted parent."""
-
-    cache: dict[str, dict[str, Any]] = field(default_factory=dict)  # problem key -> report fields
-    locks: dict[str, threading.Lock] = field(default_factory=dict)  # per key: one screens, the rest wait
-    lock: threading.Lock = field(default_factory=threading.Lock)  # guards `locks`
-
-    def lock_for(self, key: str) -> threading.Lock:
-        with self.lock:
-            return self.locks.setdefault(key, threading.Lock())
+class Screens(OncePerKey):
+    """Each problem's screening report (screen.ScreenReport's fields) by "problem sha256:device":
+    screening runs the problem in float64 and float32 on several draws (seconds on a GPU-sized problem),
+    and a pool has several reference processes, each of which would otherwise screen every problem
+    again. The first job on a problem screens it in its reference; the others wait on its lock, then
+    hand the report to theirs. Held in the trusted parent."""
 
 
 @dataclass(frozen=True)
