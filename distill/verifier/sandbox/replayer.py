@@ -186,10 +186,12 @@ def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device
 
         guard.ctl(token, "record", True)
         try:
+            # Only the stream window: every launch here is the record's, made by _launch on the current
+            # stream, so no work can sit on another stream. The worker's fallback to the device window
+            # (timing.Samples.work_after_window) read a late host wake-up as such work and put 5 of 30
+            # H100 timings at 7-15x their kernel's time, host latency included.
             samples = timed("stream")
-            fallback = "the device stayed busy after the call" if samples.work_after_window() else ""
-            if fallback:
-                samples = timed("device")
+            fallback = ""
             retried = samples.unstable()
             if retried:
                 samples = timed(samples.window)
