@@ -70,6 +70,9 @@ HALF_RULES = {torch.bfloat16: (1e-1, 2.5e-1, 2.5e-1), torch.float16: (2.5e-2, 1e
 FLOAT_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}   # program tags
 
 
+VIEW = "view of an input"  # a CheckFailed kind: the sampler redraws an op list that gives only these
+
+
 class CheckFailed(Exception):
     def __init__(self, kind: str, detail: str = ""):
         super().__init__(f"{kind}: {detail}" if detail else kind)
@@ -177,6 +180,7 @@ def _run_checks(source: str, seed: int, out_shapes: list[list[int]], out_dtypes:
         base_in = ns["get_inputs"]()
         base = _as_tuple(model(*base_in))
         _check_outputs(base, out_shapes, out_dtypes)
+        _not_a_view(base, base_in, model)
         for i, t in enumerate(base):
             if t.dtype.is_floating_point and not torch.isfinite(t).all():
                 raise CheckFailed("not finite", f"output {i}")
@@ -193,6 +197,18 @@ def _run_checks(source: str, seed: int, out_shapes: list[list[int]], out_dtypes:
             touched = [t or m for t, m in zip(touched, moved)]
         if not all(touched):
             raise CheckFailed("input-insensitive output", f"output {touched.index(False)}")
+
+
+def _not_a_view(outs: tuple, inputs: list, model: torch.nn.Module) -> None:
+    """An output that shares memory with an input or a parameter (a lone transpose, permute, narrow,
+    select; a flatten of a contiguous input) is a view: eager PyTorch does no work for it, while the
+    verifier rightly refuses a candidate that returns an alias of its input (`aliases_input`), so the
+    only honest answer is a copy that eager never makes, and the program has no kernel worth writing."""
+    held = [t for t in [*inputs, *model.parameters(), *model.buffers()] if isinstance(t, torch.Tensor)]
+    starts = {t.untyped_storage().data_ptr() for t in held if t.untyped_storage().nbytes()}
+    for i, t in enumerate(outs):
+        if t.untyped_storage().nbytes() and t.untyped_storage().data_ptr() in starts:
+            raise CheckFailed(VIEW, f"output {i}")
 
 
 def _moved(model, base_in: list, base: tuple, j: int, replacement: torch.Tensor) -> list[bool]:

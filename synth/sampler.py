@@ -5,6 +5,9 @@ catalog, fixed *before* anything can fail. Every later failure (infeasible wirin
 problem with no solution within budget, a program that is not finite or not input-sensitive) is
 repaired by redrawing sizes or a new wiring for the same op list (fresh program inputs increasingly
 preferred), so the op-sequence law stays exactly uniform: no op is ever redrawn because it is hard.
+One exception: an op list whose first VIEW_WIRINGS wirings each return a view of an input (a lone
+transpose, permute, narrow or select) is redrawn whole, since such a program has no kernel to write
+(synth.check._not_a_view); the law is then uniform over the op lists that give a computing program.
 
 Sizes come from a profile (synth.profiles; `cpu` unless asked): `sample(..., profile="gpu")`, or a
 `config` made from one (`load_profile("gpu").config(max_elements=...)`). A profile with `check_on`
@@ -23,7 +26,7 @@ import numpy as np
 
 from synth.bounds import MAX_BATCH, MAX_LEVEL, MAX_REPEATS
 from synth.catalog import OpSpec, default_catalog
-from synth.check import CheckFailed
+from synth.check import VIEW, CheckFailed
 from synth.csp import solve
 from synth.exprs import flops_function
 from synth.problem import Problem
@@ -35,12 +38,21 @@ from synth.wiring import WiringError, wire
 __all__ = ["DEFAULT_DIMS", "SampleConfig", "SamplingError", "build_problem", "sample"]
 
 SIZE_TRIES = 3  # size redraws per wiring after a failed run check
+# Wirings of one op list whose programs were all views of an input (synth.check.VIEW) before the op
+# list itself is redrawn: a lone transpose, permute, narrow or select gives nothing else.
+VIEW_WIRINGS = 8
+MAX_VIEW_LISTS = 32  # op lists redrawn in a row for one problem before the op set is called views only
 
 
 
 
 class SamplingError(RuntimeError):
     pass
+
+
+class OnlyViews(SamplingError):
+    """Every wiring tried of an op list made a program whose output is a view of an input: no kernel to
+    write (synth.check._not_a_view). `sample` redraws the op list."""
 
 
 class SpaceExhausted(ValueError):
@@ -136,6 +148,7 @@ def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: Sampl
     `shape="anchor_epilogue"` wires it as one chain (synth.shapes.ChainWirer)."""
     stats = stats if stats is not None else Attempts()
     wirer = ChainWirer if shape == "anchor_epilogue" else None
+    checked = views = 0  # wirings that reached the run check, and those whose program was only a view
     for attempt in range(config.max_attempts):
         fresh_bias = min(1.0, attempt / max(1, config.max_attempts // 2))
         try:
@@ -153,6 +166,13 @@ def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: Sampl
                 return Problem(**realize(s, assign, config, seed, rng, flops))
             except CheckFailed as exc:
                 stats.add(exc.kind)
+                if exc.kind == VIEW:  # a property of the wiring, not of the sizes
+                    checked, views = checked + 1, views + 1
+                    if views == checked == VIEW_WIRINGS:
+                        raise OnlyViews(f"ops {[o.name for o in op_list]}: {VIEW_WIRINGS} wirings, each a view") from None
+                    break
+                if exc.kind not in ("shape mismatch", "dtype mismatch"):
+                    checked += 1
     raise SamplingError(f"no valid program for ops {[o.name for o in op_list]} after {config.max_attempts} "
                         f"wirings at profile {config.profile} ({stats.counts}); loosen max_elements/flop_window or drop an op")
 
@@ -211,7 +231,17 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
         seed_i = int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0])
         # one dtype: nothing drawn, so fp32 draws are what they were before dtypes existed
         cfg = config if len(config.dtypes) == 1 else replace(config, dtypes=(str(rng.choice(config.dtypes)),))
-        problem = build_problem(draw(rng, spaces[cfg.dtype], k), rng, cfg, seed_i, stats, shape)
+        for redraw in range(MAX_VIEW_LISTS + 1):  # op lists that give only views are redrawn (the law above)
+            try:
+                problem = build_problem(draw(rng, spaces[cfg.dtype], k), rng, cfg, seed_i, stats, shape)
+                break
+            except OnlyViews as exc:
+                if stats is not None:
+                    stats.add("op list of views")
+                if redraw == MAX_VIEW_LISTS:
+                    raise SamplingError(f"{MAX_VIEW_LISTS + 1} op lists in a row gave only views of an input, the "
+                                        f"last {exc}: a program that only views its input has no kernel to write; "
+                                        "add a computing op to the op set") from None
         i += 1
         if distinct is not None and not distinct.add(problem):
             continue
