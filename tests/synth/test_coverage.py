@@ -29,7 +29,7 @@ def test_edge_coverage_level2_subset_full_pipeline():
     space = resolve_ops(SUBSET)
     want = _feasible_pairs(space)
     assert len(want) == 215
-    # transpose -> transpose returns a view of the input: such programs are never drawn (synth.check._not_a_view)
+    # [transpose, transpose] is a list of views only (catalog `view`): never drawn (synth.sampler.computes)
     want.remove(("transpose", "transpose"))
     seen = set()
     for start in range(0, SUBSET_N, 500):
