@@ -31,7 +31,7 @@ DTYPES = {"f32", "i64"}
 FIELDS = {
     "name", "family", "kind", "ranks", "inputs", "in_range", "in_dtype", "out_range", "out_dtype",
     "attrs", "structural", "let", "output", "constraints", "params", "flops", "bytes", "module",
-    "expr", "int_high", "doc", "accept_ranks", "distinct", "float_dtypes", "operands", "scalar",
+    "expr", "int_high", "doc", "accept_ranks", "distinct", "float_dtypes", "operands", "scalar", "view",
 }
 # What a broadcast op's second operand may be: a tensor of the program, a Python constant (`x * 2.0`,
 # drawn from the op's `scalar` domain) or a module parameter (`nn.Parameter(torch.randn(C, 1, 1))`).
@@ -73,6 +73,9 @@ class OpSpec:
     operands: tuple[str, ...] = ("tensor",)  # broadcast ops: kinds of second operand wiring draws among
     scalar: tuple = ()              # the constants a `scalar` operand is drawn from
     float_dtypes: tuple[str, ...] = FLOAT_DTYPES   # problem dtypes it is drawn in (float32 always)
+    # PyTorch returns its output as a view of its input (a transpose, a narrow): alone it computes
+    # nothing, so an op list of such ops only is never drawn (synth.sampler.computes)
+    view: bool = False
     doc: str = ""
     source_file: str = ""
 
@@ -205,6 +208,7 @@ def parse_op(raw: dict, path: Path, defaults: dict | None = None) -> OpSpec:
         bytes=_check_expr(path, name, "bytes", entry.get("bytes", "4 * (numel_in + numel_out + numel_params)")),
         module=module, int_high=int_high, doc=entry.get("doc", ""), source_file=path.name,
         distinct=_flag(path, name, "distinct", entry.get("distinct", False)),
+        view=_flag(path, name, "view", entry.get("view", False)),
         float_dtypes=tuple(d for d in FLOAT_DTYPES if d in float_dtypes),
         operands=tuple(operands), scalar=scalar,
     )

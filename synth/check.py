@@ -70,6 +70,9 @@ HALF_RULES = {torch.bfloat16: (1e-1, 2.5e-1, 2.5e-1), torch.float16: (2.5e-2, 1e
 FLOAT_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}   # program tags
 
 
+VIEW = "view of an input"  # a CheckFailed kind: every output shares memory with an input or a parameter
+
+
 class CheckFailed(Exception):
     def __init__(self, kind: str, detail: str = ""):
         super().__init__(f"{kind}: {detail}" if detail else kind)
@@ -177,6 +180,7 @@ def _run_checks(source: str, seed: int, out_shapes: list[list[int]], out_dtypes:
         base_in = ns["get_inputs"]()
         base = _as_tuple(model(*base_in))
         _check_outputs(base, out_shapes, out_dtypes)
+        _not_a_view(base, base_in, model)
         for i, t in enumerate(base):
             if t.dtype.is_floating_point and not torch.isfinite(t).all():
                 raise CheckFailed("not finite", f"output {i}")
@@ -193,6 +197,20 @@ def _run_checks(source: str, seed: int, out_shapes: list[list[int]], out_dtypes:
             touched = [t or m for t, m in zip(touched, moved)]
         if not all(touched):
             raise CheckFailed("input-insensitive output", f"output {touched.index(False)}")
+
+
+def _not_a_view(outs: tuple, inputs: list, model: torch.nn.Module) -> None:
+    """Refuse a program whose every output shares memory with an input or a parameter (a lone
+    transpose, permute, narrow or select; a flatten of a contiguous input): eager PyTorch does no work
+    for it, and the verifier rightly refuses a candidate that returns an alias of its input
+    (`aliases_input`), so the only honest answer is a copy eager never makes: no kernel to write.
+    One such output beside a computed one stays (a loss and a transpose of another input): the task
+    has its kernel, plus the copy the verifier asks for. The sampler never draws a list that could
+    fail here (synth.sampler.computes); this is the rule that list is decided by, checked at run time."""
+    held = [t for t in [*inputs, *model.parameters(), *model.buffers()] if isinstance(t, torch.Tensor)]
+    starts = {t.untyped_storage().data_ptr() for t in held if t.untyped_storage().nbytes()}
+    if all(t.untyped_storage().nbytes() and t.untyped_storage().data_ptr() in starts for t in outs):
+        raise CheckFailed(VIEW, f"all {len(outs)} outputs")
 
 
 def _moved(model, base_in: list, base: tuple, j: int, replacement: torch.Tensor) -> list[bool]:

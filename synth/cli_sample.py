@@ -74,12 +74,17 @@ def _config(args: argparse.Namespace):
             raise UsageError(f"--dtype {args.dtype}: {exc}") from None
     config = profile.config(**overrides)
     if args.ops is not None:
-        from synth.sampler import dtype_spaces, resolve_ops
+        from synth.sampler import check_computes, dtype_spaces, resolve_ops
 
         try:
-            dtype_spaces(resolve_ops(o.strip() for o in args.ops.split(",") if o.strip()), config.dtypes)
+            spaces = dtype_spaces(resolve_ops(o.strip() for o in args.ops.split(",") if o.strip()), config.dtypes)
         except ValueError as exc:
             raise UsageError(f"--dtype {args.dtype}: {exc} (--ops)") from None
+        try:
+            for d, space in spaces.items():
+                check_computes(space, d)
+        except ValueError as exc:
+            raise UsageError(f"--ops {args.ops}: {exc}") from None
     return config
 
 

@@ -1,10 +1,17 @@
-"""Draw problems: op sequences exactly uniform over M^k, then wiring, sizes, rendering and checks.
+"""Draw problems: op sequences exactly uniform over the lists that compute, then wiring, sizes, rendering, checks.
 
 The op list of a level-k problem is k independent uniform draws from the (optionally restricted)
 catalog, fixed *before* anything can fail. Every later failure (infeasible wiring, a constraint
 problem with no solution within budget, a program that is not finite or not input-sensitive) is
 repaired by redrawing sizes or a new wiring for the same op list (fresh program inputs increasingly
 preferred), so the op-sequence law stays exactly uniform: no op is ever redrawn because it is hard.
+One kind of op list is redrawn, decided before anything runs, from the catalog alone: a list of view
+ops only (catalog `view`: transpose, permute, flatten, reshape, select, narrow) computes nothing, its
+output being the input seen through strides, so it is redrawn whole (`computes`). Rejecting whole
+draws keeps the law exactly uniform over the lists that remain: the support at level k is
+M^k - V^k lists for V view ops of M. A list with one computing op or more always has an output that
+shares no memory with an input (the run check `synth.check` enforces), so nothing else changes: every
+other draw is what it was before the rule, byte for byte.
 
 Sizes come from a profile (synth.profiles; `cpu` unless asked): `sample(..., profile="gpu")`, or a
 `config` made from one (`load_profile("gpu").config(max_elements=...)`). A profile with `check_on`
@@ -32,11 +39,9 @@ from synth.realize import realize
 from synth.shapes import ChainWirer, chain_space, check_shape, draw_chain
 from synth.wiring import WiringError, wire
 
-__all__ = ["DEFAULT_DIMS", "SampleConfig", "SamplingError", "build_problem", "sample"]
+__all__ = ["DEFAULT_DIMS", "SampleConfig", "SamplingError", "build_problem", "computes", "sample"]
 
 SIZE_TRIES = 3  # size redraws per wiring after a failed run check
-
-
 
 
 class SamplingError(RuntimeError):
@@ -126,6 +131,19 @@ def draw_ops(rng: np.random.Generator, space: Sequence[OpSpec], level: int) -> l
     return [space[i] for i in rng.integers(len(space), size=level)]
 
 
+def computes(op_list: Sequence[OpSpec]) -> bool:
+    """Whether a program of these ops can compute anything: some op is not a view (catalog `view`).
+    A list of views only is never drawn; any other list is (the module docstring says why)."""
+    return not all(o.view for o in op_list)
+
+
+def check_computes(space: Sequence[OpSpec], dtype: str) -> None:
+    """An op space of view ops only has no list to draw: ValueError naming them (not an endless redraw)."""
+    if not computes(space):
+        raise ValueError(f"{', '.join(o.name for o in space)} only view their input (catalog `view`), in {dtype}: "
+                         "a program of them computes nothing and is never drawn; add an op that computes")
+
+
 def build_problem(op_list: list[OpSpec], rng: np.random.Generator, config: SampleConfig, seed: int,
                   stats: Attempts | None = None, shape: str = "all") -> Problem:
     """Wire, solve, render and check `op_list`, repairing until it works.
@@ -197,6 +215,8 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
         config = replace(config, dtypes=canonical_dtypes(dtype))
     space = resolve_ops(ops)
     spaces = dtype_spaces(space, config.dtypes)
+    for d, sp in spaces.items():
+        check_computes(sp, d)
     if check_shape(shape) == "anchor_epilogue":
         for sp in spaces.values():
             chain_space(sp, max(lv))  # an op set with no program of this shape fails here, not at draw time
@@ -211,7 +231,12 @@ def sample(n: int = 1, level: int | None = None, *, levels: Sequence[int] | None
         seed_i = int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0])
         # one dtype: nothing drawn, so fp32 draws are what they were before dtypes existed
         cfg = config if len(config.dtypes) == 1 else replace(config, dtypes=(str(rng.choice(config.dtypes)),))
-        problem = build_problem(draw(rng, spaces[cfg.dtype], k), rng, cfg, seed_i, stats, shape)
+        op_list = draw(rng, spaces[cfg.dtype], k)
+        while not computes(op_list):  # views only: redrawn whole, so uniform over the rest (module docstring)
+            if stats is not None:
+                stats.add("op list of views")
+            op_list = draw(rng, spaces[cfg.dtype], k)
+        problem = build_problem(op_list, rng, cfg, seed_i, stats, shape)
         i += 1
         if distinct is not None and not distinct.add(problem):
             continue

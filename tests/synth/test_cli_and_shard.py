@@ -56,6 +56,8 @@ def test_show(tmp_path, capsys):
     (["sample", "--n", "0", "--level", "1", "--out", "x.parquet"], "--n must be from 1 to 100000"),
     (["sample", "--n", "3", "--levels", "1,a", "--out", "x.parquet"], "--levels must be comma-separated"),
     (["sample", "--n", "3", "--level", "1", "--ops", "relu,nope", "--out", "x.parquet"], "unknown operator(s) nope"),
+    (["sample", "--n", "3", "--level", "2", "--ops", "transpose,narrow", "--out", "x.parquet"],
+     "--ops transpose,narrow: narrow, transpose only view their input"),
     (["sample", "--n", "3", "--level", "1", "--level", "2", "--levels", "1", "--out", "x.parquet"], "not allowed"),
     (["sample", "--n", "3", "--out", "x.parquet"], "one of the arguments --level --levels is required"),
     (["sample", "--n", "three", "--level", "1", "--out", "x.parquet"], "invalid int value"),

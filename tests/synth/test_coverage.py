@@ -29,6 +29,8 @@ def test_edge_coverage_level2_subset_full_pipeline():
     space = resolve_ops(SUBSET)
     want = _feasible_pairs(space)
     assert len(want) == 215
+    # [transpose, transpose] is a list of views only (catalog `view`): never drawn (synth.sampler.computes)
+    want.remove(("transpose", "transpose"))
     seen = set()
     for start in range(0, SUBSET_N, 500):
         for p in synth.sample(500, level=2, seed=77, ops=SUBSET, start=start):

@@ -7,15 +7,20 @@ import pytest
 import synth
 from synth import csp
 from synth.catalog import default_catalog
-from synth.sampler import Attempts, SampleConfig, draw_ops, problem_stream, resolve_ops
+from synth.sampler import Attempts, SampleConfig, computes, draw_ops, problem_stream, resolve_ops
 from tests.synth.stats import chi2_expected, chi2_uniform
+from tests.synth.views import COMPUTING, VIEWS
 
 
 def _assert_ops_never_redrawn(problems, seed, level, space):
-    # the op list of problem i is exactly the first draw of its stream, whatever repairs followed
+    # the op list of problem i is exactly the first draw of its stream that computes (a list of views
+    # only is redrawn whole, before anything runs), whatever repairs followed
     for i, p in enumerate(problems):
-        expected = [o.name for o in draw_ops(problem_stream(i, seed), space, level)]
-        assert p.ops == expected, (i, p.ops, expected)
+        rng = problem_stream(i, seed)
+        expected = draw_ops(rng, space, level)
+        while not computes(expected):
+            expected = draw_ops(rng, space, level)
+        assert p.ops == [o.name for o in expected], (i, p.ops, expected)
 
 
 # the gpu profile's op sequences must be exactly as uniform; it draws ~5x slower here (twin checks)
@@ -29,8 +34,10 @@ def test_level1_op_marginals_uniform(profile):
     stats = Attempts()
     problems = synth.sample(n, level=1, seed=11, stats=stats, profile=profile)
     counts = Counter(p.ops[0] for p in problems)
-    stat, crit = chi2_uniform(counts, [o.name for o in space])
+    assert not set(counts) & set(VIEWS)  # a view alone computes nothing: outside the support
+    stat, crit = chi2_uniform(counts, COMPUTING)  # uniform over the 121 ops that compute
     assert stat < crit, (stat, crit)
+    assert stats.counts.pop("op list of views") > 0  # lists redrawn whole (~6 in 127 at level 1)
     assert sum(stats.counts.values()) > 0  # repairs happened, and did not move the marginals
     _assert_ops_never_redrawn(problems, 11, 1, space)
 
@@ -40,10 +47,14 @@ def test_level3_op_marginals_uniform_per_position(profile):
     space = resolve_ops()
     n = 10 * len(space)
     problems = synth.sample(n, level=3, seed=12, profile=profile)
-    names = [o.name for o in space]
+    # uniform over the M^3 - V^3 lists that compute: at one position a computing op heads M^2 of them,
+    # a view op the M^2 - V^2 whose other two ops are not both views
+    m, v = len(space), len(VIEWS)
+    weights = Counter({o.name: m * m - (v * v if o.view else 0) for o in space})
     for pos in range(3):
-        stat, crit = chi2_uniform(Counter(p.ops[pos] for p in problems), names)
+        stat, crit = chi2_expected(Counter(p.ops[pos] for p in problems), weights)
         assert stat < crit, (pos, stat, crit)
+    assert not any(set(p.ops) <= set(VIEWS) for p in problems)
     _assert_ops_never_redrawn(problems, 12, 3, space)
 
 

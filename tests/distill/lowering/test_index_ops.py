@@ -1,17 +1,25 @@
 """Slicing and index ops (issue 15): select, narrow, flip, triu, tril and pad render, run, lower and
-verify at every attribute extreme, alone, with fused producers and with epilogues."""
+verify at every attribute extreme, alone (select and narrow, views, beside relu: a view alone is never
+drawn), with fused producers and with epilogues."""
 from __future__ import annotations
 
 import synth
 from distill.lowering import lower
+from synth.catalog import default_catalog
 from tests.distill.lowering.conftest import verify_all
 
 
 def _cover(op: str, features, n: int = 24) -> tuple[list, set]:
-    """Level-1 problems of `op` among n draws, one for each (feature, value) first seen."""
+    """Problems holding `op` among n draws, one for each (feature, value) first seen: `op` alone at
+    level 1, or, for a view op (never drawn alone: synth.sampler.computes), beside relu at level 2."""
+    view = default_catalog()[op].view
     chosen, seen = [], set()
-    for p in synth.sample(n, level=1, seed=7, ops=[op]):
-        new = set(features(p.graph.nodes["y0"]["attrs"], p.input_shapes[0]).items()) - seen
+    for p in synth.sample(2 * n if view else n, level=2 if view else 1, seed=7, ops=[op, "relu"] if view else [op]):
+        node = next((v for v, d in p.graph.nodes(data=True) if d.get("op") == op), None)
+        if node is None:
+            continue
+        (src,) = p.graph.predecessors(node)
+        new = set(features(p.graph.nodes[node]["attrs"], p.graph.nodes[src]["shape"]).items()) - seen
         if new:
             seen |= new
             chosen.append(p)

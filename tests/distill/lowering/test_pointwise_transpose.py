@@ -74,7 +74,8 @@ def _sampled(ops: list[str], seed: int):
     return synth.sample(1, level=2, seed=seed, ops=ops, config=config)[0]
 
 
-@pytest.mark.parametrize("ops,seed", [(["transpose", "sin"], 17), (["permute", "relu"], 2), (["transpose", "add"], 19)])
+# ({transpose, sin}, 17) drew [transpose, transpose], views only and no longer drawn (issue 34): 8 is transpose -> sin
+@pytest.mark.parametrize("ops,seed", [(["transpose", "sin"], 8), (["permute", "relu"], 2), (["transpose", "add"], 19)])
 def test_a_sampled_transpose_takes_tiles_and_runs_resized(ops, seed):
     p = _sampled(ops, seed)
     src = lower(p).source
@@ -101,7 +102,7 @@ def test_the_tile_loads_along_the_operand_and_stores_along_the_result():
 
 def test_sampled_programs_with_transposes_verify(vpool):
     """Through the verifier, whose CPU lane also compiles every kernel for sm_90."""
-    problems = [_sampled(ops, seed) for ops, seed in ((["transpose", "sin"], 17), (["permute", "relu"], 4))]
+    problems = [_sampled(ops, seed) for ops, seed in ((["transpose", "sin"], 8), (["permute", "relu"], 4))]
     sources = [lower(p).source for p in problems]
     assert all("tl.arange(0, BLOCK_A)[:, None]" in s for s in sources)
     _, bad = verify_all(vpool, problems, sources)
