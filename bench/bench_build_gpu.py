@@ -224,7 +224,7 @@ def build_doc(args: argparse.Namespace, profile: str, timing: str) -> dict[str, 
         # gpu.toml's timeout at the gpu profile (its problems hold up to 3 GiB), the verifier's default otherwise
         "verify": {"device": args.device, "workers": verify_workers(args, profile),
                    "timeout": 600.0 if profile == "gpu" else 120.0, "timing": timing},
-        "cluster": {"n_workers": 1, "threads_per_worker": 1, "gpus_per_worker": 1 if cuda else 0},
+        "cluster": {"n_workers": 1, "threads_per_worker": 4, "gpus_per_worker": 1 if cuda else 0},
     }
 
 

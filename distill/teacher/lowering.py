@@ -9,6 +9,7 @@ lower becomes a Completion with `finish_reason="error"`, never an exception that
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from typing import Any, Sequence
 
@@ -35,21 +36,28 @@ class LoweringTeacher(Teacher):
     def __init__(self) -> None:
         self._digest = templates_digest()
         self._cache: dict[str, tuple[str | None, str | None]] = {}
+        # One lowering at a time: tracing a user's module (torch.fx) patches torch's globals while it
+        # runs, and a build's worker may teach several shards at once (pipelines/build/run.py).
+        self._lock = threading.Lock()
 
     def _answer(self, problem: Any) -> tuple[str | None, str | None]:
         """(completion text, error) for one problem; lowered once however many samples ask."""
+        with self._lock:
+            if problem.problem_id not in self._cache:
+                self._cache[problem.problem_id] = self._lower(problem)
+            return self._cache[problem.problem_id]
+
+    @staticmethod
+    def _lower(problem: Any) -> tuple[str | None, str | None]:
         from distill.lowering import lower
         from distill.lowering.trace import lower_source
 
-        key = problem.problem_id
-        if key not in self._cache:
-            try:
-                # a user's problem has no graph: trace its module into one (distill/lowering/trace.py)
-                traced = getattr(problem, "graph", None) is None or len(problem.graph) == 0
-                self._cache[key] = ((lower_source(problem) if traced else lower(problem)).completion(), None)
-            except Exception as exc:  # noqa: BLE001 - one unlowerable program must not sink the batch
-                self._cache[key] = (None, f"lowering failed: {type(exc).__name__}: {exc}")
-        return self._cache[key]
+        try:
+            # a user's problem has no graph: trace its module into one (distill/lowering/trace.py)
+            traced = getattr(problem, "graph", None) is None or len(problem.graph) == 0
+            return (lower_source(problem) if traced else lower(problem)).completion(), None
+        except Exception as exc:  # noqa: BLE001 - one unlowerable program must not sink the batch
+            return None, f"lowering failed: {type(exc).__name__}: {exc}"
 
     def generate(self, requests: Sequence[TeacherRequest]) -> list[Completion]:
         out: list[Completion] = []

@@ -9,8 +9,10 @@ Teachers and verifier pools are expensive to start, so each worker process keeps
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import multiprocessing
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,6 +27,10 @@ from pipelines.build.plan import Shard
 
 _TEACHERS: dict[str, Any] = {}
 _VERIFIERS: dict[tuple, Any] = {}
+# Teach tasks on one worker may run side by side (its threads): one lock makes each teacher and pool
+# once, and a vLLM engine, which serves one stream at a time, is taught through by one task at a time.
+_MAKING = threading.Lock()
+_ENGINE_LOCKS: dict[str, threading.Lock] = {}
 
 
 def _close_all() -> None:
@@ -129,11 +135,20 @@ def _teacher(cfg: BuildConfig):
     from distill.teacher.base import SamplingConfig, TeacherOptions, make_teacher
 
     key = json.dumps([cfg.teacher.spec, cfg.teacher.max_tokens, cfg.teacher.temperature])
-    if key not in _TEACHERS:
-        sampling = SamplingConfig(max_tokens=cfg.teacher.max_tokens, temperature=cfg.teacher.temperature,
-                                  base_seed=cfg.seed)
-        _TEACHERS[key] = make_teacher(cfg.teacher.spec, TeacherOptions(sampling=sampling))
-    return _TEACHERS[key]
+    with _MAKING:
+        if key not in _TEACHERS:
+            sampling = SamplingConfig(max_tokens=cfg.teacher.max_tokens, temperature=cfg.teacher.temperature,
+                                      base_seed=cfg.seed)
+            _TEACHERS[key] = make_teacher(cfg.teacher.spec, TeacherOptions(sampling=sampling))
+        return _TEACHERS[key]
+
+
+def _teaching(cfg: BuildConfig) -> threading.Lock | contextlib.nullcontext:
+    """Held while a task teaches: a vLLM engine's lock (one stream at a time), else nothing."""
+    if not cfg.teacher.spec.startswith("vllm:"):
+        return contextlib.nullcontext()
+    with _MAKING:
+        return _ENGINE_LOCKS.setdefault(cfg.teacher.spec, threading.Lock())
 
 
 def _verifier(cfg: BuildConfig):
@@ -142,12 +157,13 @@ def _verifier(cfg: BuildConfig):
 
     key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout, cfg.verify.resized, cfg.verify.device_memory_mb,
            cfg.verify.timing)
-    if key not in _VERIFIERS:
-        pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout,
-                            resized=cfg.verify.resized, device_memory_mb=cfg.verify.device_memory_mb,
-                            timing=cfg.verify.timing)
-        pool.start()
-        _VERIFIERS[key] = pool
+    with _MAKING:
+        if key not in _VERIFIERS:
+            pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout,
+                                resized=cfg.verify.resized, device_memory_mb=cfg.verify.device_memory_mb,
+                                timing=cfg.verify.timing)
+            pool.start()
+            _VERIFIERS[key] = pool
     return as_verifier(_VERIFIERS[key], cfg.verify.workers)
 
 
@@ -173,8 +189,9 @@ def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any =
         problems = read_problems(ppath) if ppath.exists() else []
     sampling = SamplingConfig(max_tokens=cfg.teacher.max_tokens, temperature=cfg.teacher.temperature,
                               base_seed=cfg.seed)
-    attempts = run_distill(problems, _teacher(cfg), load_prompts(cfg.teacher.prompt), samples=cfg.teacher.samples,
-                           rounds=cfg.teacher.rounds, verifier=_verifier(cfg), sampling=sampling)
+    with _teaching(cfg):
+        attempts = run_distill(problems, _teacher(cfg), load_prompts(cfg.teacher.prompt), samples=cfg.teacher.samples,
+                               rounds=cfg.teacher.rounds, verifier=_verifier(cfg), sampling=sampling)
     rows = [a.to_row() for a in attempts]
     for r in rows:  # wall-clock figures differ between runs; the rows must not
         r["teacher_latency_s"] = None
