@@ -74,10 +74,9 @@ class Fleet:
                       for g in gpus}
         # Reference processes that only compile and time references (torch.compile holds one for
         # seconds per problem, mostly on the host): correctness work never queues behind a compile, and
-        # half the host's cores compile side by side (8 on a 16-core GPU box; timing itself takes the
-        # GPU's gate one at a time). A quarter left torch.compile the build's long pole on the H100:
-        # 168 of 300 s with it, against 131 s timing eager alone (bench/RESULTS.md).
-        self._n_timers = max(2, min(8, (os.cpu_count() or 2) // 2)) if device == "cuda" else 0
+        # a quarter of the host's cores compile side by side (4 on a 16-core GPU box; timing itself
+        # takes the GPU's gate one at a time).
+        self._n_timers = max(2, min(8, (os.cpu_count() or 2) // 4)) if device == "cuda" else 0
         self._timers = {g: References("reference timer", lambda g=g: self._start_reference(g, "timer"),
                                       self._discard, start_s + TIMER_HOLD, lambda: self.closed) for g in gpus}
         # Replayers (replayer.py): confined like workers, they never import a candidate's module. A job
