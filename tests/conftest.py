@@ -63,6 +63,35 @@ def file_weights(counts: dict[str, int], table: dict) -> dict[str, float]:
     return {f: float(files[f]) if f in files else per_test * c for f, c in counts.items()}
 
 
+def lane_units(tests: list[tuple[str, tuple[str, ...]]], table: dict) -> tuple[dict[str, str], dict[str, float]]:
+    """(each test's packing unit, each unit's seconds) for (nodeid, fixture names) pairs. A unit is a
+    file; every file that uses a SHARED fixture; or, for a file the table lists under "split" (tests
+    whose fixtures are all session-wide, each far longer than a pool's start), each test alone, at the
+    table's "tests" seconds (else the file's seconds over its tests)."""
+    counts: dict[str, int] = {}
+    for nodeid, _ in tests:
+        f = nodeid.split("::")[0]
+        counts[f] = counts.get(f, 0) + 1
+    weights = file_weights(counts, table)
+    split, per_test = set(table.get("split", ())), table.get("tests", {})
+    file_unit = {f: f for f in counts}
+    for nodeid, fixtures in tests:
+        shared = next((name for name in SHARED if name in fixtures), None)
+        if shared:
+            file_unit[nodeid.split("::")[0]] = shared
+    seconds: dict[str, float] = {}
+    for f, u in file_unit.items():
+        if f not in split:
+            seconds[u] = seconds.get(u, 0.0) + weights[f]
+    unit: dict[str, str] = {}
+    for nodeid, _ in tests:
+        f = nodeid.split("::")[0]
+        unit[nodeid] = nodeid if f in split else file_unit[f]
+        if f in split:
+            seconds[nodeid] = float(per_test.get(nodeid, weights[f] / counts[f]))
+    return unit, seconds
+
+
 @pytest.hookimpl(trylast=True)   # after `-m` has deselected what this run leaves out
 def pytest_collection_modifyitems(config, items):
     lane = config.getoption("--lane")
@@ -76,22 +105,10 @@ def pytest_collection_modifyitems(config, items):
     import json
 
     table = json.loads(open(TIMES).read()) if os.path.exists(TIMES) else {}
-    counts: dict[str, int] = {}
-    for item in items:
-        f = item.nodeid.split("::")[0]
-        counts[f] = counts.get(f, 0) + 1
-    weights = file_weights(counts, table)
-    unit = {f: f for f in counts}   # the packing's unit: a file, or every file that shares a SHARED fixture
-    for item in items:
-        shared = next((name for name in SHARED if name in getattr(item, "fixturenames", ())), None)
-        if shared:
-            unit[item.nodeid.split("::")[0]] = shared
-    units: dict[str, float] = {}
-    for f, u in unit.items():
-        units[u] = units.get(u, 0.0) + weights[f]
-    mine = set(pack_lanes(units, n)[i - 1])
-    keep = [it for it in items if unit[it.nodeid.split("::")[0]] in mine]
-    dropped = [it for it in items if unit[it.nodeid.split("::")[0]] not in mine]
+    unit, seconds = lane_units([(it.nodeid, tuple(getattr(it, "fixturenames", ()))) for it in items], table)
+    mine = set(pack_lanes(seconds, n)[i - 1])
+    keep = [it for it in items if unit[it.nodeid] in mine]
+    dropped = [it for it in items if unit[it.nodeid] not in mine]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
