@@ -59,11 +59,22 @@ test-fast: $(STAMP)
 test-slow: $(STAMP)
 	$(call run_pytest,-q -m "slow and not gpu" --durations=15)
 
-# CI: lint, then the default suite and the slow lane side by side: CI's box has two cores, and either
-# lane alone leaves one idle much of the time (its processes wait on each other). --output-sync prints
-# each lane's report whole when it ends. GPU tests run only through the device tool.
+# CI: lint, then the whole CPU suite (the default tests and the slow ones) as LANES pytest processes side
+# by side. tests/conftest.py's --lane packs whole test files into lanes by bench/test_times.json's
+# seconds, so the lanes end together. Each lane appends its tests' seconds to out/test-times/ as they
+# end; `python bench/test_times.py out/test-times/*.log --lanes N` refreshes the table and prints the
+# packing. Two lanes for CI's two cores; a third fills the time each lane spends waiting (process
+# starts, sockets, subprocesses). --output-sync prints each lane's report whole when it ends. GPU tests
+# run only through the device tool.
+LANES ?= 3
+LANE_IDS := $(shell seq 1 $(LANES))
+
+test-lane-%: $(STAMP)
+	mkdir -p out/test-times && rm -f out/test-times/lane-$*.log
+	export TRITONFORGE_TEST_TIMES=$(CURDIR)/out/test-times/lane-$*.log; $(call run_pytest,-q -m "not gpu" --lane $*/$(LANES) --durations=15)
+
 test: lint
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-slow
+	$(MAKE) --no-print-directory -j$(LANES) --output-sync=target $(addprefix test-lane-,$(LANE_IDS))
 
 clean:
 	rm -rf $(VENV) out

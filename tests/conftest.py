@@ -28,3 +28,97 @@ def umask():
     os.umask(old)
     yield os.umask
     os.umask(old)
+
+
+# -- lanes: `make test` runs the whole CPU suite (slow tests too) as LANES pytest processes side by side --
+# Each lane collects everything and keeps the files that bench/test_times.json's per-file seconds pack
+# into it (heaviest first, each into the lightest lane so far), so the lanes end together; a file stays
+# whole, so its module fixtures (a pool, a build) start once, and the files that use a costly session
+# fixture (SHARED) go to one lane together, so it is made once. Every lane computes the same packing
+# from the same collection, so the lanes split the suite exactly: no test runs twice or never.
+SHARED = ("built_dataset",)
+TIMES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "test_times.json")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--lane", default=None, metavar="I/N",
+                     help="run lane I of N (1-based): the files bench/test_times.json packs into it")
+
+
+def pack_lanes(weights: dict[str, float], n: int) -> list[list[str]]:
+    """Files into n lanes: heaviest first, each into the lane with the least weight (ties: lower index)."""
+    lanes: list[list[str]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for f in sorted(weights, key=lambda f: (-weights[f], f)):
+        k = min(range(n), key=lambda i: (load[i], i))
+        lanes[k].append(f)
+        load[k] += weights[f]
+    return lanes
+
+
+def file_weights(counts: dict[str, int], table: dict) -> dict[str, float]:
+    """Seconds per file: the table's, else its number of tests times the table's default per test."""
+    per_test = float(table.get("default_per_test", 1.0))
+    files = table.get("files", {})
+    return {f: float(files[f]) if f in files else per_test * c for f, c in counts.items()}
+
+
+def lane_units(tests: list[tuple[str, tuple[str, ...]]], table: dict) -> tuple[dict[str, str], dict[str, float]]:
+    """(each test's packing unit, each unit's seconds) for (nodeid, fixture names) pairs. A unit is a
+    file; every file that uses a SHARED fixture; or, for a file the table lists under "split" (tests
+    whose fixtures are all session-wide, each far longer than a pool's start), each test alone, at the
+    table's "tests" seconds (else the file's seconds over its tests)."""
+    counts: dict[str, int] = {}
+    for nodeid, _ in tests:
+        f = nodeid.split("::")[0]
+        counts[f] = counts.get(f, 0) + 1
+    weights = file_weights(counts, table)
+    split, per_test = set(table.get("split", ())), table.get("tests", {})
+    file_unit = {f: f for f in counts}
+    for nodeid, fixtures in tests:
+        shared = next((name for name in SHARED if name in fixtures), None)
+        if shared:
+            file_unit[nodeid.split("::")[0]] = shared
+    seconds: dict[str, float] = {}
+    for f, u in file_unit.items():
+        if f not in split:
+            seconds[u] = seconds.get(u, 0.0) + weights[f]
+    unit: dict[str, str] = {}
+    for nodeid, _ in tests:
+        f = nodeid.split("::")[0]
+        unit[nodeid] = nodeid if f in split else file_unit[f]
+        if f in split:
+            seconds[nodeid] = float(per_test.get(nodeid, weights[f] / counts[f]))
+    return unit, seconds
+
+
+@pytest.hookimpl(trylast=True)   # after `-m` has deselected what this run leaves out
+def pytest_collection_modifyitems(config, items):
+    lane = config.getoption("--lane")
+    if not lane:
+        return
+    try:
+        i, n = (int(x) for x in lane.split("/"))
+        assert 1 <= i <= n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"--lane {lane}: expected I/N with 1 <= I <= N") from None
+    import json
+
+    table = json.loads(open(TIMES).read()) if os.path.exists(TIMES) else {}
+    unit, seconds = lane_units([(it.nodeid, tuple(getattr(it, "fixturenames", ()))) for it in items], table)
+    mine = set(pack_lanes(seconds, n)[i - 1])
+    keep = [it for it in items if unit[it.nodeid] in mine]
+    dropped = [it for it in items if unit[it.nodeid] not in mine]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
+# TRITONFORGE_TEST_TIMES=FILE appends each phase's seconds as it ends, in --durations' format
+# (`12.34s call tests/x.py::test_y`), so a lane that is stopped still leaves its figures; `make test`
+# writes out/test-times/lane-I.log and `python bench/test_times.py out/test-times/*.log` reads them.
+def pytest_runtest_logreport(report):
+    path = os.environ.get("TRITONFORGE_TEST_TIMES")
+    if path and report.duration >= 0.05:
+        with open(path, "a") as f:
+            f.write(f"{report.duration:.2f}s {report.when} {report.nodeid}\n")

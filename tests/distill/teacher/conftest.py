@@ -17,10 +17,11 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 import kernelbench_small  # noqa: E402
+from tests.limits import VLLM_CPU_MEMORY_FRACTION  # noqa: E402
 
 # The engine's chat template and tokenizer come from the tiny model; keep answers short so the
 # CPU lane stays fast, and the context small enough that the overflow test is cheap.
-ENGINE_KW = {"max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilization": 0.2}
+ENGINE_KW = {"max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilization": VLLM_CPU_MEMORY_FRACTION}
 MAX_TOKENS = 48
 
 
@@ -88,7 +89,7 @@ def vllm_server(tiny_model, tmp_path_factory):
     # (installed as "vllm-cpu") and exits. The module below is the same server behind that command.
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", "tiny-llama", "--max-model-len", str(ENGINE_KW["max_model_len"]),
-           "--enforce-eager", "--gpu-memory-utilization", "0.2", "--generation-config", "vllm",
+           "--enforce-eager", "--gpu-memory-utilization", str(VLLM_CPU_MEMORY_FRACTION), "--generation-config", "vllm",
            "--disable-log-stats",
            # vllm-cpu 0.32 dies on seeded requests whose prefill is chunked (see vllm_backend.py)
            "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]

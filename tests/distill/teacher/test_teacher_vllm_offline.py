@@ -108,7 +108,7 @@ def test_cli_runs_the_engine_inside_a_daemonic_process(tiny_model, problems, tmp
     out = tmp_path / "run"
     argv = ["distill", "--problems", str(probs), "--teacher", f"vllm:{tiny_model}", "--out", str(out),
             "--samples", "2", "--rounds", "0", "--max-tokens", "32", "--no-verify", "--enforce-eager",
-            "--max-model-len", str(engine_kw["max_model_len"]), "--gpu-memory-utilization", "0.2",
+            "--max-model-len", str(engine_kw["max_model_len"]), "--gpu-memory-utilization", str(engine_kw["gpu_memory_utilization"]),
             "--prompt", "kernelbench-zeroshot"]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

@@ -60,32 +60,39 @@ def test_sandbox_facts_are_reported(pool):
         assert isinstance(box[key], str) and box[key]
 
 
-def test_verify_many_is_concurrent_and_keeps_order():
+@pytest.fixture(scope="module")
+def pool2():
+    """Two workers, for the tests of concurrent calls (one pool start for both)."""
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S) as pool:
+        yield pool
+
+
+def test_verify_many_is_concurrent_and_keeps_order(pool2):
     names = ["add", "relu_pos", "softmax", "transpose_add"]
     pairs = [(problem(n), honest(n)) for n in names]
     pairs += [(problem("add"), hostile("decoy_kernel")), (problem("add"), hostile("os_system_obfuscated")),
               (problem("add"), hostile("unwritten_output"))]
-    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S) as pool:
-        verdicts = pool.verify_many(pairs)
-        assert [v.status for v in verdicts] == ["pass"] * 4 + ["not_triton", "forbidden", "wrong_output"]
-        # The static layer stops os_system_obfuscated before any worker; the two others cost a worker each.
-        assert pool.stats["recycled"] == 2
+    pool, recycled = pool2, pool2.stats["recycled"]
+    verdicts = pool.verify_many(pairs)
+    assert [v.status for v in verdicts] == ["pass"] * 4 + ["not_triton", "forbidden", "wrong_output"]
+    # The static layer stops os_system_obfuscated before any worker; the two others cost a worker each.
+    assert pool.stats["recycled"] - recycled == 2
 
 
-def test_threads_may_share_one_pool():
+def test_threads_may_share_one_pool(pool2):
     results: list[str] = []
     lock = threading.Lock()
-    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S) as pool:
-        def work(name: str) -> None:
-            status = pool.verify(problem(name), honest(name)).status
-            with lock:
-                results.append(status)
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in ("add", "relu_pos", "add", "relu_pos")]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+    def work(name: str) -> None:
+        status = pool2.verify(problem(name), honest(name)).status
+        with lock:
+            results.append(status)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in ("add", "relu_pos", "add", "relu_pos")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
     assert results == ["pass"] * 4
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from pipelines.cli import main
 from pipelines.grpo import metrics
+from tests.limits import VLLM_CPU_MEMORY_FRACTION
 from tests.pipelines.grpo.kit import BASE, REPO
 
 pytestmark = pytest.mark.slow
@@ -97,7 +98,7 @@ def test_accelerate_two_processes_each_rank_scores_locally(tiny_llama, shards, t
 def test_vllm_colocate_rollouts(tiny_llama, shards, tmp_path):
     pytest.importorskip("vllm")
     cfg = _toml(tmp_path / "c.toml", tiny_llama, shards, max_steps=2, use_vllm=True, vllm_mode="colocate",
-                vllm_gpu_memory_utilization=0.2, vllm_max_model_length=1024, learning_rate=5e-2)
+                vllm_gpu_memory_utilization=VLLM_CPU_MEMORY_FRACTION, vllm_max_model_length=1024, learning_rate=5e-2)
     out = tmp_path / "out"
     assert main(["train-grpo", cfg, "--out", str(out)]) == 0
     recs = metrics.read(out / "metrics.jsonl")
