@@ -85,7 +85,9 @@ class VerifySection:
 class ClusterSection:
     n_workers: int = field(default=2, metadata={"help": "dask workers of the local cluster", "min": 1,
                                                 "max": MAX_WORKERS})
-    threads_per_worker: int = field(default=1, metadata={"help": "threads of each dask worker", "min": 1,
+    threads_per_worker: int = field(default=1, metadata={"help": "threads of each dask worker: the shards it samples "
+                                                                 "or teaches at once (teach tasks share its one verifier pool)",
+                                                         "min": 1,
                                                          "max": MAX_WORKERS})
     gpus_per_worker: int = field(default=0, metadata={"help": "> 0 gives workers the dask resource "
                                                               "{\"GPU\": n}", "min": 0})
