@@ -63,6 +63,15 @@ def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[s
     return reference_call(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120))
 
 
+def trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec) -> list[list[Any]]:
+    """Each reference trial's bounds measured on its own inputs (reference.trial_bounds), in the order of
+    `spec.reference_seeds`: asked for only when a candidate missed the screening's bound but not the
+    dtype table's (job.py), so a pass pays nothing for it."""
+    got = reference_call(ctx, slot.gpu, {"cmd": "trial_bounds", "source": spec.source, "init_seed": spec.seeds[0],
+                                         "seeds": spec.reference_seeds}, max(spec.timeout, 120))
+    return got["bounds"]
+
+
 def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]) -> tuple[Grant, bool]:
     """The problem's memory plan from meta tensors (memplan.py), checked against the most the pool can
     give one job before the worker makes anything (a ProblemError names the bytes); the job's grant

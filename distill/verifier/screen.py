@@ -234,7 +234,7 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
         if k == 1 and small:  # the fp64 measurement's second draw
             inputs1, outs1 = ins, outs
         del ins, outs
-    tols, report.tolerances = _bounds(model, twin, [inputs0, inputs1], [outs0, outs1], run, report.io_bytes)
+    tols, report.tolerances = bounds(model, twin, [inputs0, inputs1], [outs0, outs1], run, report.io_bytes)
     del twin, inputs1, outs1
     for k, tol in enumerate(tols):
         per_draw = [draw_k[k] for draw_k in samples]
@@ -273,7 +273,7 @@ def _sample(out: Any) -> Any:
     return torch.randint(0, n, (SAMPLE,), generator=torch.Generator().manual_seed(n)).to(out.device)
 
 
-def _bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: int) -> tuple[list, list]:
+def bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: int) -> tuple[list, list]:
     """Each output's bound (tolerance.fitted from precision.measure) and its record for the report;
     `twin` (the same model, rebuilt; None past precision.MEASURE_BYTES) becomes the fp64 model."""
     from distill.verifier import precision
