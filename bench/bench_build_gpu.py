@@ -373,6 +373,10 @@ def run_build(cfg_path: Path, build: Path, log: Path, device: str, deadline: flo
         "exit": proc.returncode, "stopped_by_budget": stopped, "wall_s": round(wall, 2),
         "teach_tasks_this_run": len(mine), "teach_tasks_resumed": len(teach) - len(mine),
         "pairs_this_run": sum(int(v.get("sft") or 0) for v in mine.values()),
+        # the build worker's process since it started (one process: the local cluster's one worker):
+        # CPU seconds of all its threads, and the timing gate's totals (pipelines/build/tasks.py `_load`)
+        "worker_load": {k: max(float((v.get("load") or {}).get(k) or 0.0) for v in mine.values())
+                        for k in ("process_cpu_s", "gate_timings", "gate_held_s")} if mine else None,
         "gpu_busy_source": gpu.source,
         "gpu_busy_build_pct": gpu.mean(t_unix, t_end),
         "gpu_busy_teach_pct": gpu.mean(*window) if window else None,
@@ -578,6 +582,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     if any(r.get("teach_tasks_resumed") and r.get("pairs_per_s") is not None for r in rows):
         notes.append("‡ some teach tasks came from an earlier, interrupted run: the rate counts only the pairs "
                      "this run verified, over this run's wall.")
+    for r in rows:
+        load, wall = r.get("worker_load"), r.get("wall_s")
+        if load and wall:  # is the build bound by its one worker process, or by the timing gate's pauses?
+            notes.append(f"{r['profile']}/{r['timing']}: the build worker's process used "
+                         f"{load['process_cpu_s']:.0f} CPU-s ({100 * load['process_cpu_s'] / wall:.0f}% of one core "
+                         f"over the wall); the timing gate paused the pool {load['gate_held_s']:.0f} s "
+                         f"({100 * load['gate_held_s'] / wall:.0f}% of the wall) for {load['gate_timings']:.0f} timings.")
     if any(r.get("reused") for r in rows):
         notes.append("Rows of builds finished by an earlier run of the bench are reused with that run's figures: "
                      + ", ".join(f"{r['profile']}/{r['timing']}" for r in rows if r.get("reused")) + ".")

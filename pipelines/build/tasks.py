@@ -155,8 +155,7 @@ def _verifier(cfg: BuildConfig):
     from distill.teacher.verify_adapter import as_verifier
     from distill.verifier import VerifierPool
 
-    key = (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout, cfg.verify.resized, cfg.verify.device_memory_mb,
-           cfg.verify.timing)
+    key = _pool_key(cfg)
     with _MAKING:
         if key not in _VERIFIERS:
             pool = VerifierPool(workers=cfg.verify.workers, device=cfg.verify.device, timeout=cfg.verify.timeout,
@@ -165,6 +164,22 @@ def _verifier(cfg: BuildConfig):
             pool.start()
             _VERIFIERS[key] = pool
     return as_verifier(_VERIFIERS[key], cfg.verify.workers)
+
+
+def _pool_key(cfg: BuildConfig) -> tuple:
+    return (cfg.verify.device, cfg.verify.workers, cfg.verify.timeout, cfg.verify.resized, cfg.verify.device_memory_mb,
+            cfg.verify.timing)
+
+
+def _load(cfg: BuildConfig) -> dict[str, float]:
+    """This worker process's CPU seconds (every thread: dask, teaching, the pool's judging) and its pool's
+    timing-gate totals, both since the process started: bench/bench_build_gpu.py reads the largest."""
+    out = {"process_cpu_s": round(time.process_time(), 2)}
+    pool = _VERIFIERS.get(_pool_key(cfg))
+    if pool is not None and pool.fleet.gates:
+        out.update({f"gate_{k}": round(sum(g.stats[k] for g in pool.fleet.gates.values()), 2)
+                    for k in ("timings", "held_s")})
+    return out
 
 
 @transient_retry
@@ -200,5 +215,5 @@ def teach_verify_shard(shard: Shard, cfg: BuildConfig, out: str, _sampled: Any =
     _write(sft, SFT_SCHEMA, fpath)
     summary = finish(out, f"teach-{shard.name}", {
         "shard": shard.name, "statuses": dict(Counter(r["status"] for r in rows)), "sft": len(sft),
-        "seconds": time.perf_counter() - t0}, [spath, fpath])
+        "seconds": time.perf_counter() - t0, "load": _load(cfg)}, [spath, fpath])
     return {**summary, "stale": stale}
