@@ -190,7 +190,12 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         run_s = run.get("run_s")
         for k, sec in (run_s.items() if isinstance(run_s, dict) else ()):
             phases[f"run.{k}"] = round(float(sec), 4)
-        if spec.device == "cuda":  # an out-of-memory error in forward within its own budget: the verifier's
+        # An out-of-memory error in forward within the candidate's own budget is the verifier's, retried
+        # with the GPU alone (pool.py). With the most the pool can give already (alone, or a GPU with one
+        # worker) it is the candidate's: the error and the figures beside it are the worker's claims, and
+        # a candidate that raised one itself must not turn its verdict into the verifier's fault.
+        shared = ctx.admission is not None and ctx.admission.workers.get(slot.gpu, 1) > 1
+        if spec.device == "cuda" and shared and not grant.alone:
             for call in run.get("calls") or ():
                 err = memfault.device_oom(call, base["memory"].get("plan"), grant.device_bytes)
                 if err is not None:
