@@ -237,7 +237,8 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             found.checks["clean_up_code"] = end["finalizers"]
         return verdict("pass", "every check held", found.checks), not end.get("finalizers") and not grant.alone
     except procs.ProcTimeout as exc:
-        err = memfault.harness_timeout(exc.phase, exc.seconds) if phase in ("import", "construct") else None
+        ref_s = phases.get("reference_trials", 0.0) - phases.get("reference_trials.wait", 0.0)
+        err = memfault.harness_timeout(exc.phase, exc.seconds, ref_s) if phase in ("import", "construct") else None
         if err is not None:
             raise err from None
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False

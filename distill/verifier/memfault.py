@@ -32,6 +32,10 @@ HARNESS_STEPS = ("inputs", "outputs", "replay")  # first word of a harness step'
 # What a candidate's own steps may grow a worker by beyond the plan: its module, its compiled kernels and
 # their launchers, the interpreter's caches (an honest kernel's first launch grew a CPU worker by tens of MB).
 OWN_BASE = 128 << 20
+# How much slower than the reference's whole trials one harness step of a worker may be and still be the
+# verifier's own slowness: a worker makes one input set where the reference made every set and ran them
+# (5-7 sets), in the same code, and its sandbox and load cost it well under 8x.
+SLOW_HARNESS = 8.0
 
 
 def _gib(n: float) -> str:
@@ -91,10 +95,14 @@ def host_kill(log: StepLog, phase: str, plan: dict[str, Any] | None, cap: int | 
                          f"the verifier's own{own}", step=step, used_bytes=held, limit_bytes=cap)
 
 
-def harness_timeout(step: str, seconds: float) -> ResourceError | None:
+def harness_timeout(step: str, seconds: float, reference_s: float) -> ResourceError | None:
     """A phase's time limit passed while the worker was in a harness step it announced (making or
-    refilling inputs for a large problem on the CPU lane, copying its outputs): the verifier's."""
-    if not is_harness(step):
+    refilling inputs for a large problem on the CPU lane, copying its outputs): the verifier's, if the
+    parent's own evidence agrees. The announcement is the worker's claim; the reference made every
+    input set of the job and ran forward on each in `reference_s` (the parent's clock), so one harness
+    step of the worker past the limit is the verifier's only where that took at least 1/SLOW_HARNESS
+    of the limit. Otherwise something else held the worker there (a candidate that forged the step)."""
+    if not is_harness(step) or reference_s * SLOW_HARNESS < seconds:
         return None
     return ResourceError(f"the verifier's own time limit: {step}, a step of the verifier's own, ran past the "
                          f"{seconds:g} s limit of its phase (VerifierPool timeout)", step=step, resource="time")

@@ -93,8 +93,10 @@ def test_step_log_charges_growth_only_to_the_candidates_steps():
     assert memfault.host_kill(log, "construct", plan, 1000 * mib, 1001 * mib) is None
     assert memfault.host_kill(memfault.StepLog(lambda: 0, [("call trial 0", 0)]), "construct", plan, 1000, 1) is None
     assert memfault.host_kill(memfault.StepLog(lambda: 0, [("replay secret", 0)]), "replay", None, 1000, 1) is not None
-    slow = memfault.harness_timeout("inputs trial 3", 60)
-    assert slow is not None and slow.resource == "time" and memfault.harness_timeout("call trial 3", 60) is None
+    slow = memfault.harness_timeout("inputs trial 3", 60, 30.0)  # the reference's trials took 30 s themselves
+    assert slow is not None and slow.resource == "time" and memfault.harness_timeout("call trial 3", 60, 30.0) is None
+    # an announced harness step where the reference made and ran every set in 0.5 s: not the verifier's
+    assert memfault.harness_timeout("inputs trial 3", 60, 0.5) is None
 
 
 def test_a_cuda_oom_within_the_candidates_own_budget_is_the_verifiers():
