@@ -221,10 +221,11 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     """Statuses in DESIGN §4 order for each call (the replay is judged after, `judge_replay`)."""
     prints = run.get("fingerprints")
     if prints is not None and prints != [t["fingerprint"] for t in trials][:len(prints)]:
-        from distill.verifier.problemio import ProblemError
-
-        raise ProblemError("get_inputs() made different inputs from the same seed in the reference and the "
-                           "worker: inputs must come from torch/random/numpy RNGs seeded by the harness")
+        # Screening made the problem's inputs twice from one seed and got the same (screen.py), so a
+        # worker that reports others was changed by its candidate (or its report was): never the
+        # problem's fault, which would drop the sample instead of judging it.
+        return Finding("forbidden", "at run time: the worker's inputs differ from the reference's for the same "
+                                    "seeds (input making changed)")
     if run.get("inputs_remade"):  # inputsets.py: a hook changed how inputs are made after its import
         return Finding("forbidden", f"at run time: {run['inputs_remade']} (input making changed)")
     if run.get("construct_error"):

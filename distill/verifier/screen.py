@@ -10,7 +10,8 @@ questions of every problem it serves (`screen_module`, cached per problem: refer
   runs         forward returns a tensor or a tuple of tensors
   finite       no NaN or infinity in any output
   deterministic the same model on the same inputs gives the same outputs (within the verifier's
-               determinism tolerance); a rebuilt model with the same seed does too
+               determinism tolerance); a rebuilt model with the same seed does too; get_inputs
+               makes the same inputs from the same seed
   bounds       each float32 output's acceptance bound, from its measured honest error
                (precision.py, tolerance.fitted); the bounds travel with the expected outputs
   not constant no constant tensor passes that bound on every trial. Where it fails, a kernel that
@@ -159,7 +160,7 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
     import torch
 
     from distill.verifier import precision
-    from distill.verifier.problemio import make_inputs, seed_all
+    from distill.verifier.problemio import fingerprint, make_inputs, seed_all
     from distill.verifier.tolerance import compare
 
     def step(what: str, fn: Any) -> Any:
@@ -197,6 +198,13 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
     small = False
     model = step("Model(*get_init_inputs())", build)
     inputs0 = draw(0)
+    # The worker makes its inputs from the same seeds: a get_inputs that does not repeat itself would
+    # make the reference and the worker disagree, and the parent then blames the candidate (judge.py).
+    again = step(f"get_inputs (seed {SEEDS[0]})", functools.partial(make_inputs, mod, SEEDS[0], device))
+    if fingerprint(again) != fingerprint(inputs0):
+        raise _Finding("nondeterministic", "get_inputs() made different inputs from the same seed: inputs must "
+                                           "come from torch/random/numpy RNGs, which the harness seeds")
+    del again
     outs0 = step("forward", functools.partial(run, model, inputs0))
     report = ScreenReport("ok", input_shapes=[list(v.shape) for v in inputs0 if isinstance(v, torch.Tensor)],
                           input_dtypes=[str(v.dtype).removeprefix("torch.") for v in inputs0

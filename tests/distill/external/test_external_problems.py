@@ -19,6 +19,7 @@ EXPECTED = {  # fixture -> screening status (the reasons are checked below)
     "min_clamp_dropout": "degenerate",   # shaped like KernelBench level 2 #83: zeros everywhere
     "dropout_train": "nondeterministic",  # training-mode dropout
     "ignores_input": "degenerate",       # the second input cannot move the output
+    "unseeded_inputs": "nondeterministic",  # get_inputs ignores the harness's seed
 }
 
 
@@ -68,6 +69,7 @@ def test_distill_takes_a_folder_of_py_files(tmp_path):
     reasons = {r["name"]: r["reason"] for r in screened}
     assert "constant" in reasons["shift_relu"] and "constant" in reasons["min_clamp_dropout"]
     assert "dropout" in reasons["dropout_train"] and "input 1" in reasons["ignores_input"]
+    assert "get_inputs() made different inputs from the same seed" in reasons["unseeded_inputs"]
     rows = pq.read_table(tmp_path / "run" / "samples.parquet").to_pylist()
     assert [(r["problem_name"], r["data_source"]) for r in rows] == [("gelu_scale", "mine")]
     assert main(["distill", "--problems", str(tmp_path / "nothing.py"), "--teacher", "lowering",

@@ -225,3 +225,16 @@ def test_timing_gate_keeps_the_parents_threads_off_the_timing_core():
     t.join()
     assert core not in seen["during"] and core not in seen["main"]
     assert core in os.sched_getaffinity(0)  # restored
+
+
+def test_inputs_reported_unlike_the_references_are_the_candidates_doing():
+    """Screening makes a problem's inputs twice from one seed (screen.py), so a worker whose inputs'
+    fingerprints differ from the reference's was changed by its candidate: `forbidden`, never a
+    ProblemError that would drop the sample instead of judging it."""
+    from distill.verifier import judge
+
+    trials = [{"fingerprint": ["torch.float32[4]:1:2"], "outputs": [torch.zeros(4)], "sequence": False}]
+    same = judge.judge_calls({"fingerprints": [["torch.float32[4]:1:2"]], "calls": []}, trials, "cpu")
+    assert same.status is None
+    other = judge.judge_calls({"fingerprints": [["torch.float32[4]:9:9"]], "calls": []}, trials, "cpu")
+    assert other.status == "forbidden" and "inputs differ" in other.reason
