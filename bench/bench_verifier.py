@@ -118,8 +118,7 @@ def run_pool(pairs: list, device: str, workers: int, lockdown, timing_in: str = 
         load = {"parent_cpu_pct": round(100 * (time.process_time() - cpu1) / wall),
                 "host_busy_pct": round(100 * (host2[0] - host1[0]) / max(host2[1] - host1[1], 1)),
                 "cores": os.cpu_count()}
-        gate = {k: round(sum(g.stats[k] for g in pool.fleet.gates.values()), 2) for k in
-                ("timings", "stop_s", "held_s")}
+        gate = pool.fleet.gate_totals()
         return {"startup_s": startup, "wall_s": wall, "verdicts": verdicts, "sandbox": pool.sandbox, "gate": gate,
                 "recycled": pool.stats["recycled"], "workers": len(pool.fleet.slots), "fallbacks": notes, "load": load}
     finally:

@@ -310,6 +310,11 @@ class Fleet:
         had served handed over for a retry's fresh one): each costs a start, seconds on a GPU."""
         return sum(r.replaced for r in self._refs.values())
 
+    def gate_totals(self) -> dict[str, float]:
+        """The timing gates' totals over every GPU: timings run, seconds spent stopping the others,
+        seconds held (the pool paused)."""
+        return {k: round(sum(g.stats[k] for g in self.gates.values()), 2) for k in ("timings", "stop_s", "held_s")}
+
     def acquire_timer(self, gpu: int) -> procs.Proc:
         """A reference process for compiling and timing references (a plain one on pools without)."""
         return (self._timers if self._n_timers else self._refs)[gpu].acquire()

@@ -151,11 +151,10 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
 
 
 def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device) -> list[list[Any]]:
-    """Each output's bound measured on one trial's own inputs (screen._bounds: the reference in fp32 and
+    """Each output's bound measured on one trial's own inputs (screen.bounds: the reference in fp32 and
     an honest kernel's error against the model in fp64), per seed; the table where the problem is too
-    large to measure. Screening measures on two draws of its own, which cannot foresee a draw where
-    every value is tiny: a resized twin of `neg, tanhshrink` at D = 2 put an honest kernel's error at
-    0.188 of the output on such a draw, against at most 1.5e-5 at D = 4 (bench/RESULTS.md)."""
+    large to measure. Screening measures on two draws of its own, which cannot foresee a draw where an
+    honest kernel errs more (every value small next to a constant added and taken away again)."""
     model = _build(mod, init_seed, device)[0]
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     out: list[list[Any]] = []

@@ -177,8 +177,8 @@ def _load(cfg: BuildConfig) -> dict[str, float]:
     out = {"process_cpu_s": round(time.process_time(), 2)}
     pool = _VERIFIERS.get(_pool_key(cfg))
     if pool is not None and pool.fleet.gates:
-        out.update({f"gate_{k}": round(sum(g.stats[k] for g in pool.fleet.gates.values()), 2)
-                    for k in ("timings", "held_s")})
+        gate = pool.fleet.gate_totals()
+        out.update(gate_timings=gate["timings"], gate_held_s=gate["held_s"])
     return out
 
 

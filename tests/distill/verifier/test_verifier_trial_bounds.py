@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from distill.verifier import VerifierPool, screen
+from tests.distill.verifier.conftest import hostile, problem
 from tests.limits import CALL_LIMIT_S
 
 # y = (3x + 1) - 1: exact up to the rounding of 3x + 1 (units of 1, ~6e-8): 3e-5 of the output normwise
@@ -57,46 +58,6 @@ class ModelNew(nn.Module):
 '''
 
 
-# The screening's own example of a dropped term (test_verifier_tolerance.py): a*b + 1e-3*c, where the
-# kernel leaves c out. 1e-3 of the output: inside the dtype table, ~100x the bound on every draw.
-DROPPED = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, a, b, c):
-        return a * b + 1e-3 * c
-
-
-def get_inputs():
-    return [torch.randn(4096), torch.randn(4096), torch.randn(4096)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-DROPPING = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def mul_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask) * tl.load(b_ptr + offs, mask=mask), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, a, b, c):
-        out = torch.empty_like(a)
-        mul_kernel[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), BLOCK=1024)
-        return out
-'''
-
-
 @pytest.fixture(scope="module")
 def pool():
     with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, resized="off") as p:
@@ -112,9 +73,9 @@ def test_an_exact_kernel_passes_on_the_trials_own_bound(pool):
 
 
 def test_a_dropped_term_still_fails_on_the_trials_own_bound(pool):
-    """A near miss by the table's measure, so each trial's bound is measured: it is as tight as the
-    screening's, and the verdict stays wrong_output."""
-    v = pool.verify(DROPPED, DROPPING)
+    """The fixture `drop_small_term` (a*b + 1e-3*c without c): a near miss by the table's measure, so
+    each trial's bound is measured; it is as tight as the screening's, and the verdict stays wrong_output."""
+    v = pool.verify(problem("small_term"), hostile("drop_small_term"))
     assert v.status == "wrong_output", v.reason
     assert v.checks.get("tolerance_per_trial") is True
 
