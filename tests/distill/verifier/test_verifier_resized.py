@@ -29,7 +29,7 @@ class ModelNew(nn.Module):
     def forward(self, x0):
         x = x0.contiguous()
         out = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 256),)](x, out, N_OR_NUMEL, BLOCK=256)
+        relu_kernel[(triton.cdiv(N_OR_NUMEL, 256),)](x, out, N_OR_NUMEL, BLOCK=256)
         return out
 '''
 
@@ -62,7 +62,7 @@ def test_baked_in_sizes_fail_on_the_twin_when_required(pools, relu_problem):
     assert len(failed) >= 2, [v.reason for v in runs]
     assert all(v.reason.startswith("on a resized twin") for v in failed), [v.reason for v in failed]
     kept = pools[1].verify(relu_problem, baked)  # recorded only: the verdict stands, the record says why
-    assert kept.status == "pass" and kept.checks["resized"]["status"] in ("pass", "wrong_output", "runtime_error")
+    assert kept.status == "pass" and kept.checks["resized"]["status"] in ("pass", "wrong_output", "runtime_error", "crash")
 
 
 def test_lowered_linear_passes_a_twin_that_keeps_its_constructor(pools):
@@ -87,7 +87,9 @@ def test_module_text_gets_a_twin_from_its_size_constants(pools, relu_problem):
     assert v.status == "pass", v.reason
     resized = v.checks["resized"]
     assert resized["status"] == "pass" and set(resized["sizes"]) == {"D", "D1"}
-    # every size shrinks, so a baked-in element count is wrong on every twin
+    # every size shrinks, so a baked-in element count (grid and mask both) stores past the end of
+    # every twin's output. With the grid taken from x.numel() instead, a twin whose element count is
+    # a multiple of the block (32x16) makes the baked kernel exactly right: 1 draw in 90.
     baked = GENERIC.replace("N_OR_NUMEL", str(_numel(relu_problem)))
     for _ in range(2):
         got = pools[0].verify(relu_problem.source, baked)
