@@ -81,7 +81,7 @@ from triton.language.extra import libdevice as stub_libdevice
 from triton.language.extra.cuda import libdevice as cuda_libdevice
 from triton.runtime import autotuner, interpreter
 
-from distill.verifier.sandbox import interp_grid, interp_rewrite, libdevice_np
+from distill.verifier.sandbox import interp_grid, interp_rewrite, interp_scan, libdevice_np
 
 # Inside an interpreted launch: the interpreter's semantic (which libdevice calls then use), the
 # launch's patch scope and the attributes it records.
@@ -90,10 +90,12 @@ _ACTIVE = types.SimpleNamespace(semantic=None, scope=None, recorded=None)
 
 @functools.cache
 def install() -> None:
-    """Install every shim (once per process), with the interpreter's rewrite (interp_rewrite) and grid
-    executor (interp_grid). CPU lane only: a GPU compiles kernels for real."""
+    """Install every shim (once per process), with the interpreter's rewrite (interp_rewrite), grid
+    executor (interp_grid) and tree-step scans and reductions (interp_scan). CPU lane only: a GPU
+    compiles kernels for real."""
     interp_rewrite.install()
     interp_grid.install()
+    interp_scan.install()
     _install_autotune()
     _install_libdevice()
     _install_launch_scope()
