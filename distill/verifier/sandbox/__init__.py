@@ -17,7 +17,7 @@ that no other module of it is imported from outside):
 Inside: the command loop (worker, replayer, zygote); confinement (lockdown, caps, guard: the audit
 hook; seal: process-wide state; integrity: patched attributes); what `forward` ran (provenance,
 bands, calls, inputsets, replay); the CPU lane's interpreter and its GPU compile check (interp_shims,
-interp_grid, interp_rewrite, libdevice_np, gpu_compile, gpu_deps).
+interp_grid, interp_rewrite, interp_scan, libdevice_np, gpu_compile, gpu_deps).
 
 What both sides read stays in distill/verifier/: codec (the messages), record (a traced call as
 data: written here, checked by the parent's replaycheck and statecheck), inflight (the compile
