@@ -5,7 +5,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST := TRITON_INTERPRET=1 $(BIN)/python -m pytest
+# One OpenMP thread per process: the lanes, their verifier workers, references and trainers already
+# run side by side, and torch's default (a thread per core, spinning while it waits) makes them fight
+# over CI's two cores. Three grpo-tiny runs side by side took 284 s with the default, 122 s with one
+# thread each (bench/RESULTS.md, 2026-11-28).
+TEST_THREADS ?= 1
+PYTEST := TRITON_INTERPRET=1 OMP_NUM_THREADS=$(TEST_THREADS) $(BIN)/python -m pytest
 EXTRAS := pipelines,train,dev,vllm
 
 .PHONY: install lock demo test test-fast test-slow lint clean
