@@ -101,8 +101,8 @@ def test_installed_cli_verifies_and_builds_the_shipped_demo_config(installed, tm
     # checks is that the build's templates, prompts and profiles are inside the wheel (the full demo
     # build is tests/pipelines/test_demo.py's)
     demo = (fixtures.parents[1] / "configs" / "demo.toml").read_text()
-    small = demo.replace("size = 8\n", "size = 2\n").replace("size = 4\n", "size = 1\n")
-    assert small.count("size = 2") == 2 and small.count("size = 1") == 2, "demo.toml's sizes changed: update this test"
+    small = demo.replace("\nsize = 8\n", "\nsize = 2\n").replace("\nsize = 4\n", "\nsize = 1\n")
+    assert small.count("\nsize = 2") == 2 and small.count("\nsize = 1") == 2, "demo.toml's sizes changed: update this test"
     (tmp_path / "small.toml").write_text(small)
     r = subprocess.run([cli, "build", "small.toml", "--out", "demo"], cwd=tmp_path, env=env, capture_output=True,
                        text=True)
