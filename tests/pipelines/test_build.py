@@ -51,7 +51,7 @@ def _run_cli(cfg: Path, out: Path, **kw) -> subprocess.Popen:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ref")
-    cfg = write_config(tmp, size=8, shard_size=2)
+    cfg = write_config(tmp, size=6, shard_size=2)  # three teaching shards: one done and one not yet when killed
     out = tmp / "out"
     proc = _run_cli(cfg, out)
     log = proc.communicate(timeout=900)[0]
@@ -67,7 +67,7 @@ def test_kill_9_client_then_rerun_gives_the_same_rows(reference, tmp_path):
     deadline = time.time() + 600
     while time.time() < deadline:  # kill once some, not all, teaching tasks have finished
         done = list((out / ".done").glob("teach-*.json")) if (out / ".done").exists() else []
-        if 1 <= len(done) < 4:
+        if 1 <= len(done) < 3:
             break
         assert proc.poll() is None, proc.communicate()[0]
         time.sleep(0.2)
