@@ -25,3 +25,16 @@ def verify_all(pool, problems, sources):
     bad = [f"{p.problem_id} {p.ops}: {v.status}: {v.reason[:200]}" for p, v in zip(problems, verdicts)
            if v.status != "pass"]
     return verdicts, bad
+
+
+def covering(problems: list) -> list:
+    """The fewest of `problems` (greedily: each time the one holding most operators not yet held, the first
+    in sample order on a tie) that together hold every operator `problems` holds; in sample order."""
+    missing = {op for p in problems for op in p.ops}
+    chosen: list[int] = []
+    while missing:
+        i = max((i for i in range(len(problems)) if i not in chosen),
+                key=lambda i: (len(missing & set(problems[i].ops)), -i))
+        chosen.append(i)
+        missing -= set(problems[i].ops)
+    return [problems[i] for i in sorted(chosen)]

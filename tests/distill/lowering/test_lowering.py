@@ -10,7 +10,7 @@ from distill.lowering import LoweringError, lower
 from distill.lowering.ir import lowering_table, read_program, template_of
 from distill.lowering.kernels import FAMILIES
 from distill.lowering.planner import Planner
-from tests.distill.lowering.conftest import verify_all
+from tests.distill.lowering.conftest import covering, verify_all
 from tests.synth.views import COMPUTING, VIEWS, beside_relu
 
 
@@ -32,10 +32,8 @@ def test_unknown_operator_is_a_clear_error():
 
 def test_level1_every_operator_passes_the_verifier(vpool):
     """Every operator once: as the sampler draws it among 200 level-1 programs (the fewest that hold all
-    the operators those 200 hold, test_pass_rate_slow.covering), the rest drawn alone; a view op alone
+    the operators those 200 hold, conftest.covering), the rest drawn alone; a view op alone
     computes nothing and is never drawn (synth.sampler.computes), so it goes beside relu."""
-    from tests.distill.lowering.test_pass_rate_slow import covering
-
     drawn = covering(synth.sample(200, level=1, seed=2027))
     held = {op for p in drawn for op in p.ops}
     problems = drawn + [synth.sample(1, level=1, seed=11, ops=[op])[0] for op in COMPUTING if op not in held] + \

@@ -24,19 +24,7 @@ from distill.lowering import lower
 from distill.verifier import Verdict
 from distill.verifier.problemio import ProblemError
 from distill.lowering.conditioning import fp32_agrees_with_fp64
-
-
-def covering(problems: list) -> list:
-    """The fewest of `problems` (greedily: each time the one holding most operators not yet held, the first
-    in sample order on a tie) that together hold every operator `problems` holds; in sample order."""
-    missing = {op for p in problems for op in p.ops}
-    chosen: list[int] = []
-    while missing:
-        i = max((i for i in range(len(problems)) if i not in chosen),
-                key=lambda i: (len(missing & set(problems[i].ops)), -i))
-        chosen.append(i)
-        missing -= set(problems[i].ops)
-    return [problems[i] for i in sorted(chosen)]
+from tests.distill.lowering.conftest import covering
 
 
 def test_the_cover_holds_every_operator_of_the_sample_in_fewer_programs():
