@@ -308,6 +308,27 @@ class Proc:
                 continue
             return reply
 
+    def until_step(self, nonce: str, step: str, seconds: float, phase: str) -> dict[str, Any] | None:
+        """Wait for the command `nonce` to announce `step` (a progress message): None then, with the
+        command still running; its final reply instead if it ends first (an error before the step)."""
+        deadline = time.monotonic() + seconds
+        current = phase
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProcTimeout(current, seconds)
+            try:
+                reply = self.receive(left, current)
+            except ProcTimeout:
+                raise ProcTimeout(current, seconds) from None
+            if reply.get("nonce") != nonce:
+                raise ProcProtocol(f"reply during {current} does not carry this command's nonce")
+            if "progress" not in reply:
+                return reply
+            current = str(reply["progress"])[:100]
+            if current == step:
+                return None
+
     def request(self, msg: dict[str, Any], seconds: float, phase: str, total: float | None = None,
                 on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
         return self.finish(self.begin(msg), seconds, phase, total, on_progress)

@@ -30,6 +30,9 @@ L2_FLUSH_BYTES = 256 << 20
 # Warm-up runs at least this long as well as the asked-for number of calls: an idle GPU sits at low
 # clocks, and a short burst is timed while they ramp (seen on the H100: one softmax kernel measured
 # 0.058 to 0.115 ms over four verifications in a row).
+# What a replayer announces once its record is rebuilt and its kernels compiled and warm; the parent
+# takes the timing gate and answers `go` (job.py, replayer.time_replay).
+READY = "ready to time"
 WARMUP_MS = 10.0
 WARMUP_MAX_CALLS = 1000
 

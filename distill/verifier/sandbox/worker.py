@@ -175,8 +175,15 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
             reply(_hygiene(replayer.replay(msg, kept, cfg["scratch"], device, token, block, sync, reply), token, snap,
                            threads0))
         elif cmd == "time_replay":
-            reply(_hygiene(replayer.time_replay(msg, kept, cfg["scratch"], device, token, block, flush), token, snap,
-                           threads0))
+            def go(_nonce: str = nonce) -> bool:  # the parent's answer to "ready to time", sent holding the gate
+                reply({"progress": timing.READY})
+                got = codec.decode(conn.recv_bytes())
+                if arena is not None:
+                    arena.reset()
+                return got.get("cmd") == "go" and got.get("nonce") == _nonce
+
+            reply(_hygiene(replayer.time_replay(msg, kept, cfg["scratch"], device, token, block, flush, go), token,
+                           snap, threads0))
         elif cmd == "load":
             serial += 1
             job = {"serial": serial}
