@@ -69,7 +69,8 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
                 with ctx.gates[slot.gpu].quiet(keep=proc.pid):
                     t1 = time.monotonic()
                     proc.send({"cmd": "go", "nonce": nonce})
-                    rep = _watched(ctx, proc, proc.finish(nonce, spec.timeout, "timing"))
+                    early = proc.until_step(nonce, timing.DONE, spec.timeout, "timing")
+                rep = _watched(ctx, proc, early if early is not None else proc.finish(nonce, spec.timeout, "timing"))
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
         if replayed is None and not rep.get("error"):
             rep["checked"] = proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}

@@ -33,6 +33,7 @@ L2_FLUSH_BYTES = 256 << 20
 # What a replayer announces once its record is rebuilt and its kernels compiled and warm; the parent
 # takes the timing gate and answers `go` (job.py, replayer.time_replay).
 READY = "ready to time"
+DONE = "timed"  # announced when the last timed call has ended: the gate opens before the clean-up
 WARMUP_MS = 10.0
 WARMUP_MAX_CALLS = 1000
 

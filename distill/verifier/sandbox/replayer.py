@@ -160,7 +160,8 @@ def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: tor
 
 
 def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
-                block: provenance.BackendBlock, flush: torch.Tensor, go: Callable[[], bool]) -> dict[str, Any]:
+                block: provenance.BackendBlock, flush: torch.Tensor, go: Callable[[], bool],
+                done: Callable[[], None]) -> dict[str, Any]:
     """Serve one `time_replay` command (GPU only; the parent holds the timing gate from timing.READY on): the record timed
     with timing.py's protocol, input sets alternating in memory allocated once (replay.Bound), with
     the outputs of the calls in `msg["check"]` kept for the parent to compare. The pool's default
@@ -215,11 +216,13 @@ def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device
             if retried:
                 samples = timed(samples.window)
             out.update(samples.to_dict(), fallback=fallback, retried=retried)
-            out["checked"] = {k: {**v, "outputs": [t.to("cpu") for t in v["outputs"]]} for k, v in checked.items()}
         except BaseException as exc:  # noqa: BLE001 - a kernel failing while timed is the candidate's
             out["error"] = calls.describe_error(exc)
         finally:
             guard.ctl(token, "record", False)
+            done()  # the parent opens the gate: what follows (outputs to the host, clean-up) pauses nobody
+        if out["error"] is None:
+            out["checked"] = {k: {**v, "outputs": [t.to("cpu") for t in v["outputs"]]} for k, v in checked.items()}
         rec = guard.collect(token)
         out.update(launches=len(rec["launches"]), aten=rec["aten"], blocked=rec["blocked"], denials=rec["denials"],
                    harness_code=rec["harness_code"])

@@ -182,8 +182,8 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
                     arena.reset()
                 return got.get("cmd") == "go" and got.get("nonce") == _nonce
 
-            reply(_hygiene(replayer.time_replay(msg, kept, cfg["scratch"], device, token, block, flush, go), token,
-                           snap, threads0))
+            reply(_hygiene(replayer.time_replay(msg, kept, cfg["scratch"], device, token, block, flush, go,
+                                                lambda: reply({"progress": timing.DONE})), token, snap, threads0))
         elif cmd == "load":
             serial += 1
             job = {"serial": serial}
