@@ -62,7 +62,7 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
         else:  # the replayer compiles and warms up first, outside the gate (timing.READY)
             nonce = proc.begin(msg)
             early = proc.until_step(nonce, timing.READY, spec.timeout, "timing setup")
-            t0 = time.monotonic()
+            setup_s, t0 = time.monotonic() - t0, time.monotonic()
             if early is not None:
                 t1, rep = t0, _watched(ctx, proc, early)
             else:
@@ -72,6 +72,8 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
                     early = proc.until_step(nonce, timing.DONE, spec.timeout, "timing")
                 rep = _watched(ctx, proc, early if early is not None else proc.finish(nonce, spec.timeout, "timing"))
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
+        if replayed is not None:
+            verdict_phases["timing_setup"] = setup_s  # the record rebuilt and its kernels compiled, outside the gate
         if replayed is None and not rep.get("error"):
             rep["checked"] = proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
         if replayed is not None:
