@@ -37,8 +37,27 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[s
     return reply
 
 
+def _replayer_cap(ctx: JobContext, proc: procs.Proc, grant: Grant) -> bool:
+    """Give a replayer the job's host cap; True where that is larger than the pool's (a retry's, pool.py;
+    a job alone, admission.py): the replayer is then retired after, never handed on at that cap."""
+    cap = ctx.memory.limit_bytes(proc.pid)
+    ctx.memory.raise_limit(proc.pid, grant.host_mb)
+    return grant.alone or (cap is not None and cap < grant.host_mb << 20)
+
+
+def _replayer_killed(ctx: JobContext, proc: procs.Proc, exc: procs.ProcDied) -> None:
+    """A replayer never imports the candidate's module: killed at its host cap, it hit the verifier's own
+    limit (a ResourceError, memfault.py), whatever the command (replay or timing)."""
+    if ctx.memory.tripped(proc.pid):
+        err = memfault.host_kill(memfault.StepLog(lambda: 0, [(exc.phase, 0)]), "replay", None,
+                                 ctx.memory.limit_bytes(proc.pid), ctx.memory.held_at_kill(proc.pid))
+        assert err is not None
+        err.args = (f"{err} ({exc.phase})",)
+        raise err from None
+
+
 def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
-          verdict: dict[str, Any], replayed: replaycheck.Prepared | None = None) -> judge.Finding:
+          verdict: dict[str, Any], grant: Grant, replayed: replaycheck.Prepared | None = None) -> judge.Finding:
     """Time the candidate: in its worker, or (`replayed`, the pool's `timing_in="replayer"`) its replayed
     record in a replayer, where none of its Python runs (replayer.time_replay)."""
     sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
@@ -52,7 +71,7 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
         msg = {**{k: v for k, v in replayed.msg.items() if k != "runs"}, **msg, "cmd": "time_replay",
                "seeds": {f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)}}
     assert proc is not None
-    broken = True
+    broken, raised = True, replayed is not None and _replayer_cap(ctx, proc, grant)
     try:
         t0 = time.monotonic()
         if replayed is None:
@@ -81,9 +100,14 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
         hyg = judge.hygiene(rep) or judge.left_behind(rep)
         f, info = judge.judge_timing(rep, sets, spec.device, launches, spec.warmup + spec.timing_trials, floor)
         broken = (hyg or f).status is not None
+    except procs.ProcDied as exc:
+        if replayed is None:
+            raise  # the worker's death: run_job places it
+        _replayer_killed(ctx, proc, exc)
+        return judge.Finding("crash", f"the replay process died while its kernels were timed: {exc}", found.checks)
     finally:
         if replayed is not None:
-            ctx.handouts.release_replayer(slot.gpu, proc, broken)
+            ctx.handouts.release_replayer(slot.gpu, proc, broken or raised)
     verdict.update(kernel_ms=info.get("kernel_ms"))
     found.checks["timing"] = {**info, "peaks": peaks, "timed_in": "worker" if replayed is None else "replayer"}
     found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
@@ -104,12 +128,8 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run
     if grant.fraction is not None:  # the job's device cap, set by the replayer's harness before the record runs
         prep.msg = {**prep.msg, "device_memory_fraction": grant.fraction}
     proc = ctx.handouts.replayer(slot.gpu)
-    broken, checks = True, prep.checks
-    cap = ctx.memory.limit_bytes(proc.pid)
-    # A larger cap than the pool's (a retry's, pool.py; a job alone, admission.py): the replayer is retired after.
-    raised = grant.alone or (cap is not None and cap < grant.host_mb << 20)
+    broken, checks, raised = True, prep.checks, _replayer_cap(ctx, proc, grant)
     try:
-        ctx.memory.raise_limit(proc.pid, grant.host_mb)
         rep = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
                                                 total=spec.timeout * (len(replaycheck.RUNS) + 2)))
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
@@ -119,12 +139,7 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run
         return judge.Finding("timeout", f"replaying its kernels ({exc.phase}) ran past its {exc.seconds:g} s limit",
                              checks), prep
     except procs.ProcDied as exc:
-        if ctx.memory.tripped(proc.pid):  # it never imported the candidate's module: the verifier's limit
-            err = memfault.host_kill(memfault.StepLog(lambda: 0, [(exc.phase, 0)]), "replay", None,
-                                     ctx.memory.limit_bytes(proc.pid), ctx.memory.held_at_kill(proc.pid))
-            assert err is not None
-            err.args = (f"{err} ({exc.phase})",)
-            raise err from None
+        _replayer_killed(ctx, proc, exc)
         return judge.Finding("crash", f"the replay process died while its kernels ran: {exc}", checks), prep
     except procs.ProcProtocol as exc:
         return judge.Finding("forbidden", f"at run time: {exc} (the replay's channel)", checks), prep
@@ -236,7 +251,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
-            found = _time(ctx, slot, spec, ref, found, fields, replayed if ctx.timing_in == "replayer" else None)
+            found = _time(ctx, slot, spec, ref, found, fields, grant, replayed if ctx.timing_in == "replayer" else None)
             lap("timing")
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
