@@ -44,7 +44,8 @@ MAX_NAME = 80       # characters of a name the candidate chose (a kernel, a type
 # Keys whose strings (or list items, or dict keys) are names the candidate chose, in a worker's
 # reply and in a verdict's checks.
 NAME_KEYS = frozenset({"kernels", "foreign", "type", "where", "event", "category", "patched", "harness_code",
-                       "finalizers", "clean_up_code", "steps", "aten", "blocked", "construct_ops", "launches_by_kernel"})
+                       "finalizers", "clean_up_code", "steps", "aten", "blocked", "construct_ops", "import_ops",
+                       "early_launches", "launches_by_kernel"})
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_.:<>()-]")  # qualnames (f.<locals>.k), op names (aten::_to_copy(f32->u8))
 _CREDENTIAL_TEXT = re.compile(
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"

@@ -186,8 +186,12 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         if spec.device == "cuda" and spec.timed:  # an untimed job (the resized twin) uses no reference medians
             refwork.prefetch_ref_timing(ctx, spec, slot.gpu)
         steps("inputs load")
+        # The timing sets' seeds go to the process that times: a replayer (the default) gets its own in
+        # `_time`, so they never enter a worker that does not time (nor one on the CPU lane).
+        worker_times = spec.device == "cuda" and spec.timed and ctx.timing_in == "worker"
         nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
-                            "seeds": spec.seeds[1:1 + spec.trials + TIMING_SETS], "stream": stream,
+                            "seeds": spec.seeds[1:1 + spec.trials + (TIMING_SETS if worker_times else 0)],
+                            "stream": stream,
                             "template_cache": ctx.template if spec.device == "cuda" else None,
                             "device_memory_fraction": grant.fraction})
         ref = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed))

@@ -237,13 +237,26 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     if run.get("state_after_construct"):
         return Finding("forbidden", f"construction left {run['state_after_construct'][0]} for the verifier's own "
                        "steps (state outlives its code)", {"state": run["state_after_construct"]})
-    extra = construct_compute(run.get("construct_ops") or {}, ref_construct or {})
+    # Checked before the ops: the CPU lane's interpreter shows such launches as ATen ops too.
+    if run.get("early_launches"):
+        return Finding("not_triton", f"launched its own Triton kernels before forward, at import or construction: "
+                       f"{', '.join(run['early_launches'][:4])} (work the timing never sees)",
+                       {"early_launches": run["early_launches"]})
+    # One rule for the module's import and its constructor: both run before anything is timed.
+    imported, built = run.get("import_ops") or {}, run.get("construct_ops") or {}
+    extra = construct_compute({op: imported.get(op, 0) + built.get(op, 0) for op in {*imported, *built}},
+                              ref_construct or {})
     if extra:
-        return Finding("not_triton", f"computed with torch at construction: {', '.join(extra[:4])} (beyond "
-                       "creating the reference's parameters the reference's way)", {"construct_ops": run["construct_ops"]})
+        when = " and ".join(w for w, ops in (("import", imported), ("construction", built))
+                            if construct_compute(ops, {}))
+        return Finding("not_triton", f"computed with torch at {when or 'construction'}: {', '.join(extra[:4])} "
+                       "(beyond creating the reference's parameters the reference's way)",
+                       {"construct_ops": built, "import_ops": imported})
     per_trial: list[dict[str, Any]] = []
     first: dict[int, dict] = {}
     checks: dict[str, Any] = {"trials": per_trial}
+    if prints is not None:  # input sets the worker made from seeds: its trials' (timing sets go to the timer)
+        checks["worker_input_sets"] = len(prints)
     if trials and trials[0].get("tolerances"):  # each output's bound and how it was set (screen.py)
         checks["tolerance"] = trials[0]["tolerances"]
     for call in run.get("calls", []):

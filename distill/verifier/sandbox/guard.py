@@ -92,7 +92,7 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
     os_open, os_read, os_close, rdonly = os.open, os.read, os.close, os.O_RDONLY  # held: the candidate may rebind them
     st: dict[str, Any] = {"own_file": None, "recording": False, "in_launch": 0, "trace": None,
                           "launches": [], "foreign": [], "aten": {}, "blocked": {}, "denials": [], "streams": {},
-                          "harness_code": []}
+                          "harness_code": [], "early": []}
 
     def trusted(filename: Any) -> bool:
         if type(filename) is not str:
@@ -234,6 +234,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                 real["signal.signal"](signal.SIGXFSZ, signal.SIG_IGN)
         if tracing:
             st["trace"].append(("launch", kernel, largs, grids[-1] if callable(grid) and grids else grid, kwargs, own))
+        if own and not warmup and not st["recording"]:
+            st["early"].append(name)  # before any forward (import, construction): job.py judges it
         if st["recording"] and not warmup:
             (st["launches"] if own else st["foreign"]).append(name)
             if stream_of is not None:
@@ -254,6 +256,9 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             else:
                 arg.append(st["trace"] or [])
                 st["trace"] = None
+        elif cmd == "early":  # the candidate's own launches outside forward so far, then forgotten
+            arg.extend(st["early"])
+            st["early"] = []
         elif cmd == "harness":  # arg True: profile the harness's own steps for candidate code
             sys.setprofile(profile if arg else None)
         elif cmd == "collect":

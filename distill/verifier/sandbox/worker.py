@@ -251,11 +251,15 @@ def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.devic
         fh.write(msg["source"])
     name = f"tritonforge_candidate_{job['serial']}"
     guard.ctl(token, "own_file", path)
+    guard.ctl(token, "early", [])  # a kept worker's launches outside forward so far are not this job's
+    counter = policy.OpCount()  # the import is judged by the constructor's rule (judge.construct_compute)
+    job["import_ops"] = counter.counts
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        with counter:
+            spec.loader.exec_module(module)
         cls = vars(module).get("ModelNew")
         if not isinstance(cls, type):
             return {"ok": False, "error": {"type": "missing", "message": "module defines no class ModelNew"}}
@@ -295,6 +299,10 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         out["construct_error"] = calls.describe_error(exc)
         return out
     out["construct_ops"] = counter.counts
+    out["import_ops"] = job.pop("import_ops", {})
+    early: list = []
+    guard.ctl(token, "early", early)  # its own kernels launched at import or construction
+    out["early_launches"] = sorted(set(early))
     lap("construct")
     out["fingerprints"] = job["sets"].fingerprints
     job["n_trials"], job["block"] = msg["n_trials"], block

@@ -1,5 +1,6 @@
 """The adversarial suite: every hostile candidate gets its exact status, and the honest candidate
-verified right after it (on the same single-worker pool) still passes.
+verified right after it (on the same single-worker pool) still passes, wherever the hostile one
+reached a process.
 
 Cases come from data/fixtures/verifier/cases.json. Each runs with the static layer on; cases the
 static layer stops are run again with it off, to show the run-time defences catch them alone.
@@ -40,6 +41,8 @@ def _check(pool, case, static_checks, expected):
                           timeout=TIMEOUT.get(case["name"]))
     assert verdict.status == expected, f"{case['name']}: {verdict.status}: {verdict.reason}"
     assert verdict.reason
+    if set(verdict.checks) == {"static", "problem_id"}:
+        return verdict  # the static layer's verdict: no process ran, the pool is as the last check left it
     after = pool.verify(problem("add"), honest("add"))
     assert after.status == "pass", f"honest candidate after {case['name']}: {after.status}: {after.reason}"
     return verdict

@@ -18,7 +18,7 @@ import pytest
 
 from distill.verifier import Verdict
 from distill.verifier.environ import MAX_NAME, MAX_REASON, passes
-from tests.distill.verifier.conftest import hostile, problem
+from tests.distill.verifier.conftest import honest, hostile, problem
 
 REPO = Path(__file__).resolve().parents[3]
 SECRET = "sk-live-0123456789abcdef"
@@ -124,3 +124,11 @@ def test_names_are_bounded_to_identifiers_and_texts_scrubbed():
     assert "aten::_to_copy(float32->uint8)" in v.checks["aten"]               # op names keep their shape
     assert v.checks["denials"][0]["where"] == "c.py:3_in_f(x)" and "MIIEv" not in v.checks["key"]
     assert Verdict.from_dict(v.to_dict()).checks == v.checks                  # idempotent
+
+
+def test_a_worker_that_does_not_time_never_gets_the_timing_sets_seeds(pool):
+    """The timing sets are made by the process that times (a replayer, on a GPU): a worker gets the
+    seeds of its own trials only, so it cannot know, or precompute for, the inputs it will be timed on."""
+    v = pool.verify(problem("add"), honest("add"))
+    assert v.status == "pass", v.reason
+    assert v.checks["worker_input_sets"] == v.checks["replay"]["trials"] == len(v.checks["trials"]), v.checks
