@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from distill.verifier import admission, leftovers, limits, procs, reference, trusted
+from distill.verifier import admission, leftovers, limits, procs, protocol, reference, trusted
 from distill.verifier.context import DeviceBudget, Slot
 from distill.verifier.gate import TimingGate, timing_core
 from distill.verifier.handout import Handout, PoolError, References
@@ -140,7 +140,7 @@ class Fleet:
                 ref = self.acquire_reference(g)
                 try:
                     with self.gates[g].quiet(keep=ref.pid):
-                        ref.send({"cmd": "peaks"})
+                        ref.send(protocol.Peaks(cmd="peaks"))
                         self.peaks[g] = ref.receive(300, "device peaks")
                 finally:
                     self.release_reference(g, ref, False)

@@ -14,7 +14,8 @@ import secrets
 import time
 from typing import Any
 
-from distill.verifier import environ, inflight, judge, memfault, procs, reference, refwork, replaycheck, running, timing
+from distill.verifier import (environ, inflight, judge, memfault, procs, protocol, reference, refwork, replaycheck,
+                              running, timing)
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_CHECKS, TIMING_SETS, JobSpec
@@ -64,12 +65,13 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
     peaks = ctx.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
-    msg = {"cmd": "time", "warmup": spec.warmup, "trials": spec.timing_trials, "check": checks}
+    msg: dict[str, Any] = protocol.Time(cmd="time", warmup=spec.warmup, trials=spec.timing_trials, check=checks)
     proc, launches = slot.proc, found.checks.get("launches_per_call", 1)
     if replayed is not None:
         proc, launches = ctx.handouts.replayer(slot.gpu), replayed.launches
-        msg = {**{k: v for k, v in replayed.msg.items() if k != "runs"}, **msg, "cmd": "time_replay",
-               "seeds": {f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)}}
+        record = {k: v for k, v in replayed.msg.items() if k not in ("cmd", "runs", "seeds")}
+        msg = protocol.TimeReplay(**record, cmd="time_replay", warmup=spec.warmup, trials=spec.timing_trials,
+                                  check=checks, seeds={f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)})
     assert proc is not None
     broken, raised = True, replayed is not None and _replayer_cap(ctx, proc, grant)
     try:
@@ -87,14 +89,14 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
             else:
                 with ctx.gates[slot.gpu].quiet(keep=proc.pid):
                     t1 = time.monotonic()
-                    proc.send({"cmd": "go", "nonce": nonce})
+                    proc.send(protocol.Go(cmd="go", nonce=nonce))
                     early = proc.until_step(nonce, timing.DONE, spec.timeout, "timing")
                 rep = _watched(ctx, proc, early if early is not None else proc.finish(nonce, spec.timeout, "timing"))
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
         if replayed is not None:
             verdict_phases["timing_setup"] = setup_s  # the record rebuilt and its kernels compiled, outside the gate
         if replayed is None and not rep.get("error"):
-            rep["checked"] = proc.request({"cmd": "timed_outputs"}, spec.timeout, "timing").get("checked") or {}
+            rep["checked"] = proc.request(protocol.TimedOutputs(cmd="timed_outputs"), spec.timeout, "timing").get("checked") or {}
         if replayed is not None:
             replaycheck.same_inputs(rep, ref["trials"], {f"t{k}": spec.trials + k for k in range(TIMING_SETS)})
         hyg = judge.hygiene(rep) or judge.left_behind(rep)
@@ -189,11 +191,10 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         # The timing sets' seeds go to the process that times: a replayer (the default) gets its own in
         # `_time`, so they never enter a worker that does not time (nor one on the CPU lane).
         worker_times = spec.device == "cuda" and spec.timed and ctx.timing_in == "worker"
-        nonce = proc.begin({"cmd": "load", "source": spec.candidate, "problem": spec.source,
-                            "seeds": spec.seeds[1:1 + spec.trials + (TIMING_SETS if worker_times else 0)],
-                            "stream": stream,
-                            "template_cache": ctx.template if spec.device == "cuda" else None,
-                            "device_memory_fraction": grant.fraction})
+        nonce = proc.begin(protocol.Load(
+            cmd="load", source=spec.candidate, problem=spec.source,
+            seeds=spec.seeds[1:1 + spec.trials + (TIMING_SETS if worker_times else 0)], stream=stream,
+            template_cache=ctx.template if spec.device == "cuda" else None, device_memory_fraction=grant.fraction))
         ref = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed))
         phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
@@ -213,10 +214,10 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
         steps(phase)
-        run = proc.request({"cmd": "run", "init_args": ref["init_args"], "init_kwargs": ref["init_kwargs"],
-                            "init_seed": spec.seeds[0], "call_seed": spec.seeds[-3], "n_trials": spec.trials,
-                            "construct_ops": sorted(ref.get("construct_ops") or {}),
-                            "plan": spec.plan()}, t, phase, total=t * (len(spec.plan()) + 2), on_progress=steps)
+        run = proc.request(protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"],
+                                        init_seed=spec.seeds[0], call_seed=spec.seeds[-3], n_trials=spec.trials,
+                                        construct_ops=sorted(ref.get("construct_ops") or {}), plan=spec.plan()),
+                           t, phase, total=t * (len(spec.plan()) + 2), on_progress=steps)
         run = _watched(ctx, slot.proc, run)
         lap("run")
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
@@ -260,7 +261,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
-        end = _watched(ctx, slot.proc, proc.request({"cmd": "end"}, max(t, 30.0), phase))
+        end = _watched(ctx, slot.proc, proc.request(protocol.End(cmd="end"), max(t, 30.0), phase))
         lap("clean_up")
         for k, sec in (end.get("end_s") or {}).items():
             phases[f"clean_up.{k}"] = round(float(sec), 4)

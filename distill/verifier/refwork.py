@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from distill.verifier import memplan, procs, reference, screen
+from distill.verifier import memplan, procs, protocol, reference, screen
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_SETS, JobSpec
@@ -42,8 +42,8 @@ def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[s
     """The reference's expected outputs for this job's trials. The problem is screened in the first
     job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
     problem that failed screening fails them at once."""
-    msg = {"cmd": "trials", "source": spec.source, "init_seed": spec.seeds[0], "seeds": spec.reference_seeds,
-           "calls": len(spec.plan()), "budgets": budgets}
+    msg = protocol.Trials(cmd="trials", source=spec.source, init_seed=spec.seeds[0], seeds=spec.reference_seeds,
+                          calls=len(spec.plan()), budgets=budgets)
     key = f"{spec.key}:{spec.device}"
     known = ctx.screens.cache.get(key)
     if known is None:  # the first job on the problem screens it; the others wait for its report
@@ -67,8 +67,9 @@ def trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec) -> list[list[Any]]:
     """Each reference trial's bounds measured on its own inputs (reference.trial_bounds), in the order of
     `spec.reference_seeds`: asked for only when a candidate missed the screening's bound but not the
     dtype table's (job.py), so a pass pays nothing for it."""
-    got = reference_call(ctx, slot.gpu, {"cmd": "trial_bounds", "source": spec.source, "init_seed": spec.seeds[0],
-                                         "seeds": spec.reference_seeds}, max(spec.timeout, 120))
+    got = reference_call(ctx, slot.gpu, protocol.TrialBounds(cmd="trial_bounds", source=spec.source,
+                                                            init_seed=spec.seeds[0], seeds=spec.reference_seeds),
+                         max(spec.timeout, 120))
     return got["bounds"]
 
 
@@ -83,9 +84,9 @@ def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]
     share = adm.share(ctx.budget, slot.gpu) if adm is not None else Grant(
         ctx.budget.host_mb, ctx.budget.device_bytes(), None, False)
     sets = spec.trials + TIMING_SETS
-    got = reference_call(ctx, slot.gpu, {"cmd": "plan", "source": spec.source, "init_seed": spec.seeds[0],
-                                      "seed": spec.seeds[1], "calls": len(spec.plan()), "sets": sets,
-                                      "budgets": (most or share).budgets(timed)}, max(spec.timeout, 120))
+    got = reference_call(ctx, slot.gpu, protocol.Plan(cmd="plan", source=spec.source, init_seed=spec.seeds[0],
+                                                      seed=spec.seeds[1], calls=len(spec.plan()), sets=sets,
+                                                      budgets=(most or share).budgets(timed)), max(spec.timeout, 120))
     plan = got.get("plan")
     grant = (share if adm is None else most if spec.alone else adm.grant(ctx.budget, slot.gpu, plan, spec.device, timed))
     budgets = grant.budgets(timed)
@@ -111,11 +112,11 @@ def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
         ref = ctx.handouts.timer(gpu)
         broken = False
         try:
-            ref.send({"cmd": "prepare_timing", "source": spec.source, "init_seed": spec.seeds[-1],
-                      "seed": spec.seeds[-2], "key": spec.key, "compile": ctx.compile_reference})
+            ref.send(protocol.PrepareTiming(cmd="prepare_timing", source=spec.source, init_seed=spec.seeds[-1],
+                                            seed=spec.seeds[-2], key=spec.key, compile=ctx.compile_reference))
             prep = ref.receive(600, "reference compile")
             with ctx.gates[gpu].quiet(keep=ref.pid):
-                ref.send({"cmd": "measure", "key": spec.key, "warmup": spec.warmup, "trials": spec.timing_trials})
+                ref.send(protocol.Measure(cmd="measure", key=spec.key, warmup=spec.warmup, trials=spec.timing_trials))
                 out = ref.receive(600, "reference timing")
             out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
         except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:

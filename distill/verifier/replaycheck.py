@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from distill.verifier import codec, judge, kernelsrc, statecheck
+from distill.verifier import codec, judge, kernelsrc, protocol, statecheck
 from distill.verifier.record import scrub
 
 _PLAIN = re.compile(r"[^A-Za-z0-9_ .,:;()'\-/<>=+\[\]]")
@@ -106,9 +106,9 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
         what = source.error or f"kernel {name} is not rebuilt from the module's source: {source.why_missing(name)}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
     storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate))
-    msg = {"cmd": "replay", "problem": problem, "kernels": source.text, "kernel_names": source.kernels,
-           "trace": {**record, "storages": storages}, "byte_limit": byte_limit, "runs": RUNS, "seeds": seeds,
-           "stream": stream}
+    msg = protocol.Replay(cmd="replay", problem=problem, kernels=source.text, kernel_names=source.kernels,
+                          trace={**record, "storages": storages}, byte_limit=byte_limit, runs=list(RUNS), seeds=seeds,
+                          stream=stream)
     return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks,
                     skipped=source.skipped)
 
