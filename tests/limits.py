@@ -1,7 +1,8 @@
 """Time limits in tests that hold however busy the box is (issue 35: a verdict must not depend on load).
 
 On the CPU lane the verifier's phase limit counts the worker's CPU seconds, and gives a process
-starved by a busy box up to `procs.STARVED_WALL` (4) times the limit in wall time. A short limit still
+starved by a busy box (runnable at its limit, not asleep) up to `procs.STARVED_WALL` (4) times the
+limit in wall time. A short limit still
 turns load into a verdict: with 8 s (the verifier fixtures' old pool), an honest call of 2 CPU seconds
 is a `timeout` once the box gives it less than a sixteenth of a core for 32 s. Pools in tests that
 judge candidates meant to finish use `CALL_LIMIT_S` (a phase's wall cap is then 8 minutes). Cases that must run into a limit (an endless

@@ -26,7 +26,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from distill.verifier import codec, environ
+from distill.verifier import codec, environ, running
 
 # Sparse: pages exist only where a reply wrote; a bigger reply travels inline through the pipe.
 ARENA_BYTES = 1 << 30
@@ -34,8 +34,11 @@ ARENA_PREFIX = "tritonforge-arena-"  # + the parent's pid: `leftovers` sweeps th
 _ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.sandbox.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
-# CPU lane: a phase's limit is CPU seconds of the process, within this many times the limit of wall time.
+# CPU lane: a phase's limit is CPU seconds of the process, within this many times the limit of wall time,
+# for a process the box starves (runnable, or stopped); one that sleeps past its limit is not starved.
 STARVED_WALL = 4.0
+# How a process is told starved from asleep at its limit: this many looks at its threads' states.
+STATE_LOOKS, STATE_EVERY_S = 10, 0.1
 
 
 def zygote_context(device: str) -> Any:
@@ -246,17 +249,40 @@ class Proc:
         except (OSError, IndexError, ValueError):
             return None
 
+    def _starved(self) -> bool:
+        """Whether the process or a descendant (a compiler it waits on) is runnable or stopped in any of
+        STATE_LOOKS looks: a busy box keeps such a process off its CPU. One whose every thread sleeps in
+        each look (a lock it never gets, a corrupted heap's futex, `time.sleep`) is waiting on nothing
+        the box withholds, and its limit stands."""
+        for _ in range(STATE_LOOKS):
+            for pid in (self.pid, *running.descendants(self.pid)):
+                try:
+                    tids = os.listdir(f"/proc/{pid}/task")
+                except OSError:
+                    continue
+                for tid in tids:
+                    try:
+                        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                            state = fh.read().rsplit(")", 1)[1].split()[0]
+                    except (OSError, IndexError):
+                        continue
+                    if state in ("R", "T", "t"):
+                        return True
+            time.sleep(STATE_EVERY_S)
+        return False
+
     def receive(self, seconds: float, phase: str) -> dict[str, Any]:
         start = time.monotonic()
         deadline, cpu0 = start + seconds, self._cpu_seconds() if self.cpu_clock else None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                # Past the wall limit: a CPU-lane process that has not yet used `seconds` of CPU was
-                # starved by other work on the box; it gets the CPU seconds it has left, up to
-                # STARVED_WALL times the limit in wall time (so one that sleeps or waits still ends).
+                # Past the wall limit: a CPU-lane process that has not yet used `seconds` of CPU and is
+                # runnable was starved by other work on the box; it gets the CPU seconds it has left, up
+                # to STARVED_WALL times the limit in wall time. One that sleeps is not starved.
                 used, now = (self._cpu_seconds() if cpu0 is not None else None), time.monotonic()
-                if used is None or used - cpu0 >= seconds or now >= start + STARVED_WALL * seconds:
+                if (used is None or used - cpu0 >= seconds or now >= start + STARVED_WALL * seconds
+                        or not self._starved()):
                     raise ProcTimeout(phase, seconds)
                 deadline = min(start + STARVED_WALL * seconds, now + max(seconds - (used - cpu0), 0.05))
                 continue

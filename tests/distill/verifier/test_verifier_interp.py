@@ -10,8 +10,10 @@ worker dying inside the GPU compile, and a phase limit counted in CPU seconds.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -220,8 +222,9 @@ def _spin_then_reply(conn, cfg) -> None:
 
 
 def test_a_cpu_lane_limit_counts_cpu_seconds():
-    """A process that did not get its CPU seconds (here: it sleeps, as one starved by a busy box does)
-    is waited for up to STARVED_WALL times the limit; one that used them is stopped at the limit."""
+    """A process that did not get its CPU seconds because the box kept it off a CPU (here: stopped for
+    2.5 s, as a starved one is runnable and waits) is waited for up to STARVED_WALL times the limit;
+    one that used them, or that sleeps instead, is stopped at the limit."""
     made = []
 
     def proc(target, **cfg) -> procs.Proc:
@@ -229,7 +232,15 @@ def test_a_cpu_lane_limit_counts_cpu_seconds():
         return made[-1]
 
     try:
-        assert proc(_sleep_then_reply, sleep=2.5).receive(1.0, "call")["done"]
+        starved = proc(_spin_then_reply, cpu=0.3)
+        os.kill(starved.pid, signal.SIGSTOP)
+        threading.Timer(2.5, os.kill, (starved.pid, signal.SIGCONT)).start()
+        assert starved.receive(1.0, "call")["done"]
+        asleep = proc(_sleep_then_reply, sleep=30.0)
+        t0 = time.monotonic()
+        with pytest.raises(procs.ProcTimeout):
+            asleep.receive(1.0, "call")
+        assert time.monotonic() - t0 < 1.0 + procs.STATE_LOOKS * procs.STATE_EVERY_S + 1.0
         wall = proc(_sleep_then_reply, sleep=2.5)
         wall.cpu_clock = False  # the GPU lane's wall-clock limit
         with pytest.raises(procs.ProcTimeout):
