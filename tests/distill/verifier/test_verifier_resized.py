@@ -62,7 +62,8 @@ def test_baked_in_sizes_fail_on_the_twin_when_required(pools, relu_problem):
     assert len(failed) >= 2, [v.reason for v in runs]
     assert all(v.reason.startswith("on a resized twin") for v in failed), [v.reason for v in failed]
     kept = pools[1].verify(relu_problem, baked)  # recorded only: the verdict stands, the record says why
-    assert kept.status == "pass" and kept.checks["resized"]["status"] in ("pass", "wrong_output", "runtime_error", "crash")
+    assert kept.status == "pass" and kept.checks["resized"]["status"] in ("pass", "wrong_output", "runtime_error", "crash",
+                                                                   "timeout")  # a heap it corrupted can hang
 
 
 def test_lowered_linear_passes_a_twin_that_keeps_its_constructor(pools):
