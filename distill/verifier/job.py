@@ -38,6 +38,18 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[s
     return reply
 
 
+def _per_trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any]) -> bool:
+    """A near miss: screening's bound comes from two draws of its own, and a trial's draw (a worker's,
+    or the replay's secret one) may be one where an honest kernel errs more (every value tiny). Each
+    trial's bound is measured on its own inputs and the wider kept in `ref["trials"]`, once a job;
+    False where that was done already."""
+    if ref.get("per_trial"):
+        return False
+    ref["trials"] = judge.widened(ref["trials"], refwork.trial_bounds(ctx, slot, spec))
+    ref["per_trial"] = True
+    return True
+
+
 def _replayer_cap(ctx: JobContext, proc: procs.Proc, grant: Grant) -> bool:
     """Give a replayer the job's host cap; True where that is larger than the pool's (a retry's, pool.py;
     a job alone, admission.py): the replayer is then retired after, never handed on at that cap."""
@@ -137,11 +149,7 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
         near = found.checks.get("kernel_replay") if found.status == "not_triton" else None
         if isinstance(near, dict) and (near.get("compare") or {}).get("within_table") \
-                and not prep.checks.get("tolerance_per_trial"):
-            # As for the worker's calls (run_job): the secret trial's draw may be one where an honest
-            # kernel's error is larger than screening's draws saw. Each trial's bound measured on its own
-            # inputs, the wider kept, and the same report judged again.
-            ref["trials"] = judge.widened(ref["trials"], refwork.trial_bounds(ctx, slot, spec))
+                and _per_trial_bounds(ctx, slot, spec, ref):  # as for the worker's calls (run_job)
             found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
             found.checks["tolerance_per_trial"] = True
         broken = found.status is not None  # kept only after a clean replay, like a worker after a pass
@@ -248,10 +256,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             base["problem"] = {"insensitive_inputs": ref["insensitive_inputs"]}
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
         if found.status == "wrong_output" and (found.checks.get("compare") or {}).get("within_table"):
-            # Screening's bound comes from two draws of its own; this trial's draw may be one where an
-            # honest kernel's error is larger (every value tiny). Measure each trial's bound on its own
-            # inputs, take the wider, and judge again: a pass never pays for this.
-            ref["trials"] = judge.widened(ref["trials"], refwork.trial_bounds(ctx, slot, spec))
+            _per_trial_bounds(ctx, slot, spec, ref)  # a pass never pays for this
             found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device,
                                                             ref.get("construct_ops") or {})
             found.checks["tolerance_per_trial"] = True

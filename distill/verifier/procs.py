@@ -312,9 +312,10 @@ class Proc:
         return nonce
 
     def finish(self, nonce: str, seconds: float, phase: str, total: float | None = None,
-               on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+               on_progress: Callable[[str], None] | None = None, until: str | None = None) -> dict[str, Any]:
         """Wait for the reply to `nonce`. `progress` messages restart the per-phase clock (each call
-        of `forward` is a phase) but never past `total`; `on_progress` hears each one's step."""
+        of `forward` is a phase) but never past `total`; `on_progress` hears each one's step. With
+        `until`, an announcement of that step ends the wait instead: {} then, the command still running."""
         hard = time.monotonic() + (total if total is not None else seconds)
         current = phase
         while True:
@@ -331,29 +332,15 @@ class Proc:
                 current = str(reply["progress"])[:100]
                 if on_progress is not None:
                     on_progress(current)
+                if current == until:
+                    return {}
                 continue
             return reply
 
     def until_step(self, nonce: str, step: str, seconds: float, phase: str) -> dict[str, Any] | None:
-        """Wait for the command `nonce` to announce `step` (a progress message): None then, with the
+        """Wait, `seconds` in all, for the command `nonce` to announce `step`: None then, with the
         command still running; its final reply instead if it ends first (an error before the step)."""
-        deadline = time.monotonic() + seconds
-        current = phase
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ProcTimeout(current, seconds)
-            try:
-                reply = self.receive(left, current)
-            except ProcTimeout:
-                raise ProcTimeout(current, seconds) from None
-            if reply.get("nonce") != nonce:
-                raise ProcProtocol(f"reply during {current} does not carry this command's nonce")
-            if "progress" not in reply:
-                return reply
-            current = str(reply["progress"])[:100]
-            if current == step:
-                return None
+        return self.finish(nonce, seconds, phase, total=seconds, until=step) or None
 
     def request(self, msg: dict[str, Any], seconds: float, phase: str, total: float | None = None,
                 on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
