@@ -68,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--checkpoint", default=None, help="eval --eval-stage grpo: a checkpoint step (default: the last)")
     ap.add_argument("--limit", type=int, default=None, help="eval: at most this many problems per set and level")
     ap.add_argument("--steps", type=int, default=None, help="grpo: train to this many steps (default: the profile's)")
+    ap.add_argument("--build-device", choices=["cpu", "cuda"], default=None,
+                    help="data: verify the build on this device (cpu: the Triton interpreter, so a CPU box builds "
+                         "the data a GPU box trains on; default: the profile's)")
     ap.add_argument("--epochs", type=float, default=None, help="student: SFT epochs (default: the profile's)")
     return ap
 
@@ -97,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
             print("closed_loop: --epochs must be > 0", file=sys.stderr)
             return 2
         p = dataclasses.replace(p, sft_epochs=args.epochs)
-    if p.device == "cpu":
+    if args.build_device:
+        if args.stage != "data":
+            print("closed_loop: --build-device is for the data stage", file=sys.stderr)
+            return 2
+        p = p.on_build_device(args.build_device)
+    if (p.build_device or p.device) == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported, here and in the pool's workers
     else:
         import torch

@@ -28,7 +28,7 @@ def build_toml(p: Profile) -> str:
         lines += ["[[stage]]", f"index = {i}", f"levels = [{lv}]", f"size = {p.stage_size[lv]}", ""]
     lines += ["[heldout]", f"levels = [{', '.join(map(str, p.levels))}]", f"size = {p.heldout_size}", "",
               "[teacher]", 'spec = "lowering"', "samples = 1", "rounds = 0", f'prompt = "{p.prompt}"', "",
-              "[verify]", f'device = "{p.device}"', f"workers = {p.verify_workers}", f"timeout = {p.verify_timeout}", "",
+              "[verify]", f'device = "{p.build_device or p.device}"', f"workers = {p.verify_workers}", f"timeout = {p.verify_timeout}", "",
               "[cluster]", f"n_workers = {p.build_workers}", "threads_per_worker = 1",
               f"gpus_per_worker = {p.gpus_per_worker}", ""]
     return "\n".join(lines)
@@ -107,20 +107,21 @@ def run(lay: Layout, p: Profile, budget_s: float | None) -> dict[str, Any]:
 
     from synth.atomic_write import atomic_write_text
 
-    with StageClock(lay, "data", p.device) as clock:
+    device = p.build_device or p.device
+    with StageClock(lay, "data", device) as clock:
         lay.out.mkdir(parents=True, exist_ok=True)
         text = build_toml(p)
         if lay.build_config.exists() and lay.build_config.read_text() != text and lay.build.exists():
             raise StageError(f"{lay.build} was built from another config than {lay.build_config} would now say "
                              f"(another --profile or --levels?); use another --out")
         atomic_write_text(lay.build_config, text)
-        tritonforge(["build", str(lay.build_config), "--out", str(lay.build), "--no-card"], p.device,
+        tritonforge(["build", str(lay.build_config), "--out", str(lay.build), "--no-card"], device,
                     clock.commands, timeout=budget_s)
-        tritonforge(["export", str(lay.build), "--format", "sft", "--out", str(lay.sft)], p.device, clock.commands)
-        tritonforge(["export", str(lay.build), "--format", "rl", "--out", str(lay.grpo_data / "rl")], p.device,
+        tritonforge(["export", str(lay.build), "--format", "sft", "--out", str(lay.sft)], device, clock.commands)
+        tritonforge(["export", str(lay.build), "--format", "rl", "--out", str(lay.grpo_data / "rl")], device,
                     clock.commands)
         manifest = json.loads((lay.build / "manifest.json").read_text())
-        summary = {"profile": p.name, "levels": list(p.levels), "size_profile": p.size_profile,
+        summary = {"profile": p.name, "build_device": device, "levels": list(p.levels), "size_profile": p.size_profile,
                    "problems": manifest["counts"]["problems"], "rl": manifest["counts"]["rl"],
                    "verdicts": manifest["verdicts"], "build_timings": manifest["timings"],
                    "sft": sft_summary(lay), "splits": write_splits(lay, p)}

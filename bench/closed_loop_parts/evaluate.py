@@ -1,7 +1,7 @@
 """Stage `eval`: held-out greedy pass@1 through the project's VerifierPool, per test set and level.
 
 For each test problem (eval-sets/{dag,ops}/level=L) the model answers the prompt the build wrote
-for it (greedy, `max_new_tokens` from the student stage), the teacher-side extractor takes the code
+for it (greedy, `max_new_tokens` from the student stage, decoded by decode.py), the teacher-side extractor takes the code
 (an answer that never ended is `truncated`, as a teacher's would be), and the VerifierPool verifies
 it against the problem itself (from the build's problems shards: its resized twin is checked too,
 as in the build). Recorded per (set, level): problems, passes, pass@1, passes faster than eager (GPU
@@ -25,8 +25,7 @@ from closed_loop_parts.profiles import Profile
 
 SETS = ("dag", "ops")
 # The random-weight student writes no code and never stops: its answers are cut here rather than at
-# the SFT model's length (a 12-layer student decodes at ~72 ms a token on an H100 with `generate`, so
-# 3,072 tokens cost ~4 minutes a batch for the same verdict, `truncated`).
+# the SFT model's length (the same verdict, `truncated`, for a tenth of the decoding).
 BASE_MAX_NEW_TOKENS = 256
 
 
@@ -76,10 +75,13 @@ def heldout_problems(lay: Layout) -> dict[str, Any]:
 
 def generate(model_dir: Path, prompts: list[list[dict[str, str]]], max_new_tokens: int, batch: int, device: str,
              deadline: float) -> list[tuple[str, bool, int] | None]:
-    """Greedy answers (text, ended with EOS, new tokens), batched by prompt length; None where the
-    deadline passed before the prompt's batch began."""
+    """Greedy answers (text, ended with EOS, new tokens), batched by prompt length, decoded by
+    `decode.StaticDecoder` (one CUDA graph a step on a GPU); None where the deadline passed before the
+    prompt's batch began."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from closed_loop_parts.decode import StaticDecoder
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
@@ -93,21 +95,21 @@ def generate(model_dir: Path, prompts: list[list[dict[str, str]]], max_new_token
             break
         idx = order[start:start + batch]
         enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        with torch.no_grad():
-            seqs = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id,
-                                  eos_token_id=tok.eos_token_id)
-        new = seqs[:, enc["input_ids"].shape[1]:]
-        for row, i in zip(new.tolist(), idx):
-            ended = tok.eos_token_id in row
-            n = row.index(tok.eos_token_id) + 1 if ended else len(row)
-            out[i] = (tok.decode(row[:n], skip_special_tokens=True), ended, n)
+        dec = StaticDecoder(model, len(idx), enc["input_ids"].shape[1], max_new_tokens, tok.eos_token_id,
+                            tok.pad_token_id)
+        rows = dec.run(enc["input_ids"], enc["attention_mask"])
+        del dec
+        for row, i in zip(rows, idx):
+            ended = row[-1:] == [tok.eos_token_id]
+            out[i] = (tok.decode(row, skip_special_tokens=True), ended, len(row))
     del model
     if device == "cuda":
         torch.cuda.empty_cache()
     return out
 
 
-def verify(pairs: list[tuple[Any, str, bool]], device: str, workers: int, timeout: float) -> list[dict[str, Any]]:
+def verify(pairs: list[tuple[Any, str, bool]], device: str, workers: int, timeout: float,
+           timing: str = "eager") -> list[dict[str, Any]]:
     """Verdicts of (problem, answer text, ended) triples: extraction first, then the pool (identical pairs once)."""
     from distill.teacher.extract import extract
     from distill.verifier import VerifierPool
@@ -123,7 +125,7 @@ def verify(pairs: list[tuple[Any, str, bool]], device: str, workers: int, timeou
             problems[problem.problem_id] = problem
             jobs.setdefault((problem.problem_id, ex.code), []).append(i)
     if jobs:
-        pool = VerifierPool(workers=workers, device=device, timeout=timeout)
+        pool = VerifierPool(workers=workers, device=device, timeout=timeout, timing=timing)
         try:
             verdicts = pool.verify_many([(problems[pid], code) for pid, code in jobs])
         finally:
@@ -170,7 +172,7 @@ def run(lay: Layout, p: Profile, stage: str, checkpoint: str | None, limit: int 
         done = [(f, a) for f, a in zip(flat, answers) if a is not None]
         t1 = time.perf_counter()
         verdicts = verify([(problems[r["problem_id"]], a[0], a[1]) for (_, _, r), a in done], p.device,
-                          p.eval_workers, p.verify_timeout)
+                          p.eval_workers, p.verify_timeout, p.eval_timing)
         ver_s = time.perf_counter() - t1
         records = [{"set": name, "level": lv, "problem_id": r["problem_id"], "ended": a[1], "new_tokens": a[2],
                     **v, "completion": a[0]} for ((name, lv, r), a), v in zip(done, verdicts)]

@@ -16,7 +16,9 @@
 # measured on this code, so a probe build (PROBE_SIZE problems a level, its own folder) measures it,
 # and the real build gets as many problems a level as that rate verifies in BUILD_S seconds (a
 # build stopped by its budget resumes once). SFT takes as many epochs as SFT_TOKENS_PER_S fills
-# SFT_S with (the budget stops it in any case). Every other stage has its budget below.
+# SFT_S with (the budget stops it in any case). Every other stage has its budget below; GRPO_S=0
+# leaves GRPO out. DATA_FROM=DIR skips the probe and the build: the data is DIR/data.tgz.*, packed by
+# `collect` from a `data` stage run elsewhere (`closed_loop.py --build-device cpu data` on a CPU box).
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cl() { python3 "$here/bench/closed_loop.py" --profile gpu "$@"; }
@@ -71,21 +73,28 @@ run() {
   exec >>"$out/pipeline.log" 2>&1
   echo "=== $(date '+%F %T') start, commit ${CLOSED_LOOP_COMMIT:-?}"
   nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader
-  stage probe --stage-size "$PROBE_SIZE" data --out "$out-probe" --budget-s 300
-  if [ -f "$out-probe/data.json" ]; then size=$(build_size "$out-probe/data.json"); else size=128; fi
-  stage data --stage-size "$size" data --out "$out" --budget-s "$BUILD_S"
-  rc=$?
-  if [ "$rc" = 3 ]; then
-    stage data-resumed --stage-size "$size" data --out "$out" --budget-s 150
+  if [ -n "${DATA_FROM:-}" ]; then   # data built elsewhere (`--build-device cpu`), packed by `collect`
+    echo "=== $(date +%T) data: unpacked from $DATA_FROM"
+    cat "$DATA_FROM"/data.tgz.* | tar -xz -C "$out" || { echo 2 >"$out/DONE"; return; }
+  else
+    stage probe --stage-size "$PROBE_SIZE" data --out "$out-probe" --budget-s 300
+    if [ -f "$out-probe/data.json" ]; then size=$(build_size "$out-probe/data.json"); else size=128; fi
+    stage data --stage-size "$size" data --out "$out" --budget-s "$BUILD_S"
     rc=$?
+    if [ "$rc" = 3 ]; then
+      stage data-resumed --stage-size "$size" data --out "$out" --budget-s 150
+      rc=$?
+    fi
+    [ "$rc" = 0 ] || { echo "$rc" >"$out/DONE"; return; }
   fi
-  [ "$rc" = 0 ] || { echo "$rc" >"$out/DONE"; return; }
   epochs=$(sft_epochs "$out/sft")
   stage student --epochs "$epochs" student --out "$out" --budget-s "$SFT_S" || { echo 2 >"$out/DONE"; return; }
   stage eval-base eval --eval-stage base --limit 32 --budget-s 30 --out "$out"
   stage eval-sft eval --eval-stage sft --limit "$EVAL_LIMIT" --budget-s "$EVAL_S" --out "$out"
-  stage grpo grpo --budget-s "$GRPO_S" --out "$out"
-  stage eval-grpo eval --eval-stage grpo --limit "$EVAL_LIMIT" --budget-s "$EVAL_S" --out "$out"
+  if [ "$GRPO_S" != 0 ]; then
+    stage grpo grpo --budget-s "$GRPO_S" --out "$out"
+    stage eval-grpo eval --eval-stage grpo --limit "$EVAL_LIMIT" --budget-s "$EVAL_S" --out "$out"
+  fi
   stage report report --out "$out"
   echo 0 >"$out/DONE"
 }

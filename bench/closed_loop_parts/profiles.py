@@ -26,6 +26,7 @@ class Profile:
     verify_timeout: float = 120.0
     build_workers: int = 1                    # dask workers (GPU: one per GPU)
     gpus_per_worker: int = 0
+    build_device: str = ""                    # the build's verifier device when not `device` (--build-device)
     prompt: str = "kernelbench-zeroshot"      # short prompts: a small student reads them whole
     # student: a Llama built from scratch, tokenizer trained on the SFT text
     vocab_size: int = 512
@@ -46,6 +47,7 @@ class Profile:
     eval_batch: int = 8
     eval_budget_s: float = 120.0
     eval_workers: int = 1
+    eval_timing: str = "eager"                # a pass's baselines: the report gives the share faster than eager only
     # GRPO (`tritonforge train-grpo`), curriculum on
     grpo_steps: int = 2
     grpo_generations: int = 2
@@ -64,6 +66,18 @@ class Profile:
         """This profile over other levels; a new level takes the size of the profile's last one."""
         last = self.stage_size[max(self.stage_size)]
         return dataclasses.replace(self, levels=levels, stage_size={lv: self.stage_size.get(lv, last) for lv in levels})
+
+    def on_build_device(self, device: str) -> "Profile":
+        """This profile with its data built on `device`: `cpu` verifies in the Triton interpreter with
+        one verifier worker a core and one dask worker, so a CPU box builds the data a GPU box trains on."""
+        if device == (self.build_device or self.device):
+            return self
+        if device == "cpu":
+            import os
+
+            return dataclasses.replace(self, build_device="cpu", verify_workers=os.cpu_count() or 1,
+                                       build_workers=1, gpus_per_worker=0)
+        return dataclasses.replace(self, build_device=device)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -85,7 +99,7 @@ GPU = Profile(
     shard_size=64, verify_workers=8, verify_timeout=120.0, build_workers=2, gpus_per_worker=1,
     vocab_size=16384, hidden_size=512, num_layers=12, num_heads=8, intermediate_size=1536,   # ~58M parameters
     sft_epochs=3.0, sft_max_steps=-1, sft_batch=16, sft_lr=1e-3, sft_max_length=4096, sft_budget_s=420.0,
-    eval_max_new_tokens=0, eval_batch=200, eval_budget_s=420.0, eval_workers=12,
+    eval_max_new_tokens=0, eval_max_new_tokens_cap=4096, eval_batch=400, eval_budget_s=420.0, eval_workers=12,
     grpo_steps=60, grpo_generations=8, grpo_prompts=4, grpo_lr=2e-5, grpo_eval_every=4, grpo_eval_size=32,
     grpo_max_stage_steps=2, grpo_save_steps=2, grpo_budget_s=360.0, grpo_workers=12,
 )
