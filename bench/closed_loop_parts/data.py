@@ -23,7 +23,13 @@ from closed_loop_parts.profiles import Profile
 def build_toml(p: Profile) -> str:
     """The build config: one stage per level, held-out sets at the same levels, the lowering teacher."""
     lines = [f'name = "closed-loop-{p.name}"', f"seed = {p.seed}", 'license = "apache-2.0"', "",
-             "[sample]", f"shard_size = {p.shard_size}", f'profile = "{p.size_profile}"', ""]
+             "[sample]", f"shard_size = {p.shard_size}", f'profile = "{p.size_profile}"']
+    if p.ops_left_out:
+        from synth.catalog import default_catalog
+
+        ops = sorted(set(default_catalog()) - set(p.ops_left_out))
+        lines.append("ops = [" + ", ".join(f'"{o}"' for o in ops) + "]")
+    lines.append("")
     for i, lv in enumerate(p.levels, 1):
         lines += ["[[stage]]", f"index = {i}", f"levels = [{lv}]", f"size = {p.stage_size[lv]}", ""]
     lines += ["[heldout]", f"levels = [{', '.join(map(str, p.levels))}]", f"size = {p.heldout_size}", "",

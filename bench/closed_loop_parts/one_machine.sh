@@ -75,7 +75,7 @@ run() {
   nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader
   if [ -n "${DATA_FROM:-}" ]; then   # data built elsewhere (`--build-device cpu`), packed by `collect`
     echo "=== $(date +%T) data: unpacked from $DATA_FROM"
-    cat "$DATA_FROM"/data.tgz.* | tar -xz -C "$out" || { echo 2 >"$out/DONE"; return; }
+    cat "$DATA_FROM"/data.tgz.* | tar -xz -C "$out" && touch "$out/.data-unpacked" || { echo 2 >"$out/DONE"; return; }
   else
     stage probe --stage-size "$PROBE_SIZE" data --out "$out-probe" --budget-s 300
     if [ -f "$out-probe/data.json" ]; then size=$(build_size "$out-probe/data.json"); else size=128; fi
@@ -117,7 +117,7 @@ collect() {
        stages eval grpo/metrics.jsonl grpo/reward.png build/manifest.json; do [ -e "$f" ] && echo "$f"; done) >/tmp/cl-files
   [ -f "$out-probe/data.json" ] && cp "$out-probe/data.json" "$out/probe-data.json" && echo probe-data.json >>/tmp/cl-files
   tar -czf "$dest/results.tgz" -C "$out" -T /tmp/cl-files
-  if [ -f "$out/data.json" ]; then   # what student, eval and grpo read, to run them on another machine
+  if [ -f "$out/data.json" ] && [ ! -f "$out/.data-unpacked" ]; then   # what student, eval and grpo read, to run them on another machine
     (cd "$out" && ls -d build.toml data.json stages/data.json sft grpo-data eval-sets build/manifest.json \
         build/problems/heldout-*.parquet) >/tmp/cl-files
     tar -czf /tmp/cl-data.tgz -C "$out" -T /tmp/cl-files && split -b 15M -d /tmp/cl-data.tgz "$dest/data.tgz."
