@@ -49,7 +49,14 @@ class StaticDecoder:
         self.out = torch.full((batch, max_new_tokens), pad_token_id, device=dev, dtype=torch.long)
         self.graph = None
         if dev.type == "cuda":
-            self._capture()
+            try:
+                self._capture()
+            except RuntimeError as exc:   # the same step runs without a graph: slower, the same tokens
+                import sys
+
+                print(f"decode: no CUDA graph ({type(exc).__name__}: {str(exc)[:200]}); stepping without one",
+                      file=sys.stderr)
+                self.graph = None
 
     def _forward(self, ids: Any, pos: Any, write_at: Any, mask: Any, rows: slice) -> Any:
         """Logits of each row's last position; the keys and values of `ids` go to cache slots `write_at`

@@ -65,3 +65,21 @@ def test_static_decoder_refuses_another_batch_shape(student):
     dec = StaticDecoder(model, 3, enc["input_ids"].shape[1], 4, tok.eos_token_id, tok.pad_token_id)
     with pytest.raises(ValueError, match="holds 3 prompts"):
         dec.run(enc["input_ids"], enc["attention_mask"])
+
+
+@pytest.mark.gpu
+def test_static_decoder_on_a_gpu_replays_one_graph_a_step(student):
+    """On a GPU the step is a captured graph; in float32 its tokens are generate's there too."""
+    from closed_loop_parts.decode import StaticDecoder
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    model, tok = student
+    model = model.to("cuda")
+    enc = tok(["def forward(self, x):", "@triton.jit\ndef k(x_ptr, n):\n    return y * 2"], return_tensors="pt",
+              padding=True, add_special_tokens=False).to("cuda")
+    want = _generate(model, enc, 64, tok.eos_token_id, tok.pad_token_id)
+    dec = StaticDecoder(model, *enc["input_ids"].shape, 64, tok.eos_token_id, tok.pad_token_id)
+    assert dec.graph is not None
+    assert dec.run(enc["input_ids"], enc["attention_mask"]) == want
+    model.to("cpu")
