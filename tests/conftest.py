@@ -8,7 +8,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def built_dataset(tmp_path_factory):
-    """One small real build (LocalCluster, real verifier, replayed honest kernels) with its card."""
+    """One small real build (LocalCluster, real verifier, replayed honest kernels) with its card, made
+    under umask 0o022 (its workers start under it); its config is `out.parent / "build.toml"`. Tests
+    read it, or work on a copy."""
     from pipelines.build.config import load_config
     from pipelines.build.run import build
     from pipelines.publish.card import write_card
@@ -16,8 +18,12 @@ def built_dataset(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("built")
     out = tmp / "out"
-    manifest = build(load_config(write_config(tmp, size=4, shard_size=2)), out, progress=False)
-    write_card(out, manifest)
+    old = os.umask(0o022)
+    try:
+        manifest = build(load_config(write_config(tmp, size=4, shard_size=2)), out, progress=False)
+        write_card(out, manifest)
+    finally:
+        os.umask(old)
     return out
 
 

@@ -1,6 +1,7 @@
 """The dask build on a real LocalCluster with the real verifier: every table, resume, and kill -9."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +14,6 @@ import pytest
 
 from pipelines.build.config import load_config
 from pipelines.build.run import build
-from pipelines.publish.card import write_card
 from tests.filemodes import modes, wrong
 from tests.pipelines.buildkit import rows, write_config
 
@@ -22,15 +22,13 @@ def _ids(folder: Path) -> set:
     return {h for f in folder.rglob("*.parquet") for h in pq.read_table(f, columns=["problem_id"]).column(0).to_pylist()}
 
 
-def test_build_writes_every_table_then_resumes(tmp_path, capsys, umask):
-    umask(0o022)  # the workers are started under it: every output, card included, must be 0o644
-    cfg = load_config(write_config(tmp_path, size=4, shard_size=2))
-    out = tmp_path / "out"
-    m = build(cfg, out, progress=False)
-    write_card(out, m)
+def test_build_writes_every_table_then_resumes(built_dataset, tmp_path, capsys):
+    # the session's build (tests/conftest.py): size 4 in shards of 2, made and carded under umask 0o022,
+    # which its workers were started under: every output, card included, must be 0o644
+    out = built_dataset
+    m = json.loads((out / "manifest.json").read_text())  # what build() returned, as it wrote it
     assert wrong(out, 0o644, 0o755) == {}
     assert {"build.json", "manifest.json", "README.md", ".done/", "plots/verdicts.png"} <= set(modes(out))
-    assert "dask dashboard: http://127.0.0.1:" in capsys.readouterr().err
     c = m["counts"]
     assert c["rl"] == {"stage=1": 4} and c["heldout"] == {"level=1": 2}
     assert c["sft"] == 4 and m["verdicts"] == {"pass": 4}  # real verifier, honest relu kernels
@@ -38,9 +36,12 @@ def test_build_writes_every_table_then_resumes(tmp_path, capsys, umask):
     assert not (_ids(out / "heldout") & _ids(out / "rl"))  # held-out disjoint from training
     first = rows(out)
     assert len(first["sft"]) == 4 and len(first["samples"]) == 4
-    m2 = build(cfg, out, progress=False)
+    again = tmp_path / "out"  # resumed in a copy: the shared build stays as it was made
+    shutil.copytree(out, again)
+    m2 = build(load_config(out.parent / "build.toml"), again, progress=False)
+    assert "dask dashboard: http://127.0.0.1:" in capsys.readouterr().err  # every build prints its link
     assert m2["shards"] == {"total": 5, "resumed": 5}  # 1 held-out sample + 2 x (sample, teach); nothing recomputed
-    assert rows(out) == first
+    assert rows(again) == first
 
 
 def _run_cli(cfg: Path, out: Path, **kw) -> subprocess.Popen:

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.build.cluster import NO_MULTICAST, connect
-from pipelines.build.config import load_config, parse_config
-from pipelines.build.run import build
+from pipelines.build.config import parse_config
 from tests.pipelines.buildkit import config_doc, rows, write_config
 from tests.limits import wall_bound
 
@@ -81,8 +80,9 @@ def _dashboard(stderr: str) -> str:
 
 
 @pytest.mark.slow
-def test_dask_cli_workers_build_the_rows_of_a_local_cluster(tmp_path):
-    cfg = write_config(tmp_path, size=4, shard_size=2)
+def test_dask_cli_workers_build_the_rows_of_a_local_cluster(built_dataset, tmp_path):
+    # the session's LocalCluster build (tests/conftest.py) and its config: size 4 in shards of 2
+    cfg = built_dataset.parent / "build.toml"
     run = tmp_path / "run"
     run.mkdir()
     with dask_cluster(tmp_path / "cluster", {"w1": [], "w2": []}) as address:
@@ -103,9 +103,7 @@ def test_dask_cli_workers_build_the_rows_of_a_local_cluster(tmp_path):
     assert not list((tmp_path / "cluster").glob("w*/rel"))  # nothing under a worker's own cwd
     assert "| SFT rows (verified pass) | 4 |" in done.stdout
 
-    local = tmp_path / "local"
-    build(load_config(cfg), local, progress=False)
-    assert rows(run / "rel" / "out") == rows(local)
+    assert rows(run / "rel" / "out") == rows(built_dataset)
 
 
 def test_local_cluster_dashboard_serves(tmp_path):
