@@ -42,7 +42,7 @@ def umask():
 # whole, so its module fixtures (a pool, a build) start once, and the files that use a costly session
 # fixture (SHARED) go to one lane together, so it is made once. Every lane computes the same packing
 # from the same collection, so the lanes split the suite exactly: no test runs twice or never.
-SHARED = ("built_dataset",)
+SHARED = ("built_dataset", "honest_verdict")
 TIMES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "test_times.json")
 
 

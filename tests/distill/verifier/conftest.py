@@ -42,3 +42,19 @@ def pool():
 
     with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, max_memory_mb=2048) as p:
         yield p
+
+
+@pytest.fixture(scope="session")
+def honest_verdict(pool):
+    """`honest_verdict(name)`: the session pool's verdict on fixture `name`'s honest candidate, verified
+    once a session. The honest controls (test_verifier_pool.py) and the tests that check more of the
+    same verification (test_verifier_realworld.py's autotune and GPU-compile checks, the degenerate
+    tests' mean_square) read it; tests/conftest.py's SHARED keeps those files in one lane."""
+    verdicts: dict = {}
+
+    def get(name: str):
+        if name not in verdicts:
+            verdicts[name] = pool.verify(problem(name), honest(name))
+        return verdicts[name]
+
+    return get

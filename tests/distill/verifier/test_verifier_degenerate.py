@@ -85,12 +85,12 @@ def get_init_inputs():
 '''
 
 
-def test_a_fixed_answer_within_the_dtype_table_is_wrong_and_the_real_computation_passes(pool):
+def test_a_fixed_answer_within_the_dtype_table_is_wrong_and_the_real_computation_passes(pool, honest_verdict):
     v = pool.verify(problem("mean_square"), hostile("constant_statistic"))
     assert v.status == "wrong_output", v.reason
     # the mean of squares is exact in fp32: its bound is far under the table's 2e-3, and a fixed 1.0 misses it
     assert v.checks["tolerance"][0]["basis"] == "measured" and v.checks["tolerance"][0]["norm_rel"] < 1e-4
-    assert pool.verify(problem("mean_square"), honest("mean_square")).status == "pass"
+    assert honest_verdict("mean_square").status == "pass"  # the honest control's verification (4M elements: ~18 s)
 
 
 def test_follows_reference_catches_a_fixed_answer_that_each_trial_accepts():

@@ -13,8 +13,8 @@ from tests.limits import CALL_LIMIT_S
 
 
 @pytest.mark.parametrize("name", MANIFEST["honest"])
-def test_honest_controls_pass(pool, name):
-    v = pool.verify(problem(name), honest(name))
+def test_honest_controls_pass(honest_verdict, name):
+    v = honest_verdict(name)
     assert v.status == "pass", v.reason
     assert v.device == "cpu" and v.kernel_ms is None and v.speedup_eager is None
     assert v.checks["ablation"] == "outputs depend on its kernels"
@@ -29,8 +29,8 @@ def test_timing_must_be_a_known_choice():
         VerifierPool(device="cpu", timing="compile")
 
 
-def test_several_kernels_are_all_recorded(pool):
-    v = pool.verify(problem("linear_relu"), honest("linear_relu"))
+def test_several_kernels_are_all_recorded(honest_verdict):
+    v = honest_verdict("linear_relu")
     assert v.status == "pass" and v.checks["trials"][0]["kernels"] == ["linear_kernel", "relu_kernel"]
 
 
