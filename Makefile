@@ -68,10 +68,12 @@ test-slow: $(STAMP)
 # by side. tests/conftest.py's --lane packs whole test files into lanes by bench/test_times.json's
 # seconds, so the lanes end together. Each lane appends its tests' seconds to out/test-times/ as they
 # end; `python bench/test_times.py out/test-times/*.log --lanes N` refreshes the table and prints the
-# packing. Two lanes for CI's two cores; a third fills the time each lane spends waiting (process
-# starts, sockets, subprocesses). --output-sync prints each lane's report whole when it ends. GPU tests
+# packing. Four lanes on CI's two cores: a lane spends much of its time waiting (process starts,
+# sockets, subprocesses, vLLM engines). With three, a clean clone kept the box 58% busy; four ran the
+# same suite in 25:43 against 28:35 on the same box that hour, peak memory 15.6 of 24 GB
+# (bench/RESULTS.md, 2026-11-28). --output-sync prints each lane's report whole when it ends. GPU tests
 # run only through the device tool.
-LANES ?= 3
+LANES ?= 4
 LANE_IDS := $(shell seq 1 $(LANES))
 
 test-lane-%: $(STAMP)
