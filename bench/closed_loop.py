@@ -55,6 +55,16 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size or comma-separated sizes, got {text!r}") from None
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"expected a size or comma-separated sizes, got {text!r}")
+    return sizes
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", choices=["smoke", "gpu"], default=None,
@@ -62,7 +72,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--smoke", action="store_true", help="same as --profile smoke")
     ap.add_argument("--out", default=None, help="run folder (default out/closed-loop-PROFILE)")
     ap.add_argument("--levels", type=_levels, default=None, help="levels to train and test, e.g. 1,2,5 (default 1,2)")
-    ap.add_argument("--stage-size", type=int, default=None, help="training problems per level (default: the profile's)")
+    ap.add_argument("--stage-size", type=_sizes, default=None,
+                    help="training problems per level: one number for every level, or one per level, e.g. 1024,3072 "
+                         "(default: the profile's); a larger size grows an existing build, keeping what it made")
     ap.add_argument("stage", choices=STAGES)
     ap.add_argument("--budget-s", type=float, default=None, help="the stage's time budget (default: the profile's)")
     ap.add_argument("--eval-stage", choices=["base", "sft", "grpo"], default="sft", help="eval: which model")
@@ -92,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.levels:
         p = p.with_levels(args.levels)
     if args.stage_size is not None:
-        if args.stage_size < 1:
-            print("closed_loop: --stage-size must be >= 1", file=sys.stderr)
+        sizes = args.stage_size * len(p.levels) if len(args.stage_size) == 1 else args.stage_size
+        if len(sizes) != len(p.levels) or min(sizes) < 1:
+            print(f"closed_loop: --stage-size needs one size >= 1, or one per level ({len(p.levels)}), "
+                  f"got {','.join(map(str, args.stage_size))}", file=sys.stderr)
             return 2
-        p = dataclasses.replace(p, stage_size=dict.fromkeys(p.levels, args.stage_size))
+        p = dataclasses.replace(p, stage_size=dict(zip(p.levels, sizes)))
     if args.epochs is not None:
         if not args.epochs > 0:
             print("closed_loop: --epochs must be > 0", file=sys.stderr)

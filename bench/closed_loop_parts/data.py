@@ -116,11 +116,9 @@ def run(lay: Layout, p: Profile, budget_s: float | None) -> dict[str, Any]:
     device = p.build_device or p.device
     with StageClock(lay, "data", device) as clock:
         lay.out.mkdir(parents=True, exist_ok=True)
-        text = build_toml(p)
-        if lay.build_config.exists() and lay.build_config.read_text() != text and lay.build.exists():
-            raise StageError(f"{lay.build} was built from another config than {lay.build_config} would now say "
-                             f"(another --profile or --levels?); use another --out")
-        atomic_write_text(lay.build_config, text)
+        # a build folder made from another config is refused by the build itself, unless this one only
+        # grows its stage sizes (--stage-size), which resumes it
+        atomic_write_text(lay.build_config, build_toml(p))
         tritonforge(["build", str(lay.build_config), "--out", str(lay.build), "--no-card"], device,
                     clock.commands, timeout=budget_s)
         tritonforge(["export", str(lay.build), "--format", "sft", "--out", str(lay.sft)], device, clock.commands)

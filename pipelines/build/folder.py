@@ -4,6 +4,14 @@ A folder is a build when it holds `build.json`, the stamp the first build into i
 and its digest). Anything else in a non-empty folder belongs to someone else: the build refuses it
 before writing a byte, so no user file is ever replaced, and `publish` never sees it.
 
+A build may grow: a config that differs from the stamp's only in larger stage sizes resumes the
+folder. (Not held-out sizes: training shards are drawn excluding every held-out problem, so a larger
+held-out set would change them all.) The plan is prefix-stable (a shard's problems depend on its seed stream and index
+range), so every shard whose range and dataset-wide offset are unchanged is kept; the markers of
+those that changed (a stage after a grown one starts later in the dataset) are dropped, so they run
+again, and the stamp takes the new config. The result is the dataset a fresh build at the new sizes
+makes (tests/pipelines/test_build_grow.py).
+
 Two builds into one folder would race on its markers and manifest, so a build holds an OS lock
 (`fcntl.flock`) on `.build.lock` inside the folder while it runs. The kernel drops the lock when its
 holder exits, however it dies: a kill -9'd build never blocks the next one. The lock file is written
@@ -12,13 +20,17 @@ in place, never renamed over (the lock belongs to its inode), and only ever hold
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from pipelines.build.config import BuildConfig
+from pipelines.build.markers import marker_path
+from pipelines.build.plan import plan
 from synth.atomic_write import atomic_write_text
 from synth.cli_checks import UsageError
 
@@ -56,13 +68,55 @@ def check_folder(cfg: BuildConfig, out: Path) -> bool:
                               "choose an empty or new folder")
         return False
     try:
-        digest = json.loads(stamp.read_text())["config_digest"]
+        doc = json.loads(stamp.read_text())
+        digest = doc["config_digest"]
     except (ValueError, KeyError, TypeError) as exc:
         raise FolderError(f"--out {out}: {stamp} is not a build stamp ({type(exc).__name__}: {exc})") from None
-    if digest != cfg.digest():
+    if digest != cfg.digest() and grown_from(cfg, doc) is None:
         raise FolderError(f"--out {out} was built with another config (digest {digest}, this one is {cfg.digest()}); "
-                          "use a new --out or delete the folder")
+                          "use a new --out or delete the folder (a config may only grow stage and held-out sizes)")
     return True
+
+
+def grown_from(cfg: BuildConfig, stamp: dict) -> BuildConfig | None:
+    """The stamped config, when `cfg` is it with some stage sizes raised; else None."""
+    try:
+        old_sizes = {int(s["index"]): int(s["size"]) for s in stamp["config"]["curriculum"]["stages"]}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if set(old_sizes) != {s.index for s in cfg.stage} or any(old_sizes[s.index] > s.size for s in cfg.stage):
+        return None
+    old = dataclasses.replace(cfg, stage=tuple(dataclasses.replace(s, size=old_sizes[s.index]) for s in cfg.stage))
+    return old if old.digest() == stamp["config_digest"] else None
+
+
+def changed_shards(old: BuildConfig, new: BuildConfig) -> list[str]:
+    """Shards of `old` that `new` plans differently (range or offset): their rows must be made again."""
+    now = {s.name: s for s in plan(new)}
+    return [s.name for s in plan(old) if now.get(s.name) != s]
+
+
+def _grow(cfg: BuildConfig, out: Path) -> None:
+    """Under the lock: if the stamp is an earlier, smaller config of this build, drop the markers of
+    the shards the new plan changes and stamp the new config."""
+    doc = json.loads((out / STAMP).read_text())
+    if doc["config_digest"] == cfg.digest():
+        return
+    old = grown_from(cfg, doc)
+    assert old is not None  # check_folder refused anything else
+    redo = changed_shards(old, cfg)
+    for name in redo:
+        for task in (f"sample-{name}", f"teach-{name}"):
+            marker_path(out, task).unlink(missing_ok=True)
+    sizes = ", ".join(f"stage {s.index} {o.size} -> {s.size}" for o, s in zip(old.stage, cfg.stage) if o.size != s.size)
+    print(f"build: {out} grows ({sizes}); {len(redo)} finished shard(s) start elsewhere now and run again",
+          file=sys.stderr)
+    _stamp(cfg, out)
+
+
+def _stamp(cfg: BuildConfig, out: Path) -> None:
+    atomic_write_text(out / STAMP, json.dumps({"config_digest": cfg.digest(), "config": cfg.to_dict()},
+                                              indent=1, default=list))
 
 
 def _lock(out: Path) -> int:
@@ -92,9 +146,10 @@ def claim(cfg: BuildConfig, out: Path) -> Iterator[bool]:
     fd = _lock(out)
     try:
         resuming = check_folder(cfg, out)
-        if not resuming:
-            atomic_write_text(out / STAMP, json.dumps({"config_digest": cfg.digest(), "config": cfg.to_dict()},
-                                                      indent=1, default=list))
+        if resuming:
+            _grow(cfg, out)
+        else:
+            _stamp(cfg, out)
         yield resuming
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
