@@ -109,8 +109,10 @@ def generate(model_dir: Path, prompts: list[list[dict[str, str]]], max_new_token
 
 
 def verify(pairs: list[tuple[Any, str, bool]], device: str, workers: int, timeout: float,
-           timing: str = "eager") -> list[dict[str, Any]]:
-    """Verdicts of (problem, answer text, ended) triples: extraction first, then the pool (identical pairs once)."""
+           timing: str = "eager", deadline: float | None = None) -> list[dict[str, Any] | None]:
+    """Verdicts of (problem, answer text, ended) triples: extraction first, then the pool (identical
+    pairs once), in chunks of twice the pool's workers in the order given; None for the pairs whose
+    chunk would start past `deadline` (a monotonic time)."""
     from distill.teacher.extract import extract
     from distill.verifier import VerifierPool
 
@@ -124,20 +126,38 @@ def verify(pairs: list[tuple[Any, str, bool]], device: str, workers: int, timeou
         else:
             problems[problem.problem_id] = problem
             jobs.setdefault((problem.problem_id, ex.code), []).append(i)
-    if jobs:
+    keys = list(jobs)
+    if keys and (deadline is None or time.monotonic() < deadline):
         pool = VerifierPool(workers=workers, device=device, timeout=timeout, timing=timing)
         try:
-            verdicts = pool.verify_many([(problems[pid], code) for pid, code in jobs])
+            for start in range(0, len(keys), 2 * workers):
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                chunk = keys[start:start + 2 * workers]
+                for key, v in zip(chunk, pool.verify_many([(problems[pid], code) for pid, code in chunk])):
+                    rec = ({"status": "error", "reason": f"{type(v).__name__}: {v}"[:300], "speedup_eager": None}
+                           if isinstance(v, BaseException) else
+                           {"status": v.status, "reason": v.reason[:300], "speedup_eager": v.speedup_eager})
+                    for i in jobs[key]:
+                        results[i] = rec
         finally:
             pool.close()
-        for idx, v in zip(jobs.values(), verdicts):
-            rec = ({"status": "error", "reason": f"{type(v).__name__}: {v}"[:300], "speedup_eager": None}
-                   if isinstance(v, BaseException) else
-                   {"status": v.status, "reason": v.reason[:300], "speedup_eager": v.speedup_eager})
-            for i in idx:
-                results[i] = rec
-    return [r if r is not None else {"status": "error", "reason": "not verified", "speedup_eager": None}
-            for r in results]
+    return results
+
+
+def interleaved(items: list[Any], key: Any) -> list[int]:
+    """Positions of `items` taking one of each `key` in turn (first appearance order), so a budget that
+    cuts the tail cuts every (set, level) alike."""
+    groups: dict[Any, list[int]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(key(it), []).append(i)
+    out: list[int] = []
+    queues = list(groups.values())
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -161,23 +181,28 @@ def run(lay: Layout, p: Profile, stage: str, checkpoint: str | None, limit: int 
     model, tag, step = model_for(lay, stage, checkpoint)
     student = read_json(lay.out / "student.json", "student")
     with StageClock(lay, f"eval-{tag}", p.device) as clock:
-        deadline = time.monotonic() + (budget_s or p.eval_budget_s)
+        # The budget is the stage's: generation may use half of it, verification what is left. A problem
+        # not reached by either is counted in `not_reached_by_budget`, not as a failure.
+        budget = budget_s or p.eval_budget_s
+        start = time.monotonic()
         sets = [(name, lv, rows[:limit] if limit else rows) for name, lv, rows in test_sets(lay, p)]
         flat = [(name, lv, r) for name, lv, rows in sets for r in rows]
         t0 = time.perf_counter()
         max_new = min(BASE_MAX_NEW_TOKENS, student["max_new_tokens"]) if stage == "base" else student["max_new_tokens"]
-        answers = generate(model, [r["prompt"] for _, _, r in flat], max_new, p.eval_batch, p.device, deadline)
+        answers = generate(model, [r["prompt"] for _, _, r in flat], max_new, p.eval_batch, p.device,
+                           start + budget / 2)
         gen_s = time.perf_counter() - t0
         problems = heldout_problems(lay)
         done = [(f, a) for f, a in zip(flat, answers) if a is not None]
+        done = [done[i] for i in interleaved(done, lambda d: (d[0][0], d[0][1]))]
         t1 = time.perf_counter()
         verdicts = verify([(problems[r["problem_id"]], a[0], a[1]) for (_, _, r), a in done], p.device,
-                          p.eval_workers, p.verify_timeout, p.eval_timing)
+                          p.eval_workers, p.verify_timeout, p.eval_timing, start + budget)
         ver_s = time.perf_counter() - t1
         records = [{"set": name, "level": lv, "problem_id": r["problem_id"], "ended": a[1], "new_tokens": a[2],
-                    **v, "completion": a[0]} for ((name, lv, r), a), v in zip(done, verdicts)]
+                    **v, "completion": a[0]} for ((name, lv, r), a), v in zip(done, verdicts) if v is not None]
         result = {"tag": tag, "stage": stage, "grpo_step": step, "model": str(model),
-                  "max_new_tokens": max_new, "not_reached_by_budget": len(flat) - len(done),
+                  "max_new_tokens": max_new, "not_reached_by_budget": len(flat) - len(records),
                   "seconds": {"generate": round(gen_s, 1), "verify": round(ver_s, 1)}, "sets": {}}
         for name, lv, _ in sets:
             mine = [x for x in records if x["set"] == name and x["level"] == lv]

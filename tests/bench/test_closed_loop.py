@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -83,6 +84,15 @@ def _summary(n: int, passed: int, faster: int | None) -> dict:
     return summarize(recs)
 
 
+def test_a_budget_cut_takes_every_set_and_level_alike():
+    from closed_loop_parts.evaluate import interleaved
+
+    items = [("dag", 1)] * 3 + [("dag", 2)] * 2 + [("ops", 2)] * 3
+    order = interleaved(items, lambda x: x)
+    assert order == [0, 3, 5, 1, 4, 6, 2, 7]
+    assert [items[i] for i in order[:3]] == [("dag", 1), ("dag", 2), ("ops", 2)]
+
+
 def test_report_states_the_figures_and_the_targets(tmp_path):
     from closed_loop_parts import report
 
@@ -158,3 +168,6 @@ def test_the_smoke_loop_runs_end_to_end(tmp_path):
     pairs.append((pairs[0][0], "no code here", True))
     got = verify(pairs, "cpu", 1, 120.0)
     assert [g["status"] for g in got] == ["pass", "pass", "no_code"]
+    # past the stage's deadline nothing starts: the answers with code are not reached (None), not failed
+    late = verify(pairs, "cpu", 1, 120.0, deadline=time.monotonic() - 1)
+    assert late[:2] == [None, None] and late[2]["status"] == "no_code"
