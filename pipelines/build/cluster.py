@@ -15,6 +15,7 @@ its own. Every LocalCluster worker gets NO_MULTICAST in its environment.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -58,6 +59,32 @@ def connect(cfg: BuildConfig, scheduler: str | None):
         cluster.close()
         raise ClusterError(f"[cluster] n_workers = {n}: not all workers started within {WORKER_WAIT_S:g} s") from None
     return client, cluster
+
+
+def close_local(cluster) -> None:
+    """Close a LocalCluster this build started. A worker stops its verifier pool on its way out, and on
+    a loaded machine that can outlast the 5 s dask gives a nanny to close (seen on a 2-core box running
+    five test lanes, after every row and the manifest were written): the timeout is reported, not
+    raised, and the workers still alive are killed with their children."""
+    import psutil
+
+    pids = [w.pid for w in cluster.workers.values() if w.pid]  # Nanny.pid: its worker process
+    try:
+        cluster.close()
+    except TimeoutError:
+        family = []
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc = psutil.Process(pid)
+                family += [*proc.children(recursive=True), proc]
+        for p in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(family, timeout=10)
+        print(f"build: the local dask cluster did not close in time (its workers were stopping their verifier "
+              f"pools); {len(family)} of its processes were killed", file=sys.stderr)
+        with contextlib.suppress(Exception):  # its workers are gone: what is left closes quickly, or is dropped
+            cluster.close()
 
 
 def visible_gpus() -> list[str]:

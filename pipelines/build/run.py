@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from curriculum.shards import ShardError
-from pipelines.build.cluster import check_shared, check_workers, connect
+from pipelines.build.cluster import check_shared, check_workers, close_local, connect
 from pipelines.build.config import BuildConfig
 from pipelines.build.folder import FolderError, check_folder, claim
 from pipelines.build.manifest import write_manifest
@@ -52,7 +52,7 @@ def build(cfg: BuildConfig, out: str | Path, scheduler: str | None = None, progr
     finally:
         client.close()
         if cluster is not None:
-            cluster.close()
+            close_local(cluster)
 
 
 def _report(r: dict[str, Any], bar) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.build.cluster import NO_MULTICAST, connect
+from pipelines.build.cluster import NO_MULTICAST, close_local, connect
 from pipelines.build.config import parse_config
 from tests.pipelines.buildkit import config_doc, rows, write_config
 from tests.limits import wall_bound
@@ -137,3 +137,31 @@ def test_a_worker_that_cannot_see_out_is_refused_before_any_task(tmp_path):
     assert refused.returncode == 2, refused.stderr
     assert "do not see this folder" in refused.stderr and "Traceback" not in refused.stderr
     assert not list((shared / "out").rglob("*.parquet"))  # no task ran
+
+
+def test_a_cluster_whose_close_times_out_has_its_workers_killed_not_the_build_failed(tmp_path, capsys):
+    """Seen on a 2-core box running five test lanes: a build wrote every row and its manifest, then
+    LocalCluster.close() raised TimeoutError and the command exited 1. The fault is injected here (the
+    real close raising as it did there); the workers are real processes and must not outlive it."""
+    import psutil
+
+    client, cluster = connect(parse_config(config_doc(tmp_path / "answers.jsonl")), None)
+    pids = [w.pid for w in cluster.workers.values()]
+    assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
+    client.close()
+    real_close = cluster.close
+    calls = []
+
+    def timed_out(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise TimeoutError
+        return real_close(*args, **kwargs)
+
+    cluster.close = timed_out
+    close_local(cluster)   # does not raise
+    assert "did not close in time" in capsys.readouterr().err
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert calls == [1, 1] and cluster.status.name == "closed"   # closed again once its workers were gone
+
