@@ -62,10 +62,10 @@ def connect(cfg: BuildConfig, scheduler: str | None):
 
 
 def close_local(cluster) -> None:
-    """Close a LocalCluster this build started. A worker stops its verifier pool on its way out, and on
-    a loaded machine that can outlast the 5 s dask gives a nanny to close (seen on a 2-core box running
-    five test lanes, after every row and the manifest were written): the timeout is reported, not
-    raised, and the workers still alive are killed with their children."""
+    """Close a LocalCluster this build started. On a loaded machine its close can time out (seen once on
+    a 2-core box running five test lanes, after every row and the manifest were written; which step
+    was slow was not found): the timeout is reported, not raised, and the workers still alive are
+    killed with their children."""
     import psutil
 
     pids = [w.pid for w in cluster.workers.values() if w.pid]  # Nanny.pid: its worker process
@@ -81,8 +81,8 @@ def close_local(cluster) -> None:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
         psutil.wait_procs(family, timeout=10)
-        print(f"build: the local dask cluster did not close in time (its workers were stopping their verifier "
-              f"pools); {len(family)} of its processes were killed", file=sys.stderr)
+        print(f"build: the local dask cluster did not close in time; {len(family)} of its processes were killed",
+              file=sys.stderr)
         with contextlib.suppress(Exception):  # its workers are gone: what is left closes quickly, or is dropped
             cluster.close()
 
