@@ -23,8 +23,8 @@ What it keeps: every stage goes through the project's own pieces (the build and 
 the verifier pool, train-grpo with its curriculum, resume and metrics); the held-out checks are
 stated and enforced (no test problem shares a dag_hash with training; none in `ops` shares an op
 multiset). What it simplifies: one teacher (lowering) and one sample per problem, no repair rounds;
-greedy decoding with a static KV cache and one CUDA graph a step (closed_loop_parts/decode.py; no
-vLLM on the GPU box); problems at the `cpu` size
+greedy decoding with a static KV cache and one CUDA graph a step (pipelines/grpo/decode.py, which
+also samples train-grpo's rollouts; no vLLM on the GPU box); problems at the `cpu` size
 profile (profiles.py says why); one seed; a time budget per stage that stops training early, with
 what was done recorded, rather than a fixed step count; the `smoke` profile proves the machinery,
 not learning (its student is too small to write a kernel, so its pass@1 is 0 everywhere).

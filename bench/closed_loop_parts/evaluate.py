@@ -1,7 +1,8 @@
 """Stage `eval`: held-out greedy pass@1 through the project's VerifierPool, per test set and level.
 
 For each test problem (eval-sets/{dag,ops}/level=L) the model answers the prompt the build wrote
-for it (greedy, `max_new_tokens` from the student stage, decoded by decode.py), the teacher-side extractor takes the code
+for it (greedy, `max_new_tokens` from the student stage, decoded by pipelines/grpo/decode.py), the teacher-side
+extractor takes the code
 (an answer that never ended is `truncated`, as a teacher's would be), and the VerifierPool verifies
 it against the problem itself (from the build's problems shards: its resized twin is checked too,
 as in the build). Recorded per (set, level): problems, passes, pass@1, passes faster than eager (GPU
@@ -76,12 +77,12 @@ def heldout_problems(lay: Layout) -> dict[str, Any]:
 def generate(model_dir: Path, prompts: list[list[dict[str, str]]], max_new_tokens: int, batch: int, device: str,
              deadline: float) -> list[tuple[str, bool, int] | None]:
     """Greedy answers (text, ended with EOS, new tokens), batched by prompt length, decoded by
-    `decode.StaticDecoder` (one CUDA graph a step on a GPU); None where the deadline passed before the
-    prompt's batch began."""
+    `pipelines.grpo.decode.StaticDecoder` (one CUDA graph a step on a GPU; temperature 0); None where the
+    deadline passed before the prompt's batch began."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from closed_loop_parts.decode import StaticDecoder
+    from pipelines.grpo.decode import StaticDecoder
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"

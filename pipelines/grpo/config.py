@@ -1,6 +1,7 @@
 """The train-grpo TOML config: the project's tables, plus `[grpo]`, which maps key for key onto TRL's `GRPOConfig`.
 
     name = "grpo-tiny"            # the default output folder is out/NAME
+    rollouts = "static"           # or "generate": what samples the training completions
     [model]       path, build_tiny, [model.lora]        (LoRA through peft)
     [data]        dir | [data.synth], max_prompt_tokens
     [reward]      scheme, alpha, log_speedup_clip, device, workers, timeout, toy_pass
@@ -27,6 +28,10 @@ from synth.bounds import MAX_BATCH
 
 SCHEMES = ("binary", "drtriton", "hrd", "toy")
 ZERO_STD = ("keep", "drop")
+ROLLOUTS = ("static", "generate")
+# GRPOConfig sampling settings the static decoder does not implement, with the value that means "off"
+_STATIC_OFF = {"min_p": None, "repetition_penalty": 1.0, "generation_kwargs": None,
+               "use_transformers_continuous_batching": False}
 # Settings of ours a user may not override through [grpo]: they would break the run's contracts.
 _OWNED = {"output_dir": "set `out` (or --out) instead",
           "shuffle_dataset": "the curriculum orders the prompts (curriculum.*)"}
@@ -103,6 +108,11 @@ class RunConfig:
     name: str = field(default="grpo", metadata={"help": "the run's name; the default output folder is out/NAME"})
     out: str = field(default="", metadata={"help": "the output folder (--out overrides it)"})
     plot: bool = field(default=True, metadata={"help": "draw the run's curves"})
+    rollouts: str = field(default="static", metadata={
+        "help": "what samples the training completions and the held-out answers: static = "
+                "pipelines/grpo/decode.py (static KV cache, one CUDA graph a step; [grpo] temperature, top_k, "
+                "top_p) when the policy is a Llama and [grpo] use_vllm is off, else TRL's own; generate = TRL's "
+                "own (transformers generate, or vLLM with use_vllm)", "choices": ROLLOUTS})
     model: ModelSettings = field(default_factory=ModelSettings, metadata={"help": "the policy"})
     data: DataSettings = field(default_factory=DataSettings, metadata={"help": "where the prompts come from"})
     reward: RewardSettings = field(default_factory=RewardSettings, metadata={"help": "how completions are scored"})
@@ -161,6 +171,11 @@ def _check(cfg: RunConfig) -> None:
     need(clip[0] > -1.0, "[reward] log_speedup_clip",
          "low must be > -1 so a passing kernel always earns more than a failing one")
     _check_grpo(cfg.grpo)
+    if cfg.rollouts == "static" and not cfg.grpo.get("use_vllm", False):
+        for key, off in _STATIC_OFF.items():
+            need(cfg.grpo.get(key, off) == off, f"[grpo] {key}",
+                 f'rollouts = "static" samples with temperature, top_k and top_p only; set rollouts = "generate" '
+                 f"to use {key}")
 
 
 def _check_synth(s: SynthSettings, need: Any) -> None:

