@@ -96,7 +96,7 @@ class StaticDecoder:
         if dev.type == "cuda":
             try:
                 self._capture()
-            except RuntimeError as exc:   # the same step runs without a graph: slower, the same tokens
+            except (RuntimeError, AttributeError) as exc:   # the same step runs without a graph: slower, the same tokens
                 import sys
 
                 print(f"decode: no CUDA graph ({type(exc).__name__}: {str(exc)[:200]}); stepping without one",
