@@ -27,14 +27,18 @@ def verify_all(pool, problems, sources):
     return verdicts, bad
 
 
-def covering(problems: list) -> list:
-    """The fewest of `problems` (greedily: each time the one holding most operators not yet held, the first
-    in sample order on a tie) that together hold every operator `problems` holds; in sample order."""
+def covering(problems: list, cost=None, ops=None) -> list:
+    """The fewest of `problems` (greedily: each time the one holding most operators not yet held; on a tie
+    the least `cost(problem)` when a cost is given, then the first in sample order) that together hold
+    every operator `problems` holds (or every one of `ops` they hold); in sample order."""
     missing = {op for p in problems for op in p.ops}
+    if ops is not None:
+        missing &= set(ops)
     chosen: list[int] = []
+    weigh = cost or (lambda p: 0)
     while missing:
         i = max((i for i in range(len(problems)) if i not in chosen),
-                key=lambda i: (len(missing & set(problems[i].ops)), -i))
+                key=lambda i: (len(missing & set(problems[i].ops)), -weigh(problems[i]), -i))
         chosen.append(i)
         missing -= set(problems[i].ops)
     return [problems[i] for i in sorted(chosen)]
