@@ -45,8 +45,10 @@ def _value(e: dict[str, Any] | None, name: str, lv: int, key: str) -> float | No
     return s.get(key) if s and s["n"] else None
 
 
-def targets(ev: dict[str, dict[str, Any]], levels: tuple[int, ...]) -> list[tuple[str, str, str]]:
-    """(target, figure, met / missed / not measured) for the issue's targets."""
+def targets(ev: dict[str, dict[str, Any]], levels: tuple[int, ...],
+            records: dict[str, list[dict[str, Any]]] | None = None) -> list[tuple[str, str, str]]:
+    """(target, figure, met / missed / not measured) for the issue's targets; GRPO's gain is measured on the
+    problems both evaluations judged when a budget stopped one of them early."""
     def pct(v: float | None) -> str:
         return "—" if v is None else f"{100 * v:.1f}%"
 
@@ -62,12 +64,46 @@ def targets(ev: dict[str, dict[str, Any]], levels: tuple[int, ...]) -> list[tupl
     if 2 in levels:
         a, b = _value(sft, "dag", 2, "pass_at_1"), _value(grpo, "dag", 2, "pass_at_1")
         fa, fb = _value(sft, "dag", 2, "faster_share_of_all"), _value(grpo, "dag", 2, "faster_share_of_all")
+        where = ""
+        paired = _paired(records or {}, "dag", 2, timed=(fa is not None, fb is not None))
+        if paired is not None:   # a budget-cut evaluation reached other problems: compare like with like
+            (a, fa), (b, fb), n = paired
+            where = f" on the {n} problems both judged"
         gain = None if a is None or b is None else b - a
         fgain = None if fa is None or fb is None else fb - fa
         ok = None if gain is None else (gain >= 0.05 or (fgain is not None and fgain >= 0.05))
-        fig = "—" if gain is None else f"pass@1 {100 * gain:+.1f} pts" + ("" if fgain is None else f", faster {100 * fgain:+.1f} pts")
+        fig = "—" if gain is None else (f"pass@1 {100 * gain:+.1f} pts" + ("" if fgain is None else f", faster {100 * fgain:+.1f} pts")
+                                        + where)
         rows.append(("GRPO: level-2 pass@1 +5 pts or faster-than-eager +5 pts", fig, verdict(ok)))
     return rows
+
+
+def records(lay: Layout) -> dict[str, list[dict[str, Any]]]:
+    """Each evaluation's per-problem records (eval/TAG.jsonl)."""
+    if not lay.evals.is_dir():
+        return {}
+    return {f.stem: [json.loads(x) for x in f.read_text().splitlines() if x.strip()] for f in sorted(lay.evals.glob("*.jsonl"))}
+
+
+def _paired(recs: dict[str, list[dict[str, Any]]], name: str, lv: int,
+            timed: tuple[bool, bool]) -> tuple[tuple[float, float | None], tuple[float, float | None], int] | None:
+    """((pass@1, faster share) after SFT, the same after GRPO, n) over the problems both evaluations judged;
+    None when either has no records or both judged the same problems (then the summaries say it). `timed`:
+    whether each evaluation timed against eager at all (the CPU times nothing: its share is None)."""
+    def by_id(tag: str) -> dict[str, dict[str, Any]]:
+        return {r["problem_id"]: r for r in recs.get(tag, []) if r["set"] == name and r["level"] == lv}
+
+    s, g = by_id("sft"), by_id("grpo")
+    common = sorted(set(s) & set(g))
+    if not common or (len(common) == len(s) == len(g)):
+        return None
+
+    def shares(rs: dict[str, dict[str, Any]], was_timed: bool) -> tuple[float, float | None]:
+        passed = sum(rs[i]["status"] == "pass" for i in common) / len(common)
+        faster = sum((rs[i].get("speedup_eager") or 0.0) > 1.0 for i in common) / len(common)
+        return passed, (faster if was_timed else None)
+
+    return shares(s, timed[0]), shares(g, timed[1]), len(common)
 
 
 def plot(lay: Layout, ev: dict[str, dict[str, Any]], levels: tuple[int, ...]) -> Path | None:
@@ -117,7 +153,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def run(lay: Layout, p: Profile) -> Path:
-    ev = evals(lay)
+    ev, recs = evals(lay), records(lay)
     stages = {f.stem: json.loads(f.read_text()) for f in sorted(lay.stages.glob("*.json"))} if lay.stages.is_dir() else {}
     data, student, grpo = _load(lay.data_json), _load(lay.out / "student.json"), _load(lay.out / "grpo.json")
     levels = tuple(p.levels)
@@ -148,6 +184,10 @@ def run(lay: Layout, p: Profile) -> Path:
     rows = [[name, str(lv)] + [_cell(ev.get(t), name, lv) for t in cols] for name in ("dag", "ops") for lv in levels]
     lines += ["## Held-out greedy pass@1", "", "`dag`: disjoint from training by dag_hash; `ops`: by op multiset.", ""]
     lines += _table(["set", "level"] + cols, rows) + [""]
+    cut = [f"{t} ({ev[t]['not_reached_by_budget']})" for t in cols if (ev.get(t) or {}).get("not_reached_by_budget")]
+    if cut:
+        lines += [f"Problems the evaluation's budget did not reach (not counted above): {', '.join(cut)}. Columns "
+                  "with different problem counts are different draws; the targets compare like with like.", ""]
     rows = [[name, str(lv)] + [_faster(ev.get(t), name, lv) for t in cols] for name in ("dag", "ops") for lv in levels]
     lines += ["## Faster than eager (share of problems / share of passes)", ""] + _table(["set", "level"] + cols, rows) + [""]
     verdict_rows = []
@@ -159,10 +199,10 @@ def run(lay: Layout, p: Profile) -> Path:
                     total[k] = total.get(k, 0) + v
         verdict_rows.append([t, ", ".join(f"{k} {v}" for k, v in sorted(total.items(), key=lambda kv: -kv[1])) or "—"])
     lines += ["## Verdicts (all test problems)", ""] + _table(["model", "verdicts"], verdict_rows) + [""]
-    lines += ["## Targets", "", TARGETS + ".", ""] + _table(["target", "figure", "result"], [list(t) for t in targets(ev, levels)])
+    lines += ["## Targets", "", TARGETS + ".", ""] + _table(["target", "figure", "result"], [list(t) for t in targets(ev, levels, recs)])
     png = plot(lay, ev, levels)
     lines += ["", f"![held-out pass@1 over GRPO steps]({png.name})" if png else "(no plot: no evaluation at a GRPO step yet)", ""]
     lay.report.write_text("\n".join(lines))
     write_json(lay.results, {"profile": p.to_dict(), "stages": stages, "data": data, "student": student, "grpo": grpo,
-                             "evals": ev, "targets": targets(ev, levels)})
+                             "evals": ev, "targets": targets(ev, levels, recs)})
     return lay.report

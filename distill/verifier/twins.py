@@ -131,12 +131,18 @@ def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, 
     # A size the constructor spells as a literal (`nn.Linear(128, 3)` beside `K = 128`) is kept too.
     literal = {v for node in seeds + [d for n in kept for d in defs[n]] for v in map(_int_value, ast.walk(node))
                if v is not None}
+    # A size spelled as a literal anywhere else (`torch.randint(0, 10, ...)` beside `C = 10`, a
+    # `view(-1, 16)` in forward) may be the same size under another spelling: resizing the constant alone
+    # would make the twin's reference disagree with itself (class indices past the class count).
+    own = {id(n) for lits in sizes.values() for x in lits for n in ast.walk(x)}
+    elsewhere = {v for node in ast.walk(tree) if id(node) not in own and (v := _int_value(node)) is not None and v > 2}
     read = _closure(_names(defs["get_inputs"]), defs)
     candidates = {n: lits for n, lits in sizes.items()
-                  if n in read and n not in kept and not any(_int_value(x) in literal for x in lits)}
+                  if n in read and n not in kept and not any(_int_value(x) in literal | elsewhere for x in lits)}
     if not candidates:
         why = "get_inputs reads no module-level integer constant" if not any(n in read for n in sizes) else \
-            f"every size get_inputs reads also feeds the constructor ({', '.join(sorted(n for n in sizes if n in read))})"
+            ("every size get_inputs reads also feeds the constructor or is spelled as a literal elsewhere "
+             f"({', '.join(sorted(n for n in sizes if n in read))})")
         raise NotCovered(why)
     # A size assigned anywhere else (a second time, in a block, through `global` in a function) may
     # not be the value the literal shows.

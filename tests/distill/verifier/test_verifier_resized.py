@@ -128,7 +128,7 @@ def test_module_text_whose_sizes_all_feed_the_constructor_is_not_covered(pools):
         "def __init__(self, in_features, out_features):", "def __init__(self, in_features, out_features, batch):"))
     assert v.status == "pass", v.reason
     assert v.checks["resized"] == {"status": "not covered", "reason": "every size get_inputs reads also feeds the "
-                                   "constructor (BATCH, IN)"}
+                                   "constructor or is spelled as a literal elsewhere (BATCH, IN)"}
 
 
 def test_bad_resized_setting_is_refused():
@@ -231,3 +231,23 @@ def test_module_twin_says_why_it_cannot_resize(edit, why):
 
     with pytest.raises(NotCovered, match=why):
         module_twin(edit(MODULE), secrets.SystemRandom())
+
+
+def test_module_twin_keeps_a_size_that_is_also_spelled_as_a_literal():
+    """`C = 10` beside `torch.randint(0, 10, ...)`: resizing C alone would draw class indices past the
+    twin's class count, and the twin's own reference would fail (a device-side assert on a GPU)."""
+    import secrets
+
+    from distill.verifier.twins import module_twin
+
+    source = MODULE.replace("depth = 1 << 5", "depth = 1 << 5\nclasses = 10").replace(
+        "    return [torch.randn(batch_size, in_channels, height, width + 2) * depth]",
+        "    return [torch.randn(batch_size, in_channels, height, width + 2) * depth,\n"
+        "            torch.randn(batch_size, classes), torch.randint(0, 10, (batch_size,))]")
+    for _ in range(20):
+        text, changed = module_twin(source, secrets.SystemRandom())
+        assert set(changed) == {"batch_size", "height", "depth"}
+        assert "classes = 10" in text and "torch.randint(0, 10, (batch_size,))" in text
+    # the literal elsewhere is what keeps it: with the class count spelled by name it is resized
+    _, changed = module_twin(source.replace("randint(0, 10,", "randint(0, classes,"), secrets.SystemRandom())
+    assert set(changed) == {"batch_size", "height", "depth", "classes"}
