@@ -13,9 +13,9 @@ held either way. In sample order alone, level 5's cover held one program that to
 CPU-s (max_pool2d, mul, floor, conv_transpose2d, einsum_bilinear: issue 35's `timeout` on a busy box);
 by flops the file took 132 CPU-s on the idle 2-core box, against 288 (levels 2 and 5: 38 and 36 s of
 wall time, against 56 and 96). Fusion rules are checked on sampled programs in test_lowering.py.
-A program whose fp32 reference disagrees with its own
-fp64 evaluation (distill.lowering.conditioning) cannot be matched by any fp32 kernel except a
-bit-identical replay of torch; those are verified too, reported, and not counted against the lowering.
+A program whose fp32 reference disagrees with its own fp64 evaluation (distill.lowering.conditioning)
+cannot be matched by any fp32 kernel except a bit-identical replay of torch; those are verified too,
+reported, and not counted against the lowering.
 (The verifier's inputs are secret and fresh, so a program that failed is probed on 200 draws, not 2:
 some are ill-conditioned on about one draw in a hundred.)
 """
