@@ -24,7 +24,18 @@ output would be empty) is undone and that size frozen. The shrunk problem is a d
 (smaller) problem of the same program: it is what gets lowered and verified.
 
 Without --shrink the problems run at their own sizes (the GPU run). `--out DIR` writes one JSON line
-per problem (DIR/rows.jsonl) with the stage reached and the reason for the first failure.
+per problem (DIR/rows.jsonl) as each is decided, with the stage reached and the reason for the first
+failure; the same command resumes it (problems with a row are skipped), and `--budget S` starts no
+verification after S seconds (exit 3: run it again), so the run fits calls of under 10 minutes.
+
+Each verified row also says whose side its outcome is on, the fairness check of issue 31:
+  candidate  a verdict about the kernel (pass, wrong_output, ...)
+  problem    the problem cannot be judged as posed (ProblemError: degenerate, too large for the machine)
+  verifier   the verifier's own fault or limit (ResourceError, a pool error, anything else it raised)
+with the problem's bytes (inputs + outputs + parameters, from meta tensors), the verdict's seconds and
+the memory the verdict records (the worker's device peak, the reference's, the plan's). `limit?`
+counts candidate verdicts whose reason names a memory limit or an out-of-memory error: the verifier's
+limits charged to a candidate, which should be none.
 """
 from __future__ import annotations
 
@@ -34,10 +45,12 @@ import json
 import math
 import re
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -53,7 +66,13 @@ class Row:
     reason: str = ""      # why the next stage failed
     status: str = ""      # the verdict's status when verified
     values: int = 0       # graph tensor + parameter values (after shrinking)
-    seconds: float = 0.0
+    seconds: float = 0.0  # tracing and lowering
+    side: str = ""        # whose side a verified row's outcome is on: candidate / problem / verifier
+    problem_bytes: int | None = None   # inputs + outputs + parameters (meta tensors)
+    verify_s: float | None = None      # seconds for the verdict (or the error instead of one)
+    worker_peak: int | None = None     # device bytes, as the verdict records them
+    reference_peak: int | None = None
+    plan_peak: int | None = None
 
 
 # -- shrinking -------------------------------------------------------------------------------------
@@ -154,8 +173,80 @@ def prepare(level: int, path: Path, do_shrink: bool) -> tuple[Row, str | None, s
     return row, source, candidate
 
 
+LIMIT_WORDS = ("memory limit", "outofmemory", "out of memory")
+
+
+def side_of(result: Any) -> str:
+    """Whose side a verification's outcome is on (the module docstring)."""
+    from distill.verifier.problemio import ProblemError, ResourceError
+    from distill.verifier.verdict import Verdict
+
+    if isinstance(result, Verdict):  # a verdict is about the kernel: `limit?` in the table looks for the verifier's
+        return "candidate"           # limits hidden among them
+    if isinstance(result, ResourceError):
+        return "verifier"
+    return "problem" if isinstance(result, ProblemError) else "verifier"
+
+
+def problem_bytes(source: str) -> int | None:
+    """Inputs + outputs + parameters of the problem, from meta tensors (nothing allocated)."""
+    from distill.verifier import memplan
+    from distill.verifier.problemio import load_problem
+
+    try:
+        plan = memplan.meta_plan(load_problem(source, {}), 0, 0, calls=1, sets=1)
+    except Exception:  # noqa: BLE001 - a problem meta tensors cannot run: its verdict says why
+        return None
+    return plan.problem_bytes if plan else None
+
+
+def record(row: Row, result: Any, seconds: float) -> None:
+    """Fill a lowered row from its verdict, or from the error raised instead of one."""
+    row.side, row.verify_s = side_of(result), round(seconds, 2)
+    status = getattr(result, "status", type(result).__name__)
+    row.status = status
+    if status == "pass":
+        row.stage = "verified"
+    else:
+        row.reason = f"verdict {status}: {getattr(result, 'reason', str(result))}"[:240]
+    mem = (getattr(result, "checks", None) or {}).get("memory") or {}
+    row.worker_peak, row.reference_peak = mem.get("worker_peak_bytes"), mem.get("reference_peak_bytes")
+    row.plan_peak = (mem.get("plan") or {}).get("device_peak_bytes")
+
+
+def verify_all(pool: Any, pairs: list[tuple[Row, str, str]], threads: int, deadline: float,
+               done: Callable[[Row], None]) -> bool:
+    """Verify the pairs `threads` at a time, each row handed to `done` as its verdict arrives; no pair
+    starts after `deadline` (time.monotonic()). True when every pair was verified."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distill.verifier.handout import PoolError
+    from distill.verifier.problemio import ProblemError
+
+    def one(item: tuple[Row, str, str]) -> bool:
+        row, source, candidate = item
+        if time.monotonic() > deadline:
+            return False
+        t0 = time.monotonic()
+        try:
+            result: Any = pool.verify(source, candidate)
+        except (ProblemError, PoolError) as exc:
+            result = exc
+        record(row, result, time.monotonic() - t0)
+        done(row)
+        return True
+
+    with ThreadPoolExecutor(max_workers=threads) as ex:
+        return all(list(ex.map(one, pairs)))
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
+
+
 def table(rows: list[Row], levels: list[int], top: int) -> str:
-    lines = ["| level | problems | traced | lowered | verified (pass) |", "|---:|---:|---:|---:|---:|"]
+    lines = ["| level | problems | traced | lowered | verified (pass) | pass of lowered |", "|---:|---:|---:|---:|---:|---:|"]
     for level in levels:
         rs = [r for r in rows if r.level == level]
         n = max(1, len(rs))
@@ -163,7 +254,26 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
         for stages in (("traced", "lowered", "verified"), ("lowered", "verified"), ("verified",)):
             k = sum(r.stage in stages for r in rs)
             cells.append(f"{k} ({100 * k / n:.0f}%)")
+        lowered = sum(r.stage in ("lowered", "verified") for r in rs)
+        passed = sum(r.stage == "verified" for r in rs)
+        cells.append(f"{100 * passed / lowered:.0f}%" if lowered else "-")
         lines.append(f"| {level} | {len(rs)} | " + " | ".join(cells) + " |")
+    judged = [r for r in rows if r.side]
+    if judged:
+        lines += ["", "| level | verdicts | candidate side | problem side | verifier side | too large | limit? | "
+                  "median s/verdict | median worker peak / problem bytes |", "|---:|" + "---:|" * 8]
+        for level in levels:
+            rs = [r for r in judged if r.level == level]
+            if not rs:
+                continue
+            by = Counter(r.side for r in rs)
+            large = sum("too large" in r.reason for r in rs)
+            limit = sum(r.side == "candidate" and r.status != "pass" and any(w in r.reason.lower() for w in LIMIT_WORDS)
+                        for r in rs)
+            sec = _median([r.verify_s for r in rs if r.verify_s is not None])
+            ratio = _median([r.worker_peak / r.problem_bytes for r in rs if r.worker_peak and r.problem_bytes])
+            lines.append(f"| {level} | {len(rs)} | {by['candidate']} | {by['problem']} | {by['verifier']} | {large} | "
+                         f"{limit} | {'-' if sec is None else f'{sec:.1f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
     for level in levels:
         why = Counter(re.sub(r"\d+", "N", r.reason)[:110] for r in rows if r.level == level and r.stage != "verified")
         if why:
@@ -172,18 +282,26 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
     return "\n".join(lines)
 
 
+def _done(row: Row) -> bool:
+    """A row the resumed run keeps: verified, judged, or stopped before lowering."""
+    return bool(row.stage == "verified" or row.status or (row.stage in ("none", "traced") and row.reason))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("path", type=Path, help="a KernelBench checkout")
     ap.add_argument("--levels", default="1,2", help="comma-separated (default: 1,2)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="verifier device (default: cpu)")
     ap.add_argument("--shrink", action="store_true", help="shrink sizes first (for the CPU interpreter)")
-    ap.add_argument("--workers", type=int, default=2, help="verifier workers (default: 2)")
+    ap.add_argument("--workers", type=int, default=None, help="verifier workers (default: the pool's, from the machine)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per verification (default: 300)")
     ap.add_argument("--limit", type=int, default=0, help="first N problems per level (default: all)")
     ap.add_argument("--no-verify", action="store_true", help="trace and lower only")
     ap.add_argument("--top", type=int, default=12, help="failure reasons listed per level (default: 12)")
-    ap.add_argument("--out", type=Path, default=None, help="write DIR/rows.jsonl")
+    ap.add_argument("--out", type=Path, default=None, help="DIR/rows.jsonl, one row per problem as it is decided; "
+                    "the same command resumes it")
+    ap.add_argument("--budget", type=float, default=None, help="seconds after which no verification starts (exit 3: "
+                    "run the same command again to go on)")
     args = ap.parse_args(argv)
     try:
         levels = [int(x) for x in args.levels.split(",")]
@@ -196,41 +314,66 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: {missing[0]} is not a folder (PATH must be a KernelBench checkout)", file=sys.stderr)
         return 2
+    start = time.monotonic()
+    deadline = start + args.budget if args.budget is not None else float("inf")
     import torch
 
     torch.set_default_dtype(torch.float32)
-    rows, pairs = [], []
+    kept: dict[tuple[int, str], Row] = {}
+    out_rows = args.out / "rows.jsonl" if args.out else None
+    if out_rows is not None and out_rows.is_file():
+        for line in out_rows.read_text().splitlines():
+            if line.strip():
+                row = Row(**json.loads(line))
+                if _done(row):
+                    kept[(row.level, row.problem)] = row
+        print(f"resuming {out_rows}: {len(kept)} problem(s) decided", file=sys.stderr, flush=True)
+    lock = threading.Lock()
+
+    def write(row: Row) -> None:
+        if out_rows is not None:
+            with lock, open(out_rows, "a") as f:
+                f.write(json.dumps(asdict(row)) + "\n")
+
+    if out_rows is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        # the file is rewritten from what is kept, so a half-verified row of a killed run is dropped
+        out_rows.write_text("".join(json.dumps(asdict(r)) + "\n" for r in kept.values()))
+    rows, pairs = list(kept.values()), []
     for level, folder in zip(levels, folders):
         files = sorted(folder.glob("*.py"), key=lambda p: int(p.name.split("_")[0]) if p.name[0].isdigit() else 0)
         for path in files[: args.limit or None]:
+            if (level, path.name) in kept:
+                continue
             row, source, candidate = prepare(level, path, args.shrink)
             rows.append(row)
-            if candidate is not None:
+            if candidate is not None and not args.no_verify:
+                row.problem_bytes = problem_bytes(source)
                 pairs.append((row, source, candidate))
+            else:
+                write(row)
             print(f"L{level} {path.name}: {row.stage} {row.reason[:120]}", file=sys.stderr, flush=True)
-    if not args.no_verify and pairs:
+    finished = True
+    if pairs:
         from distill.verifier import VerifierPool
 
-        verdicts = []
+        counts = {"n": 0, "pass": 0}
+
+        def done(row: Row) -> None:
+            write(row)
+            with lock:
+                counts["n"] += 1
+                counts["pass"] += row.stage == "verified"
+                print(f"verified {counts['n']}/{len(pairs)} ({counts['pass']} pass): L{row.level} {row.problem} "
+                      f"{row.status} [{row.side}] {row.verify_s} s", file=sys.stderr, flush=True)
+
         with VerifierPool(workers=args.workers, device=args.device, timeout=args.timeout) as pool:
-            step = 4 * args.workers  # in chunks, so progress shows
-            for i in range(0, len(pairs), step):
-                verdicts += pool.verify_many([(src, cand) for _, src, cand in pairs[i:i + step]])
-                print(f"verified {len(verdicts)}/{len(pairs)} "
-                      f"({sum(getattr(v, 'status', '') == 'pass' for v in verdicts)} pass)", file=sys.stderr, flush=True)
-        for (row, _, _), v in zip(pairs, verdicts):
-            status = getattr(v, "status", type(v).__name__)
-            row.status = status
-            if status == "pass":
-                row.stage = "verified"
-            else:
-                row.reason = f"verdict {status}: {getattr(v, 'reason', str(v))}"[:240]
-    print(table(rows, levels, args.top))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with open(args.out / "rows.jsonl", "w") as f:
-            for r in rows:
-                f.write(json.dumps(asdict(r)) + "\n")
+            finished = verify_all(pool, pairs, 2 * pool.sizing.workers, deadline, done)
+    print(table([r for r in rows if _done(r) or args.no_verify], levels, args.top))
+    if not finished:
+        print(f"budget of {args.budget:g} s reached: {sum(not _done(r) for r in rows)} problem(s) left; run the same "
+              "command again to go on", file=sys.stderr)
+        return 3
     return 0
 
 

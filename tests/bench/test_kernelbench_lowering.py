@@ -1,0 +1,86 @@
+"""bench/kernelbench_lowering.py, the KernelBench-at-its-own-sizes bench (issue 31 item 4), on a tiny
+KernelBench-shaped folder: every problem gets one row as it is decided, the row says whose side its
+outcome is on, a budget stops it with exit 3, and the same command resumes without redoing a row."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import kernelbench_lowering as kbl  # noqa: E402 - after the path is set
+
+RELU = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+batch_size = 16
+dim = 64
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Path:
+    level1 = tmp_path / "KernelBench" / "level1"
+    level1.mkdir(parents=True)
+    (level1 / "1_ReLU.py").write_text(RELU)
+    (level1 / "2_Scaled.py").write_text(RELU.replace("torch.relu(x)", "torch.relu(x) * 2.0"))
+    # forward calls a Python function no catalog op maps: a row that stops at tracing
+    (level1 / "3_Odd.py").write_text(RELU.replace("torch.relu(x)", "float(x.sum().item()) * x"))
+    return tmp_path
+
+
+def _rows(out: Path) -> dict[str, dict]:
+    return {r["problem"]: r for r in map(json.loads, (out / "rows.jsonl").read_text().splitlines())}
+
+
+def test_rows_sides_budget_and_resume(kb: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    args = [str(kb), "--levels", "1", "--workers", "1", "--timeout", "120", "--out", str(out)]
+    # a budget of 0 s starts no verification: the rows that need none are written, exit 3
+    assert kbl.main(args + ["--budget", "0"]) == 3
+    rows = _rows(out)
+    assert set(rows) == {"3_Odd.py"} and rows["3_Odd.py"]["stage"] in ("none", "traced")
+    assert "run the same command again" in capsys.readouterr().err
+    assert kbl.main(args) == 0
+    rows = _rows(out)
+    assert set(rows) == {"1_ReLU.py", "2_Scaled.py", "3_Odd.py"}
+    for name in ("1_ReLU.py", "2_Scaled.py"):
+        r = rows[name]
+        assert (r["stage"], r["status"], r["side"]) == ("verified", "pass", "candidate"), r
+        assert r["problem_bytes"] == 2 * 16 * 64 * 4 and r["verify_s"] > 0
+    table = capsys.readouterr().out
+    assert "| 1 | 3 | 2 (67%) | 2 (67%) | 2 (67%) | 100% |" in table
+    # level, verdicts, candidate / problem / verifier side, too large, limit?
+    assert "| 1 | 2 | 2 | 0 | 0 | 0 | 0 |" in table
+    # resumed: nothing is verified again, every row is kept as it was
+    before = (out / "rows.jsonl").read_text()
+    assert kbl.main(args) == 0
+    assert "resuming" in capsys.readouterr().err
+    assert sorted((out / "rows.jsonl").read_text().splitlines()) == sorted(before.splitlines())
+
+
+def test_whose_side_an_outcome_is_on() -> None:
+    from distill.verifier.handout import PoolError
+    from distill.verifier.problemio import ProblemError, ResourceError
+    from distill.verifier.verdict import Verdict
+
+    assert kbl.side_of(Verdict("wrong_output", "x")) == "candidate"
+    assert kbl.side_of(Verdict("crash", "worker killed")) == "candidate"
+    assert kbl.side_of(ProblemError("too large for this machine")) == "problem"
+    assert kbl.side_of(ResourceError("a harness step hit the cap")) == "verifier"
+    assert kbl.side_of(PoolError("no worker")) == "verifier"
