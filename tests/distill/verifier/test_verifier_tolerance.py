@@ -155,6 +155,24 @@ def test_screening_refuses_what_a_kernel_could_ignore():
     assert ok.status == "ok", ok.reason
 
 
+def test_an_output_that_is_rounding_noise_is_refused_as_ill_conditioned():
+    """A GroupNorm, then the mean over whole groups: its bias (0) in exact arithmetic, ~1e-8 of noise in
+    float32 (KernelBench level 2 #23 and #27). No bound tells an honest kernel from a wrong one there,
+    so the problem is refused: before, the table's bound judged the candidate against the noise."""
+    noise = _screen("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    "        self.norm = nn.GroupNorm(4, 16)\n"
+                    "    def forward(self, x):\n        return self.norm(x * 3.0 + 1.0).mean(dim=[1, 2])\n",
+                    "[torch.randn(8, 16, 64)]")
+    assert noise.status == "ill_conditioned", noise.reason
+    assert "rounding noise" in noise.reason and "output 0" in noise.reason
+    # the same norm, read where it is not cancelled: a well-conditioned output passes screening
+    ok = _screen("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.norm = nn.GroupNorm(4, 16)\n"
+                 "    def forward(self, x):\n        return self.norm(x * 3.0 + 1.0).abs().mean(dim=[1, 2])\n",
+                 "[torch.randn(8, 16, 64)]")
+    assert ok.status == "ok", ok.reason
+
+
 def test_tf32_rounds_to_nearest_even():
     x = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.0 + 2.0 ** -10 + 2.0 ** -12, float("inf")])
     assert precision.tf32(x).tolist() == [1.0, 1.0 + 2.0 ** -9, 1.0 + 2.0 ** -10, float("inf")]
