@@ -48,7 +48,7 @@ def _propagate(gm: torch.fx.GraphModule, inputs: list[Any]) -> list[str]:
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(
         dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())) if isinstance(t, torch.Tensor) else t for t in inputs]
-    with mode:
+    with mode, _PoolAs2d():
         FakeTensorProp(gm, mode).propagate(*fakes)
     backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val  # older torch
     values = {str(k): int(v) for k, v in backed.items()}
@@ -76,6 +76,33 @@ def _propagate(gm: torch.fx.GraphModule, inputs: list[Any]) -> list[str]:
             node.meta["sym_shape"] = tuple(_to_sym(env.replace(s.node.expr), names, values)
                                            if isinstance(s, torch.SymInt) else int(s) for s in val.shape)
     return lines
+
+
+class _PoolAs2d(torch.overrides.TorchFunctionMode):
+    """torch.max_pool1d's shape function pins its input's length to the traced value (a guard
+    `Eq(L, 32)`), so the length, and the pooled length after it, came back literal: the lowered kernel
+    baked both in and failed a resized twin (KernelBench level 1 #41). The same pool as a 2-D one over
+    a unit height has a symbolic shape function and gives the same sizes."""
+
+    NAMES = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        got = dict(zip(self.NAMES, args[1:])) | kwargs
+        # nn.MaxPool1d reaches here as F.max_pool1d (a nested torch.max_pool1d is not seen again)
+        if func not in (torch.max_pool1d, torch.nn.functional.max_pool1d) or got.get("return_indices"):
+            return func(*args, **kwargs)
+        k = _one(got["kernel_size"])
+        stride = _one(got.get("stride")) or k
+        return torch.max_pool2d(args[0].unsqueeze(-2), (1, k), (1, stride), (0, _one(got.get("padding", 0))),
+                                (1, _one(got.get("dilation", 1))), bool(got.get("ceil_mode", False))).squeeze(-2)
+
+
+def _one(v: Any) -> Any:
+    """A 1-D pool's size argument as an int (`8` or `(8,)`); None (or `()`, a stride's default) as None."""
+    if isinstance(v, (list, tuple)):
+        return v[0] if v else None
+    return v
 
 
 def _to_sym(expr: Any, names: dict[str, Sym], values: dict[str, int]) -> Any:

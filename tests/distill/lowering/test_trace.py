@@ -141,6 +141,44 @@ def test_traced_modules_read_their_sizes_and_pass_at_other_sizes(vpool):
     assert [v.status for v in verdicts] == ["pass"] * 2, [v.reason[:300] for v in verdicts]
 
 
+MAXPOOL1D = '''
+import torch
+import torch.nn as nn
+
+batch_size, features, length = 4, 6, 32
+
+
+class Model(nn.Module):
+    def __init__(self, kernel_size, stride, padding, dilation):
+        super().__init__()
+        self.pool = nn.MaxPool1d(kernel_size, stride, padding, dilation)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features, length)]
+
+
+def get_init_inputs():
+    return [8, 1, 4, 3]
+'''
+
+
+def test_a_1d_max_pool_reads_its_length(vpool):
+    """torch.max_pool1d's shape function pins the length it was traced at (KernelBench level 1 #41):
+    fxsizes follows it as a 2-D pool of unit height, so the pooled length is an expression of the
+    input's and the lowered kernel passes at another length."""
+    traced = trace_source(MAXPOOL1D)
+    assert traced.size_lines == ["x0_size0, x0_size1, x0_size2 = x0.shape"]
+    assert traced.sizes["y0"][2] == traced.sizes["x0"][2] - 13 and str(traced.sizes["x0"][2]) == "x0_size2"
+    pool = lower_source(dataclasses.make_dataclass("P", ["source"])(MAXPOOL1D)).source
+    other = MAXPOOL1D.replace("4, 6, 32", "3, 5, 21")
+    verdicts = vpool.verify_many([(MAXPOOL1D, pool), (other, pool)])
+    assert [v.status for v in verdicts] == ["pass"] * 2, [v.reason[:300] for v in verdicts]
+
+
 def test_an_unmappable_call_is_an_error_naming_it():
     with pytest.raises(TraceError, match="lgamma"):
         trace_source(UNMAPPABLE)
