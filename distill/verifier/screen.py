@@ -253,7 +253,12 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
                                                                      lambda a, b, tol=tol: compare(a, b, tol=tol)):
             raise _Finding("degenerate", f"output {k} is (near) constant: a kernel that writes a constant passes "
                                          f"the verifier's tolerance on every trial")
-    _conditioned(outs0, report.tolerances)  # after the constant check: a problem zeros pass says that first
+    noise = precision.rounding_noise(outs0, report.tolerances)  # after the constant check: zeros passing says more
+    if noise is not None:
+        k, err, bound = noise
+        raise _Finding("ill_conditioned", f"output {k} is rounding noise at float32: an fp32 evaluation of the reference "
+                                          f"misses its fp64 evaluation by {err:.3g} normwise, over the verifier's float32 "
+                                          f"bound ({bound:g}), so no bound can tell an honest kernel from a wrong one")
     report.effects = _effects(model, inputs0, outs0, draw, tols, run, step)
     if not small:
         del model
@@ -264,27 +269,6 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
                                          f"(by {effect:.3g}x its bound at most, {EFFECT_MARGIN:g}x needed): a kernel "
                                          "that ignores it, or drops the term it feeds, passes")
     return report
-
-
-def _conditioned(outs: list, records: list) -> None:
-    """An output whose own float32 evaluation already misses its fp64 one by more than the verifier's
-    float32 bound is rounding noise at float32 (a GroupNorm then a mean over whole groups: exactly its
-    bias in exact arithmetic, ~1e-8 of noise here, 1e9 times off relatively): an honest kernel errs
-    as much, so the bound cannot tell it from a wrong one. The problem is refused, not the kernel."""
-    from distill.verifier.tolerance import tolerance_for
-
-    for k, (o, rec) in enumerate(zip(outs, records)):
-        m, table = (rec or {}).get("measured"), tolerance_for(o.dtype)
-        if not m or table is None:
-            continue
-        # The reference as written, not the honest-kernel variant: where only fast-math noise is over
-        # the bound, an honest kernel with accurate math (or a better-conditioned formula) still passes.
-        err = m["fp32_norm"]
-        if err > table.norm_rel:
-            raise _Finding("ill_conditioned", f"output {k} is rounding noise at float32: an fp32 evaluation of the "
-                                              f"reference misses its fp64 evaluation by {err:.3g} normwise, over the "
-                                              f"verifier's float32 bound ({table.norm_rel:g}), so no bound can tell an "
-                                              "honest kernel from a wrong one")
 
 
 def _finite(outs: list) -> None:
