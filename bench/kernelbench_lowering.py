@@ -44,6 +44,7 @@ import ast
 import json
 import math
 import re
+import statistics
 import sys
 import threading
 import time
@@ -240,11 +241,6 @@ def verify_all(pool: Any, pairs: list[tuple[Row, str, str]], threads: int, deadl
         return all(list(ex.map(one, pairs)))
 
 
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
-
-
 def table(rows: list[Row], levels: list[int], top: int) -> str:
     lines = ["| level | problems | traced | lowered | verified (pass) | pass of lowered |", "|---:|---:|---:|---:|---:|---:|"]
     for level in levels:
@@ -270,8 +266,9 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
             large = sum("too large" in r.reason for r in rs)
             limit = sum(r.side == "candidate" and r.status != "pass" and any(w in r.reason.lower() for w in LIMIT_WORDS)
                         for r in rs)
-            sec = _median([r.verify_s for r in rs if r.verify_s is not None])
-            ratio = _median([r.worker_peak / r.problem_bytes for r in rs if r.worker_peak and r.problem_bytes])
+            secs = [r.verify_s for r in rs if r.verify_s is not None]
+            ratios = [r.worker_peak / r.problem_bytes for r in rs if r.worker_peak and r.problem_bytes]
+            sec, ratio = (statistics.median(secs) if secs else None), (statistics.median(ratios) if ratios else None)
             lines.append(f"| {level} | {len(rs)} | {by['candidate']} | {by['problem']} | {by['verifier']} | {large} | "
                          f"{limit} | {'-' if sec is None else f'{sec:.1f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
     for level in levels:
