@@ -14,7 +14,10 @@ def test_recorded_seeds_replay_the_same_verdict_and_fresh_ones_differ(pool):
     again = pool.verify(problem("cross_entropy"), hostile("ce_ignores_targets"), seeds=seeds)
     fresh = pool.verify(problem("cross_entropy"), hostile("ce_ignores_targets"))
     assert again.reason == first.reason and again.checks["replay"] == first.checks["replay"]
-    assert fresh.checks["replay"]["seeds"] != seeds and fresh.reason != first.reason
+    assert again.checks["compare"]["norm_rel_err"] == first.checks["compare"]["norm_rel_err"]
+    # the error to full precision: the reason's three digits coincided on two fresh draws once (0.117)
+    assert fresh.checks["replay"]["seeds"] != seeds
+    assert fresh.checks["compare"]["norm_rel_err"] != first.checks["compare"]["norm_rel_err"]
 
 
 def test_a_pass_records_its_seeds_too(pool):
