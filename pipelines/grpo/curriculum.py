@@ -142,10 +142,15 @@ class PromotionCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self._log("curriculum/stage", float(self.stage.index))
         self.state.stage_steps += 1
-        if self.state.stage_steps % self.cfg.eval_every:
+        # the fallback ends a stage at its own step, not at the next evaluation after it: with
+        # eval_every 4 and max_stage_steps 2 a stage used to run 4 steps
+        fallback = (bool(self.cfg.max_stage_steps) and self.state.stage_steps >= self.cfg.max_stage_steps
+                    and self.state.stage_pos + 1 < len(self.stages))
+        if self.state.stage_steps % self.cfg.eval_every and not fallback:
             return control
         rows = eval_rows(self.heldout, self.stage, self.cfg.eval_size, self.seed)
-        passed, total = self.evaluate(rows) if rows and self.evaluate else (0, 0)
+        due = self.state.stage_steps % self.cfg.eval_every == 0
+        passed, total = self.evaluate(rows) if due and rows and self.evaluate else (0, 0)
         pass_at_1 = passed / total if total else None
         next_chunk = getattr(self.sampler, "started", 0)
         rec = decide(self.state, self.cfg, self.stages, state.global_step, pass_at_1, total, next_chunk)

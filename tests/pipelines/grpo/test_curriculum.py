@@ -67,6 +67,23 @@ def test_max_stage_steps_without_heldout(shards, tmp_path):
     assert CurriculumState.load(tmp_path) == state
 
 
+def test_max_stage_steps_ends_a_stage_between_evaluations(shards):
+    stages = load_stages(shards)
+    held = {1: [{"level": 1, "problem": "a"}] * 4, 2: [{"level": 2, "problem": "b"}] * 4}
+    asked = []
+    state = CurriculumState()
+    cb = PromotionCallback(CurriculumSettings(max_stage_steps=2, eval_every=4), stages, held, state, seed=0,
+                           evaluate=lambda rows: asked.append(rows) or (0, len(rows)))
+    cb.on_step_end(None, SimpleNamespace(global_step=1), None)
+    assert state.stage_pos == 0 and not state.evals
+    cb.on_step_end(None, SimpleNamespace(global_step=2), None)     # the fallback, not step 4's evaluation
+    assert state.stage_pos == 1 and "max_stage_steps" in state.evals[0]["reason"] and not asked
+    for step in (3, 4, 5, 6):                                      # the last stage: evaluated on schedule only
+        cb.on_step_end(None, SimpleNamespace(global_step=step), None)
+    assert len(asked) == 1 and all(r["level"] == 2 for r in asked[0]) and state.stage_pos == 1
+    assert [e["step"] for e in state.evals] == [2, 6]               # no record at the steps between
+
+
 def test_resume_skips_a_checkpoint_killed_mid_save(tmp_path):
     from pipelines.grpo.trainer import last_complete_checkpoint
 
