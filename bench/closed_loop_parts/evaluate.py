@@ -112,8 +112,12 @@ def generate(model_dir: Path, prompts: list[list[dict[str, str]]], max_new_token
 def verify(pairs: list[tuple[Any, str, bool]], device: str, workers: int, timeout: float,
            timing: str = "eager", deadline: float | None = None) -> list[dict[str, Any] | None]:
     """Verdicts of (problem, answer text, ended) triples: extraction first, then the pool (identical
-    pairs once), in chunks of twice the pool's workers in the order given; None for the pairs whose
-    chunk would start past `deadline` (a monotonic time)."""
+    pairs once), one thread per worker taking the pairs in the order given; None for the pairs not
+    started by `deadline` (a monotonic time).
+
+    No chunks: a chunk waits for its slowest pair, so with a 120 s verify timeout one slow answer held
+    23 idle workers and carried the stage past its deadline (fifth run: verification 255 s of a 180 s
+    stage). Here a pair that would start past the deadline is not started; those in flight finish."""
     from distill.teacher.extract import extract
     from distill.verifier import VerifierPool
 
@@ -129,18 +133,27 @@ def verify(pairs: list[tuple[Any, str, bool]], device: str, workers: int, timeou
             jobs.setdefault((problem.problem_id, ex.code), []).append(i)
     keys = list(jobs)
     if keys and (deadline is None or time.monotonic() < deadline):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from distill.verifier.handout import PoolError
+        from distill.verifier.problemio import ProblemError
+
+        def one(key: tuple[str, str]) -> None:
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            try:
+                v: Any = pool.verify(problems[key[0]], key[1])
+                rec = {"status": v.status, "reason": v.reason[:300], "speedup_eager": v.speedup_eager}
+            except (ProblemError, PoolError) as exc:
+                rec = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300], "speedup_eager": None}
+            for i in jobs[key]:
+                results[i] = rec
+
         pool = VerifierPool(workers=workers, device=device, timeout=timeout, timing=timing)
         try:
-            for start in range(0, len(keys), 2 * workers):
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                chunk = keys[start:start + 2 * workers]
-                for key, v in zip(chunk, pool.verify_many([(problems[pid], code) for pid, code in chunk])):
-                    rec = ({"status": "error", "reason": f"{type(v).__name__}: {v}"[:300], "speedup_eager": None}
-                           if isinstance(v, BaseException) else
-                           {"status": v.status, "reason": v.reason[:300], "speedup_eager": v.speedup_eager})
-                    for i in jobs[key]:
-                        results[i] = rec
+            pool.start()
+            with ThreadPoolExecutor(max_workers=workers) as ex:
+                list(ex.map(one, keys))
         finally:
             pool.close()
     return results
