@@ -136,6 +136,7 @@ class JobContext:
     admission: Any = None  # admission.Admission (fleet.py): a job shares its GPU or holds it alone; None: shares
     fresh_reference: bool = False  # this run is the retry: its references must have served no job
     reference_broke: bool = False  # a reference failed in this run (died, hung, garbled): retry, don't blame
+    scratch: str = ""  # the parent's scratch folder (spill.py: a job's kept outputs); "": the system's temp
 
     def attempt(self, fresh: bool) -> "JobContext":
         """The context for one run of a job; `fresh` (a retry's) takes only references that served no job."""

@@ -14,11 +14,12 @@ import secrets
 import time
 from typing import Any
 
-from distill.verifier import (environ, inflight, judge, memfault, procs, protocol, reference, refwork, replaycheck,
-                              running, timing)
+from distill.verifier import (callstream, environ, inflight, judge, memfault, procs, protocol, reference, refwork,
+                              replaycheck, running, timing)
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_CHECKS, TIMING_SETS, JobSpec
+from distill.verifier.spill import Spill
 from distill.verifier.verdict import Verdict
 
 def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[str, Any]:
@@ -36,6 +37,18 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[s
         hyg["processes"] = len(left.processes)
         reply["hygiene"] = hyg
     return reply
+
+
+def _take_call(stream: callstream.CallStream, msg: dict[str, Any]) -> None:
+    """One call's report, as the worker sent it when the call ended: judged now, its outputs dropped
+    (callstream.py). A report that names no trial of the reference's is a tampered channel."""
+    call = msg.get("call")
+    if call is None:
+        return
+    trial = call.get("trial") if isinstance(call, dict) else None
+    if type(trial) is not int or not 0 <= trial < len(stream.trials) or type(call.get("kind")) is not str:
+        raise procs.ProcProtocol("a call's report names no trial of this job")
+    stream.add(environ.scrub(call, keep=frozenset({"trace"})))
 
 
 def _per_trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any]) -> bool:
@@ -195,6 +208,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
     steps = memfault.StepLog(lambda: ctx.memory.resident(proc.pid))
 
     held = contextlib.ExitStack()  # the job's hold on its GPU (admission.py), from its plan to its end
+    spill = held.enter_context(Spill(ctx.scratch))  # the outputs kept past their arrival, on disk when large
     try:
         grant, stream = refwork.memory_plan(ctx, slot, spec, base)
         if ctx.admission is not None:
@@ -212,7 +226,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             cmd="load", source=spec.candidate, problem=spec.source,
             seeds=spec.seeds[1:1 + spec.trials + (TIMING_SETS if worker_times else 0)], stream=stream,
             template_cache=ctx.template if spec.device == "cuda" else None, device_memory_fraction=grant.fraction))
-        ref = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed))
+        ref = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed), spill)
         phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
@@ -231,11 +245,16 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             return verdict(f.status, f.reason, f.checks), False
         phase = "construct"
         steps(phase)
+        # Each call's outputs are compared with the reference's as its report arrives (callstream.py).
+        judged = callstream.CallStream(ref["trials"], spec.device, keep_trial=spec.other, spill=spill)
         run = proc.request(protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"],
                                         init_seed=spec.seeds[0], call_seed=spec.seeds[-3], n_trials=spec.trials,
                                         construct_ops=sorted(ref.get("construct_ops") or {}), plan=spec.plan()),
-                           t, phase, total=t * (len(spec.plan()) + 2), on_progress=steps)
+                           t, phase, total=t * (len(spec.plan()) + 2), on_progress=steps,
+                           on_data=lambda msg: _take_call(judged, msg))
         run = _watched(ctx, slot.proc, run)
+        # A top-level error is the codec's: the run's reply could not be encoded, and no call counts.
+        run["calls"] = [] if run.get("error") else judged.calls
         lap("run")
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
             base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
@@ -254,11 +273,13 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                     raise err
         if ref.get("insensitive_inputs"):  # a property of the problem, stated with every verdict on it
             base["problem"] = {"insensitive_inputs": ref["insensitive_inputs"]}
-        found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {})
+        found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {},
+                                                        judged)
         if found.status == "wrong_output" and (found.checks.get("compare") or {}).get("within_table"):
             _per_trial_bounds(ctx, slot, spec, ref)  # a pass never pays for this
+            judged.rejudge(ref["trials"])
             found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device,
-                                                            ref.get("construct_ops") or {})
+                                                            ref.get("construct_ops") or {}, judged)
             found.checks["tolerance_per_trial"] = True
             lap("trial_bounds")
         found.checks["phase_s"] = phases

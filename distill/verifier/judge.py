@@ -6,7 +6,6 @@ its own verdict worse (an error, a denial, a compute op), never produce a `pass`
 """
 from __future__ import annotations
 
-import secrets
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,58 +144,11 @@ def _bound(expected: dict[str, Any], i: int) -> tolerance.Tolerance | None:
                                det_rel=rec["det_rel"])
 
 
-_SUBSET = 1 << 16
-
-
-def _secret_subset(n: int) -> slice | torch.Tensor:
-    if n <= _SUBSET:
-        return slice(None)
-    g = torch.Generator().manual_seed(secrets.randbits(63))
-    return torch.randint(0, n, (_SUBSET,), generator=g)
-
-
 def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, Any]]) -> Finding | None:
-    """A candidate must be closer to the reference than any input-independent answer could be.
+    """The bound on input-independent answers (callstream.py), over calls in hand."""
+    from distill.verifier import callstream
 
-    Each trial passing its tolerance is not enough when the tolerance is wide next to how much the
-    reference changes between input draws (a loss averaged over many elements, a near-constant
-    statistic): a fixed tensor C placed between the draws passes every trial. By the triangle
-    inequality any such C is at distance >= max ||R_t - R_u|| / 2 from some trial's reference, so a
-    candidate whose worst error reaches that bound has shown no dependence on its inputs that a
-    constant lacks, whatever it computed. Applied where the reference's trials differ by more than
-    four times the dtype's determinism tolerance (`det_rel`, rounding-sized): an honest kernel's error
-    is rounding-sized too, well under half of such a change.
-    """
-    ts = sorted(t for t in calls if t < len(trials))
-    if len(ts) < 2:
-        return None
-    if all(torch.equal(trials[t]["outputs"][i], trials[ts[0]]["outputs"][i])
-           for t in ts[1:] for i in range(len(trials[ts[0]]["outputs"]))):
-        from distill.verifier.problemio import ProblemError
-
-        raise ProblemError("the reference returns the same outputs for every input draw, so any fixed answer "
-                           "passes: the problem is degenerate")
-    for i in range(len(trials[ts[0]]["outputs"])):
-        refs = [trials[t]["outputs"][i] for t in ts]
-        tol = tolerance.tolerance_for(refs[0].dtype)
-        if tol is None or not refs[0].is_floating_point() or any(r.shape != refs[0].shape for r in refs):
-            continue
-        # The bound holds on any subset of elements; a secret one keeps the cost flat at any size.
-        pick = _secret_subset(refs[0].numel())
-        refs64 = [r.detach().reshape(-1)[pick].double().cpu() for r in refs]
-        outs = [calls[t]["outputs"][i]["data"].detach().reshape(-1)[pick].double().cpu() for t in ts]
-        finite = [torch.isfinite(r) for r in refs64]
-        err = max(float(torch.linalg.vector_norm(torch.where(f, o - r, 0))) for o, r, f in zip(outs, refs64, finite))
-        spread = max(float(torch.linalg.vector_norm(torch.where(fa & fb, a - b, 0)))
-                     for k, (a, fa) in enumerate(zip(refs64, finite)) for b, fb in zip(refs64[k + 1:], finite[k + 1:]))
-        scale = max(float(torch.linalg.vector_norm(torch.where(f, r, 0))) for r, f in zip(refs64, finite))
-        if spread <= 4 * tol.det_rel * scale:
-            continue     # the reference barely moves: nothing tells a fixed answer from a computation
-        if err >= 0.5 * spread:
-            return Finding("wrong_output", f"output {i} does not follow its inputs: its error ({err:.3g}) is as large as "
-                           f"a fixed answer's would be (half the reference's change between trials, {spread / 2:.3g})",
-                           {"follows_reference": {"output": i, "error": err, "half_spread": spread / 2}})
-    return None
+    return callstream.follows_reference(calls, trials)
 
 
 def inputs_changed(call: dict[str, Any]) -> str | None:
@@ -217,8 +169,14 @@ def construct_compute(cand: dict[str, int], ref: dict[str, int]) -> list[str]:
 
 
 def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
-                ref_construct: dict[str, int] | None = None) -> Finding:
-    """Statuses in DESIGN §4 order for each call (the replay is judged after, `judge_replay`)."""
+                ref_construct: dict[str, int] | None = None, stream: Any = None) -> Finding:
+    """Statuses in DESIGN §4 order for each call (the replay is judged after, `judge_replay`). `stream`
+    (callstream.CallStream): the calls as judged when they arrived, their outputs compared then; without
+    it, `run["calls"]` carry their outputs and are judged here the same way."""
+    if stream is None:
+        from distill.verifier.callstream import CallStream
+
+        stream = CallStream.over(run.get("calls") or [], trials, device)
     prints = run.get("fingerprints")
     if prints is not None and prints != [t["fingerprint"] for t in trials][:len(prints)]:
         # Screening made the problem's inputs twice from one seed and got the same (screen.py), so a
@@ -259,7 +217,7 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
         checks["worker_input_sets"] = len(prints)
     if trials and trials[0].get("tolerances"):  # each output's bound and how it was set (screen.py)
         checks["tolerance"] = trials[0]["tolerances"]
-    for call in run.get("calls", []):
+    for n, call in enumerate(stream.calls):
         kind, t = call["kind"], call["trial"]
         left = left_behind(call)
         if left:
@@ -290,13 +248,15 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
             return Finding("mutates_input", changed, checks)
         if call.get("aliases"):
             return Finding("aliases_input", call["aliases"][0], checks)
-        bad = compare_outputs(call, trials[t], device)
+        bad = stream.compared[n]
+        if isinstance(bad, Exception):
+            raise bad
         if bad:
-            bad.checks = {**checks, **bad.checks, "call": f"{kind} {t}"}
+            bad = Finding(bad.status, bad.reason, {**checks, **bad.checks, "call": f"{kind} {t}"})
             return bad
         per_trial.append({"trial": t, "kind": kind, "launches": call["launches"], "kernels": call.get("kernels")})
         first.setdefault(t, call)
-    bad = follows_reference(first, trials)
+    bad = stream.follows(sorted(t for t in first if t < len(trials)))
     if bad:
         bad.checks = {**checks, **bad.checks}
         return bad

@@ -23,6 +23,7 @@ gets `_attempt` as a callable. Neither job.py nor twins.py imports this module.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
@@ -83,7 +84,7 @@ class VerifierPool:
                             fleet.acquire_replayer, fleet.release_replayer)
         self.context = JobContext(device, handouts, fleet.memory, fleet.budget, fleet.gates, fleet.peaks, RefTimings(),
                                   fleet.template, stream_inputs, timing_in, compile_reference=timing == TIMING[0],
-                                  admission=fleet.admission)
+                                  admission=fleet.admission, scratch=os.path.join(fleet.root, "parent"))
         self.stats = fleet.stats  # the fleet's counters (recycled, started, replaced) and the pool's retries
         self.stats["retried"] = 0
 

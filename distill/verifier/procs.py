@@ -312,9 +312,11 @@ class Proc:
         return nonce
 
     def finish(self, nonce: str, seconds: float, phase: str, total: float | None = None,
-               on_progress: Callable[[str], None] | None = None, until: str | None = None) -> dict[str, Any]:
+               on_progress: Callable[[str], None] | None = None, until: str | None = None,
+               on_data: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Wait for the reply to `nonce`. `progress` messages restart the per-phase clock (each call
-        of `forward` is a phase) but never past `total`; `on_progress` hears each one's step. With
+        of `forward` is a phase) but never past `total`; `on_progress` hears each one's step, and
+        `on_data` each one's whole message (a call's report, callstream.py), which is then dropped. With
         `until`, an announcement of that step ends the wait instead: {} then, the command still running."""
         hard = time.monotonic() + (total if total is not None else seconds)
         current = phase
@@ -332,6 +334,9 @@ class Proc:
                 current = str(reply["progress"])[:100]
                 if on_progress is not None:
                     on_progress(current)
+                if on_data is not None:
+                    on_data(reply)
+                del reply  # a call's outputs: gone before the next message is read
                 if current == until:
                     return {}
                 continue
@@ -343,8 +348,9 @@ class Proc:
         return self.finish(nonce, seconds, phase, total=seconds, until=step) or None
 
     def request(self, msg: dict[str, Any], seconds: float, phase: str, total: float | None = None,
-                on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-        return self.finish(self.begin(msg), seconds, phase, total, on_progress)
+                on_progress: Callable[[str], None] | None = None,
+                on_data: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        return self.finish(self.begin(msg), seconds, phase, total, on_progress, on_data=on_data)
 
     def _exitcode(self) -> int | None:
         self._wait_exit(2)

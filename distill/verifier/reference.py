@@ -14,7 +14,7 @@ import os
 import time
 import types
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -106,12 +106,15 @@ def screened(mod: types.ModuleType, device: torch.device, known: dict[str, Any] 
 
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
                 calls: int = 0, budgets: dict[str, Any] | None = None, screen_first: bool = False,
-                known: dict[str, Any] | None = None) -> dict[str, Any]:
+                known: dict[str, Any] | None = None,
+                send: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
     (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
     the next one. With `screen_first`, the problem is screened first (`screened`, or `known`: the pool's
     report of an earlier screening) and each trial carries the outputs' bounds (`tolerances`:
-    tolerance.Tolerance fields per output, None where exact); the reply's `screen` is the whole report."""
+    tolerance.Tolerance fields per output, None where exact); the reply's `screen` is the whole report.
+    `send` (the reference process's): each trial goes to the parent as it is made, not in the reply, so
+    this process holds one trial's outputs, not every trial's."""
     report = screened(mod, device, known) if screen_first else None
     memplan.reset_peak(device)
     held = Held()
@@ -135,8 +138,11 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
         trial = {"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)}
         if report is not None:
             trial["tolerances"] = report.tolerances
-        trials.append(trial)
-        del host, out
+        if send is not None:
+            send(trial)
+        else:
+            trials.append(trial)
+        del host, out, outs, trial
     io_bytes = plan.problem_bytes if plan is not None else params
     memory = {"plan": plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
               "reference_peak_bytes": memplan.peak(device), "reference_held_peak_bytes": held.peak}
@@ -257,7 +263,8 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 mod = load_problem(msg["source"], cache)
                 try:
                     out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
-                                      msg.get("budgets"), screen_first=True, known=msg.get("screen"))
+                                      msg.get("budgets"), screen_first=True, known=msg.get("screen"),
+                                      send=lambda trial: conn.send_bytes(codec.encode({"trial": trial}, arena)))
                 except torch.OutOfMemoryError as exc:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "trial_bounds":  # a near miss: each trial's bound measured on its own inputs (judge.py)

@@ -14,17 +14,31 @@ from distill.verifier import memplan, procs, protocol, reference, screen
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_SETS, JobSpec
+from distill.verifier.spill import Spill
 from distill.verifier.verdict import Verdict
 
 
-def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float) -> dict[str, Any]:
+def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float,
+                   spill: Spill | None = None) -> dict[str, Any]:
+    """One command in a reference process. The expected outputs of a `trials` command arrive one trial
+    at a time, before the reply (reference.make_trials), and are kept as they come (`spill`: on disk
+    when large), so the parent never holds a reply with every trial's outputs at once."""
     t0 = time.monotonic()
     ref = ctx.acquire_reference(gpu)
     waited = time.monotonic() - t0  # queued for a reference process: the pool's, not the problem's
     broken = False
     try:
         ref.send(msg)
-        out = ref.receive(seconds, "reference")
+        end = t0 + waited + seconds
+        out, trials = ref.receive(seconds, "reference"), []
+        while "trial" in out:
+            trial = out.pop("trial")
+            trial["outputs"] = spill.keep(trial["outputs"]) if spill is not None else trial["outputs"]
+            trials.append(trial)
+            del out
+            out = ref.receive(max(end - time.monotonic(), 0.001), "reference")
+        if trials:
+            out["trials"] = trials
         out["wait_s"] = round(waited, 4)
     except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
         broken = True
@@ -38,7 +52,7 @@ def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: floa
     return out
 
 
-def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any]) -> dict[str, Any]:
+def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any], spill: Spill) -> dict[str, Any]:
     """The reference's expected outputs for this job's trials. The problem is screened in the first
     job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
     problem that failed screening fails them at once."""
@@ -51,7 +65,7 @@ def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[s
             known = ctx.screens.cache.get(key)
             if known is None:
                 try:
-                    out = reference_call(ctx, slot.gpu, msg, max(spec.timeout, 120))
+                    out = reference_call(ctx, slot.gpu, msg, max(spec.timeout, 120), spill)
                 except reference.ScreenFailed as exc:
                     ctx.screens.cache[key] = exc.report.to_dict()
                     raise
@@ -60,7 +74,7 @@ def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[s
                 return out
     if known["status"] != "ok":
         raise reference.ScreenFailed(screen.ScreenReport(**known))
-    return reference_call(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120))
+    return reference_call(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120), spill)
 
 
 def trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec) -> list[list[Any]]:

@@ -8,6 +8,7 @@ frames, so candidate code writing to the pipe cannot impersonate the harness.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import os
@@ -157,13 +158,16 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
         if arena is not None:
             arena.reset()  # the parent copied the last reply out before sending this command
 
-        def reply(payload: dict[str, Any], _nonce: str = nonce) -> None:
+        def reply(payload: dict[str, Any], _nonce: str = nonce) -> bool:
+            """Send `payload`; False where it could not be encoded and the codec's error went instead,
+            which ends the command (the parent takes it as the command's reply)."""
             payload["nonce"] = _nonce
             try:
-                data = codec.encode(payload, arena)
+                data, sent = codec.encode(payload, arena), True
             except codec.CodecError as exc:
-                data = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}})
+                data, sent = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}}), False
             conn.send_bytes(data)
+            return sent
 
         if cmd in ("load", *_REPLAYER) and device.type == "cuda" and msg.get("device_memory_fraction"):
             # The job's device cap (admission.py: a worker's share, or its GPU's whole for a job alone),
@@ -189,7 +193,8 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
             job = {"serial": serial}
             reply(_hygiene(_load(job, msg, cfg["scratch"], token, device, reply), token, snap, threads0))
         elif cmd == "run":
-            reply(_hygiene(_run(job, msg, device, token, block, sync, reply, snap), token, snap, threads0))
+            with contextlib.suppress(_Ended):
+                reply(_hygiene(_run(job, msg, device, token, block, sync, reply, snap), token, snap, threads0))
         elif cmd == "time":
             reply(_hygiene(_time(job, msg, device, token, flush), token, snap, threads0))
         elif cmd == "timed_outputs":  # asked for after the timing gate opens: 16 MB outputs take a while to send
@@ -271,7 +276,7 @@ def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.devic
 
 def _run(job: dict, msg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
          sync: Any, reply: Any, snap: dict) -> dict[str, Any]:
-    out: dict[str, Any] = {"construct_error": None, "calls": [], "blocked_ops": 0}
+    out: dict[str, Any] = {"construct_error": None, "blocked_ops": 0}  # the calls went one by one
     job["state0"] = snap["state"]
     # Wall seconds of each step, reported beside the calls (the parent sums them as run.* phases).
     laps: dict[str, float] = {}
@@ -317,7 +322,7 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         job["sets"].made[:msg["n_trials"]] = [None] * msg["n_trials"]  # resident: only the timing sets stay
     finally:
         guard.ctl(token, "harness", False)
-    reply({"progress": "outputs reply"})  # the reply's encoding: every call's outputs, copied once more
+    reply({"progress": "outputs reply"})  # the reply's encoding (each call's outputs went as it ended)
     peak = memplan.peak(device)
     out["memory"] = {"worker_peak_bytes": None if peak is None else max(peak, out.pop("peak_before", 0)),
                      "streamed": job["sets"].stream}
@@ -326,11 +331,15 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
     return out
 
 
+class _Ended(Exception):
+    """A call's report could not be encoded: the codec's error was the run's reply."""
+
+
 def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, out: dict,
            laps: dict, lap: Any) -> None:
     """The plan's forward calls on the trial sets; the traced one's record (replay.py) goes back in its
-    report, for a replayer (replayer.py). Each call's output copies go to the host at once: the device
-    holds one call's outputs."""
+    report, for a replayer (replayer.py). Each call's output copies go to the host at once and its report
+    to the parent: the device and the host hold one call's outputs."""
     inputs = None
     sets: inputsets.InputSets = job["sets"]
     lift = job["block"] if sets.stream else None
@@ -363,8 +372,13 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]
         lap("checks")  # what run_call did after the call: copies out, bands, input comparison
         laps["checks"] -= rep["call_s"]
-        out["calls"].append(rep)
-        if rep["state"] or rep["error"] is not None:
+        # The call's report goes to the parent now, which compares its outputs with the reference's as
+        # they arrive (callstream.py): neither process holds more than one call's outputs.
+        stop = bool(rep["state"]) or rep["error"] is not None
+        if not reply({"progress": f"outputs sent {spec['kind']} {spec['trial']}", "call": rep}):
+            raise _Ended
+        del rep
+        if stop:
             break
 
 
