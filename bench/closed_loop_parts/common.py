@@ -26,7 +26,7 @@ class Layout:
         self.build_config = self.out / "build.toml"
         self.build = self.out / "build"                  # `tritonforge build` output
         self.sft = self.out / "sft"                      # `tritonforge export --format sft`
-        self.grpo_data = self.out / "grpo-data"          # rl/ from `export --format rl`, heldout/ = validation
+        self.grpo_data = self.out / "grpo-data"          # rl/ = unseen prompts, heldout/ = validation, seen/ = export
         self.eval_sets = self.out / "eval-sets"          # dag/level=L, ops/level=L
         self.data_json = self.out / "data.json"
         self.base = self.out / "student" / "base"        # the random-weight student

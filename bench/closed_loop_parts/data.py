@@ -8,7 +8,11 @@ held-out problems are then split three ways, in the build's order, with no probl
   set: a combination of ops the student never saw together; empty at level 1 when training covers
   every op, which the report says);
 - validation (`grpo-data/heldout/level=L`): up to `val_size` of what is left, for GRPO's promotion
-  evaluations, so no test problem steers the curriculum.
+  evaluations, so no test problem steers the curriculum;
+- GRPO's prompts (`grpo-data/rl/stage=K`, level K's remainder): problems the student never saw an
+  answer to. The fifth run trained GRPO on the SFT problems themselves (`export --format rl`), whose
+  answers the student had memorised (loss 0.003): groups of 8 samples mostly agreed, and 17 steps
+  lowered held-out pass@1 (bench/RESULTS.md). The export is kept in `grpo-data/seen/` for the record.
 """
 from __future__ import annotations
 
@@ -60,7 +64,21 @@ def split_heldout(held: list[dict[str, Any]], train_hashes: set[str], train_mult
     ops = [r for r in rest if multiset(r["extra_info"]["ops"]) not in train_multisets][:test_size]
     taken = {r["problem_id"] for r in ops}
     val = [r for r in rest if r["problem_id"] not in taken][:val_size]
-    return {"dag": dag, "ops": ops, "val": val}
+    taken |= {r["problem_id"] for r in val}
+    return {"dag": dag, "ops": ops, "val": val, "rl": [r for r in rest if r["problem_id"] not in taken]}
+
+
+def as_prompt(row: dict[str, Any], stage: int) -> dict[str, Any]:
+    """A held-out row as a GRPO prompt of curriculum stage `stage`."""
+    return {**row, "stage": stage, "extra_info": {**row["extra_info"], "stage": stage, "split": "train"}}
+
+
+def _folder(lay: Layout, name: str, lv: int, stage: int) -> Path:
+    if name == "rl":
+        return lay.grpo_data / "rl" / f"stage={stage}" / "part-00000.parquet"
+    if name == "val":
+        return lay.grpo_data / "heldout" / f"level={lv}" / "val.parquet"
+    return lay.eval_sets / name / f"level={lv}" / "test.parquet"
 
 
 def _rows(folder: Path) -> list[dict[str, Any]]:
@@ -80,13 +98,13 @@ def write_splits(lay: Layout, p: Profile) -> dict[str, Any]:
     train_multisets = {multiset(r["extra_info"]["ops"]) for r in train}
     counts: dict[str, Any] = {"train_problems": len(train), "train_op_multisets": len(train_multisets),
                               "sets": {}, "heldout_drawn": {}}
-    for lv in p.levels:
+    for stage, lv in enumerate(p.levels, 1):
         held = _rows(lay.build / "heldout" / f"level={lv}")
         counts["heldout_drawn"][str(lv)] = len(held)
         parts = split_heldout(held, train_hashes, train_multisets, p.test_size, p.val_size)
+        parts["rl"] = [as_prompt(r, stage) for r in parts["rl"]]
         for name, rows in parts.items():
-            folder = (lay.grpo_data / "heldout" if name == "val" else lay.eval_sets / name) / f"level={lv}"
-            path = folder / ("val.parquet" if name == "val" else "test.parquet")
+            path = _folder(lay, name, lv, stage)
             if rows:
                 write_rows(rows, RL_SCHEMA, path)
             else:
@@ -96,6 +114,12 @@ def write_splits(lay: Layout, p: Profile) -> dict[str, Any]:
         if {r["extra_info"]["dag_hash"] for rows in parts.values() for r in rows} & train_hashes \
                 or {multiset(r["extra_info"]["ops"]) for r in parts["ops"]} & train_multisets:
             raise StageError(f"level {lv}: a held-out problem overlaps training (a bug in the split)")
+        tests = {r["extra_info"]["dag_hash"] for name in ("dag", "ops") for r in parts[name]}
+        if tests & {r["extra_info"]["dag_hash"] for r in parts["rl"] + parts["val"]}:
+            raise StageError(f"level {lv}: a GRPO prompt is a test problem (a bug in the split)")
+        if not parts["rl"]:
+            raise StageError(f"level {lv}: no held-out problem is left for GRPO after the test and validation "
+                             f"sets ({len(held)} drawn): raise heldout_size")
     return counts
 
 
@@ -122,7 +146,7 @@ def run(lay: Layout, p: Profile, budget_s: float | None) -> dict[str, Any]:
         tritonforge(["build", str(lay.build_config), "--out", str(lay.build), "--no-card"], device,
                     clock.commands, timeout=budget_s)
         tritonforge(["export", str(lay.build), "--format", "sft", "--out", str(lay.sft)], device, clock.commands)
-        tritonforge(["export", str(lay.build), "--format", "rl", "--out", str(lay.grpo_data / "rl")], device,
+        tritonforge(["export", str(lay.build), "--format", "rl", "--out", str(lay.grpo_data / "seen")], device,
                     clock.commands)
         manifest = json.loads((lay.build / "manifest.json").read_text())
         summary = {"profile": p.name, "build_device": device, "levels": list(p.levels), "size_profile": p.size_profile,

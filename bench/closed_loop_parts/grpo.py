@@ -1,8 +1,8 @@
-"""Stage `grpo`: `tritonforge train-grpo` from the SFT student on the exported RL shards, curriculum on.
+"""Stage `grpo`: `tritonforge train-grpo` from the SFT student on problems it never saw, curriculum on.
 
-The config is written to grpo.toml: stages rl/stage=K from `tritonforge export --format rl` (one
-level each, in order), promotion on the validation problems (grpo-data/heldout/level=L, none of
-them a test problem) past pass@1 0.5 or after `max_stage_steps`, the verifier as reward on this
+The config is written to grpo.toml: stages grpo-data/rl/stage=K (level K's held-out problems that are
+in no test or validation set: data.py), promotion on the validation problems (grpo-data/heldout/level=L,
+none of them a test problem) past pass@1 0.5 or after `max_stage_steps`, the verifier as reward on this
 device, every weight trained (no LoRA: the student is small). `--budget-s` stops training with a
 checkpoint; rerunning the stage resumes it (train-grpo's own resume).
 """

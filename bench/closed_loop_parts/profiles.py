@@ -17,7 +17,7 @@ class Profile:
     # data: `tritonforge build` with the lowering teacher
     levels: tuple[int, ...] = (1, 2)
     stage_size: dict[int, int] = field(default_factory=dict)   # training problems drawn per level
-    heldout_size: int = 6                     # held-out problems drawn per level (then split three ways)
+    heldout_size: int = 10                    # held-out problems drawn per level (then split four ways)
     test_size: int = 2                        # per level, in each test set (dag, ops)
     val_size: int = 2                         # per level: GRPO's promotion evaluations (no test problem)
     size_profile: str = "cpu"                 # synth size profile of the problems

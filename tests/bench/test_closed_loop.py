@@ -27,14 +27,25 @@ def test_split_heldout_keeps_the_sets_apart_and_away_from_training():
     held = [_row("a", "h1", ["relu", "add"]), _row("b", "t1", ["relu"]),        # b: a training dag_hash
             _row("c", "h1", ["add", "relu"]),                                   # c: a repeat of a's hash
             _row("d", "h2", ["add", "relu"]), _row("e", "h3", ["exp", "tanh"]),
-            _row("f", "h4", ["tanh", "exp"]), _row("g", "h5", ["sigmoid", "sum"]), _row("h", "h6", ["relu"])]
+            _row("f", "h4", ["tanh", "exp"]), _row("g", "h5", ["sigmoid", "sum"]), _row("h", "h6", ["relu"]),
+            _row("i", "h7", ["exp"]), _row("j", "h7", ["exp"]), _row("k", "h8", ["sum"])]   # j: a repeat of i's
     parts = split_heldout(held, train_hashes={"t1"}, train_multisets={("add", "relu"), ("relu",)},
-                          test_size=2, val_size=5)
+                          test_size=2, val_size=2)
     ids = {k: [r["problem_id"] for r in v] for k, v in parts.items()}
     assert ids["dag"] == ["a", "d"]                           # the first two new hashes, in the build's order
     assert ids["ops"] == ["e", "f"]                           # multisets no training problem has
     assert ids["val"] == ["g", "h"]                           # the rest, neither b nor c
+    assert ids["rl"] == ["i", "k"]                            # GRPO's prompts: what is left, once each
     assert not set(ids["dag"]) & set(ids["ops"]) and not set(ids["val"]) & (set(ids["dag"]) | set(ids["ops"]))
+
+
+def test_grpo_prompts_are_unseen_problems_of_their_stage(tmp_path):
+    from closed_loop_parts.data import as_prompt
+
+    row = {"problem_id": "x", "stage": 0, "extra_info": {"dag_hash": "h", "ops": [], "stage": 0, "split": "test"}}
+    got = as_prompt(row, 2)
+    assert got["stage"] == 2 and got["extra_info"] == {"dag_hash": "h", "ops": [], "stage": 2, "split": "train"}
+    assert row["stage"] == 0 and row["extra_info"]["stage"] == 0          # the held-out row itself is unchanged
 
 
 @pytest.mark.parametrize("name", ["smoke", "gpu"])
@@ -49,7 +60,7 @@ def test_the_build_config_is_one_the_build_accepts(name):
         [(1, (1,), p.stage_size[1]), (2, (2,), p.stage_size[2]), (3, (5,), p.stage_size[2])]
     assert cfg.curriculum.heldout_levels == (1, 2, 5) and cfg.curriculum.heldout_size == p.heldout_size
     assert cfg.teacher.spec == "lowering" and cfg.verify.device == p.device
-    assert p.heldout_size >= 2 * p.test_size + p.val_size                  # room for dag, ops and val
+    assert p.heldout_size > 2 * p.test_size + p.val_size                   # room for dag, ops, val and GRPO's prompts
 
 
 @pytest.mark.parametrize("name", ["smoke", "gpu"])
@@ -143,8 +154,12 @@ def test_the_smoke_loop_runs_end_to_end(tmp_path):
     train = read_folder(lay.build / "rl", RL_SCHEMA).to_pylist()
     tests = read_folder(lay.eval_sets, RL_SCHEMA).to_pylist()
     val = read_folder(lay.grpo_data / "heldout", RL_SCHEMA).to_pylist()
-    assert not {t["extra_info"]["dag_hash"] for t in train} & {t["extra_info"]["dag_hash"] for t in tests + val}
-    assert len({t["problem_id"] for t in tests + val}) == len(tests + val)
+    prompts = read_folder(lay.grpo_data / "rl", RL_SCHEMA).to_pylist()      # GRPO's: problems SFT never saw
+    assert prompts and {t["stage"] for t in prompts} == {1, 2}
+    assert not {t["extra_info"]["dag_hash"] for t in train} & {t["extra_info"]["dag_hash"] for t in tests + val + prompts}
+    assert len({t["problem_id"] for t in tests + val + prompts}) == len(tests + val + prompts)
+    seen = [read_folder(f, RL_SCHEMA).num_rows for f in (lay.grpo_data / "seen").glob("stage=*")]
+    assert sum(seen) == len(train)                                     # the export, kept for the record
 
     student = json.loads((out / "student.json").read_text())
     assert student["steps"] == 4 and student["model"]["parameters"] < 1_000_000
