@@ -246,11 +246,12 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         phase = "construct"
         steps(phase)
         # Each call's outputs are compared with the reference's as its report arrives (callstream.py).
+        plan = spec.plan()  # draws the traced and the other trial, where not drawn yet
         judged = callstream.CallStream(ref["trials"], spec.device, keep_trial=spec.other, spill=spill)
         run = proc.request(protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"],
                                         init_seed=spec.seeds[0], call_seed=spec.seeds[-3], n_trials=spec.trials,
-                                        construct_ops=sorted(ref.get("construct_ops") or {}), plan=spec.plan()),
-                           t, phase, total=t * (len(spec.plan()) + 2), on_progress=steps,
+                                        construct_ops=sorted(ref.get("construct_ops") or {}), plan=plan),
+                           t, phase, total=t * (len(plan) + 2), on_progress=steps,
                            on_data=lambda msg: _take_call(judged, msg))
         run = _watched(ctx, slot.proc, run)
         # A top-level error is the codec's: the run's reply could not be encoded, and no call counts.

@@ -17,9 +17,22 @@ Streaming, and so the multiples (one trial's tensors at a time, never all of the
 Plus one output of slack for temporaries inside forward, and the worker's fixed share (the 256 MiB
 L2 flush buffer and warm-up tensors).
 
-Simplifies: the outputs of every trial still travel to the parent on the host, since the judge
-compares trials against each other after the run (follows_reference, the replays). Host memory
-therefore grows with the number of calls; it is planned and checked here, not streamed.
+Host memory, judged as it goes (callstream.py): a worker sends each call's report as the call ends and
+forgets its outputs; the reference sends each trial's expected outputs as it makes them; the parent
+compares each call with its trial's expected outputs as the call arrives and keeps small summaries
+(error metrics, the secret element subsets of the bound on fixed answers), the full outputs only of the
+call the replay's determinism run compares against (and of a call that failed its comparison), and
+the expected outputs: each of those on the job's scratch disk when large (spill.py). So no process
+holds more than a few outputs at once, however many calls and trials:
+* worker: one call's outputs and their encoded copy: 2 out (on the CPU, its device bytes too);
+* reference: one trial's outputs and their encoded copy: 2 out;
+* parent: a message as read and as decoded, and the comparison's float32 working copies of the output,
+  the expected one and their difference: PARENT_OUTPUTS out.
+
+Simplifies: the multiples are counted in outputs, each at its own dtype; the comparison's float32
+copies of a half-precision output are counted at twice their share by PARENT_OUTPUTS. The replayer's
+reply (three runs' outputs, a fixed number) is planned as a worker's. A large spilled output costs
+disk, not host memory, and is not planned here: the scratch disk is the pool's root's.
 """
 from __future__ import annotations
 
@@ -34,6 +47,8 @@ from distill.verifier.problemio import ProblemError, seed_all
 
 # Fixed device bytes of a worker besides the problem (flush buffer, warm-up tensors).
 DEVICE_BASE = 320 << 20
+# Host multiples of one call's outputs (the header above): a worker's and the reference's; the parent's.
+PROCESS_OUTPUTS, PARENT_OUTPUTS = 2, 6
 # Host bytes of a worker besides the problem: torch, Triton and the CUDA context (cli.MIN_MEMORY_MB
 # measured honest runs at about half of these).
 HOST_BASE = {"cpu": 384 << 20, "cuda": 768 << 20}
@@ -58,7 +73,7 @@ class MemoryPlan:
     input_bytes: int
     output_bytes: int
     param_bytes: int
-    calls: int   # worker calls whose outputs travel to the parent (trials + replays)
+    calls: int   # worker calls judged (trials): informative; the host need does not grow with them
     sets: int    # input sets the reference makes (trials + timing sets)
     source: str  # "meta" (before any allocation) or "measured" (the reference's first trial)
 
@@ -80,17 +95,22 @@ class MemoryPlan:
         return max(self.worker_device(timed) + base, self.reference_device())
 
     def worker_host(self, device: str) -> int:
-        """The outputs of every call, then their encoded copy in the reply; on the CPU the device
-        tensors live in host memory too."""
-        host = 2 * self.calls * self.output_bytes + HOST_BASE[device]
+        """One call's outputs, then their encoded copy in its report; on the CPU the device tensors
+        live in host memory too."""
+        host = PROCESS_OUTPUTS * self.output_bytes + HOST_BASE[device]
         return host + (self.worker_device(False) if device == "cpu" else 0)
+
+    def job_host(self) -> int:
+        """The whole job's host bytes beyond each process's fixed base: the worker's and the reference's
+        share of a message each (their device bytes on the CPU are in `worker_host`), and the parent's."""
+        return (2 * PROCESS_OUTPUTS + PARENT_OUTPUTS) * self.output_bytes
 
     def to_dict(self, device: str, timed: bool) -> dict[str, Any]:
         return {**asdict(self), "problem_bytes": self.problem_bytes,
                 "reference_device_bytes": self.reference_device(),
                 "worker_device_bytes": self.worker_device(timed) + (DEVICE_BASE if device == "cuda" else 0),
                 "device_peak_bytes": self.device_need(device, timed),
-                "worker_host_bytes": self.worker_host(device)}
+                "worker_host_bytes": self.worker_host(device), "job_host_bytes": self.job_host()}
 
 
 def plan_from(inputs: Any, outputs: Any, params: int, calls: int, sets: int, source: str) -> MemoryPlan:
@@ -170,11 +190,9 @@ def check(plan: MemoryPlan, device: str, device_budget: int, host_budget: int, t
     budget = _host_budget(device, device_budget, host_budget)
     if host > budget:
         raise ProblemError(f"too large for this verifier: {what}; a worker needs {_gib(host)} ({host} bytes) of "
-                           f"host memory for {plan.calls} calls' outputs, the most one job gets is {_gib(budget)} ({budget} "
+                           f"host memory for one call's outputs, the most one job gets is {_gib(budget)} ({budget} "
                            "bytes) (VerifierPool max_memory_mb times the workers, device_memory_mb on the CPU)")
-    # The whole job's host bytes: the reference's and the worker's outputs, each with its encoded copy,
-    # and the parent's copy of both.
-    total = 3 * (plan.sets + plan.calls) * plan.output_bytes
+    total = plan.job_host()
     avail = host_available()
     if avail is not None and total > avail:
         raise ProblemError(f"too large for this machine: {what}; the job's outputs take {_gib(total)} ({total} bytes) "

@@ -64,18 +64,19 @@ class ModelNew(nn.Module):
 
 
 def test_a_problem_over_a_workers_share_runs_alone_with_the_whole():
-    """Two workers of 768 MB (cli.MIN_MEMORY_MB: a worker's start-up peaks near 400 MB). 32 MiB in and
-    out needs 896 MiB of a worker's host memory on the CPU lane (five calls' outputs and their copies,
-    the base): over one share, within the pool's 1536 MB, so it runs alone and passes; 128 MiB needs
-    2432 MiB, over the whole, and is refused from its meta plan, naming the whole."""
+    """Two workers of 768 MB (cli.MIN_MEMORY_MB: a worker's start-up peaks near 400 MB). 64 MiB in and
+    out needs 896 MiB of a worker's host memory on the CPU lane (its device bytes, one call's outputs
+    and their copy, the base): over one share, within the pool's 1536 MB, so it runs alone and passes;
+    256 MiB needs 2432 MiB, over the whole, and is refused from its meta plan, naming the whole. (Before
+    the judge went as it goes, each of the five calls' outputs counted: 32 and 128 MiB did the same.)"""
     with VerifierPool(workers=2, device="cpu", timeout=60, max_memory_mb=768, resized="off") as pool:
-        v = pool.verify(RELU_PROBLEM.format(n=1 << 23), RELU)
+        v = pool.verify(RELU_PROBLEM.format(n=1 << 24), RELU)
         assert v.status == "pass", v.reason
         mem = v.checks["memory"]
         assert mem["alone"] is True and mem["host_budget_bytes"] == 1536 << 20, mem
         assert mem["plan"]["worker_host_bytes"] > 768 << 20
         with pytest.raises(ProblemError) as err:
-            pool.verify(RELU_PROBLEM.format(n=1 << 25), RELU)
+            pool.verify(RELU_PROBLEM.format(n=1 << 26), RELU)
         msg = str(err.value)
         assert "too large for this verifier" in msg and f"({1536 << 20} bytes)" in msg, msg
 
