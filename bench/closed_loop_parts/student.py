@@ -85,15 +85,15 @@ def max_new_tokens(p: Profile, stats: dict[str, Any]) -> int:
 
 def run(lay: Layout, p: Profile, budget_s: float | None) -> dict[str, Any]:
     """Build the student, SFT it, save it to student/sft; writes stages/student.json (with the settings)."""
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-
-    from pipelines.grpo.trainer import TimeBudget
-
     with StageClock(lay, "student", p.device) as clock:
-        rows = sft_rows(lay)
+        rows = sft_rows(lay)   # first: a missing input is said in a second, not after ~10 s of imports
+        import torch
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from trl import SFTConfig, SFTTrainer
+
+        from pipelines.grpo.trainer import TimeBudget
+
         model_info = build_student(lay, p, rows)
         tok = AutoTokenizer.from_pretrained(lay.base)
         kept, stats = pairs(rows, tok, p.sft_max_length)
