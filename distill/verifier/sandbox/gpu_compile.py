@@ -302,9 +302,13 @@ def _explain(exc: BaseException) -> str:
         return f"{type(exc).__name__}: {exc}"
     where, reason, e = "", "", exc
     while isinstance(e, CompilationError):
+        # An error raised inside a called @jit function carries that function's source and a line
+        # number counted in its file, not in `src`: a missing line is left unnamed (an IndexError here
+        # once turned a kernel no GPU compiles into the candidate's runtime_error).
+        lines = e.src.splitlines() if isinstance(e.src, str) else []
         lineno = getattr(e.node, "lineno", None)
-        if not where and e.src and lineno:
-            where = f"`{e.src.splitlines()[lineno - 1].strip()}`: "
+        if not where and isinstance(lineno, int) and 0 < lineno <= len(lines):
+            where = f"`{lines[lineno - 1].strip()}`: "
         reason = e.error_message or reason
         e = e.__cause__
     if e is not None and reason and not reason.startswith(type(e).__name__):
