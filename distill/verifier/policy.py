@@ -50,6 +50,14 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
     "triton.compiler": "harness", "triton.backends": "harness", "triton.tools": "harness",
 }
 
+# Names inside a forbidden prefix that launch the candidate's own kernels and nothing else. PyTorch's
+# documentation calls user Triton kernels through `torch.library.wrap_triton` (so torch.compile can
+# trace them); in eager mode it launches the kernel as `kernel[grid](...)` does, and it accepts only
+# @triton.jit / @triton.autotune functions. `triton_op` is not here: it registers an operator in the
+# process's dispatcher, and the op count sees that operator, not the kernels inside it (measured: a
+# triton_op-wrapped honest kernel is `not_triton`, "ATen compute ran inside forward: mylib::...").
+ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton"})
+
 # Library modules re-exported as attributes (`torch.os`, `torch.ctypes`, `torch.nn.functional.np`):
 # reaching them through torch is the same as importing them.
 # Curated, not derived from MODULE_CATEGORY: `torch.cuda`, `torch.select`, `torch.signal` and
@@ -86,6 +94,8 @@ CATEGORIES: frozenset[str] = frozenset(
 
 def module_category(dotted: str) -> str | None:
     """Why importing `dotted` is refused, or None if it is allowed."""
+    if dotted in ALLOWED_TORCH_NAMES:
+        return None
     for prefix, cat in FORBIDDEN_TORCH_PREFIXES.items():
         if dotted == prefix or dotted.startswith(prefix + "."):
             return cat

@@ -115,7 +115,8 @@ class _Walker(ast.NodeVisitor):
             self.flag(node, "import", "relative import")
             return
         base = node.module or ""
-        self._check_module(node, base)
+        if not all(f"{base}.{a.name}" in policy.ALLOWED_TORCH_NAMES for a in node.names):
+            self._check_module(node, base)   # `from torch.library import wrap_triton` binds the name alone
         for a in node.names:
             if a.name == "*":
                 self.flag(node, "introspection", f"star import from {base}")
@@ -142,6 +143,8 @@ class _Walker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
+        if _dotted(node, self.aliases) in policy.ALLOWED_TORCH_NAMES:
+            return   # `torch.library.wrap_triton`: the name alone, not the module it sits in
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in policy.ALLOWED_DUNDERS:
                 self.flag(node, "introspection", f"attribute {attr}")
