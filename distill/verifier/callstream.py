@@ -1,0 +1,181 @@
+"""The worker's calls judged as they arrive: each call's outputs compared with the reference's at once,
+and only what later checks read kept.
+
+A worker sends each call's report the moment the call is done (sandbox/worker.py) and forgets its
+outputs; the parent (`CallStream.add`) compares them with the reference's outputs for that trial
+(judge.compare_outputs, the same function and bounds as before) and keeps:
+
+* the call's report without its output values (dtype, device, shape of each output; its records,
+  errors, launches, the traced call's record): what judge.judge_calls reads in DESIGN §4 order once
+  the run's reply (hygiene, construction) is in;
+* the comparison's finding;
+* for the bound on input-independent answers (`follows_reference`), each output's values on a secret
+  subset of at most 65,536 elements, in float64;
+* the full outputs of two kinds of call only: the first call on the trial the replay's determinism
+  run compares against (`keep_trial`, judge.judge_replay), and a call whose comparison failed (a near
+  miss is compared again once each trial's own bound is measured, job.py; its values are then read
+  again). Large ones go to the job's scratch files (spill.py), not the heap.
+
+So the parent holds one call's outputs at a time, however many calls and trials a job has.
+
+Simplifies: the reference's outputs for every trial stay in the parent (spilled as they arrive when
+large, refwork.py): the judge reads each of them more than once (its call, the bound, the replay).
+"""
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import torch
+
+from distill.verifier import tolerance
+from distill.verifier.judge import Finding, compare_outputs
+from distill.verifier.spill import Spill
+
+_SUBSET = 1 << 16
+
+
+def _secret_subset(n: int) -> slice | torch.Tensor:
+    if n <= _SUBSET:
+        return slice(None)
+    g = torch.Generator().manual_seed(secrets.randbits(63))
+    return torch.randint(0, n, (_SUBSET,), generator=g)
+
+
+def _without_values(outputs: Any) -> Any:
+    if not isinstance(outputs, list):
+        return outputs
+    return [{k: v for k, v in o.items() if k != "data"} if isinstance(o, dict) else o for o in outputs]
+
+
+class CallStream:
+    """The worker's calls of one run, judged one at a time against `trials` (the reference's)."""
+
+    def __init__(self, trials: list[dict[str, Any]], device: str, keep_trial: int | None = None,
+                 spill: Spill | None = None) -> None:
+        self.trials, self.device, self.keep_trial, self.spill = trials, device, keep_trial, spill
+        self.calls: list[dict[str, Any]] = []       # each call's report, without output values
+        # Its comparison with the reference; an exception it raised (a malformed report) is raised where
+        # the judge reads it, as when the comparison ran there.
+        self.compared: list[Finding | Exception | None] = []
+        self._failed: dict[int, dict[str, Any]] = {}  # index -> the call with its values, compared again later
+        self._picks: dict[int, slice | torch.Tensor] = {}  # output -> its secret subset
+        self._subsets: dict[int, dict[int, torch.Tensor]] = {}  # trial -> output -> its values there
+
+    @classmethod
+    def over(cls, calls: list[dict[str, Any]], trials: list[dict[str, Any]], device: str) -> "CallStream":
+        """A stream over calls already in hand (a report judged whole: the unit tests, a recorded run)."""
+        stream = cls(trials, device)
+        for call in calls:
+            stream.add(call)
+        return stream
+
+    def add(self, call: dict[str, Any]) -> None:
+        """Judge one call's report (its `trial` an index of `trials`, the caller checked) and keep what
+        later checks read; its output values are dropped unless kept (above)."""
+        n, t = len(self.calls), call.get("trial")
+        outs = call.get("outputs")
+        meta = {k: v for k, v in call.items() if k != "outputs"}
+        if "outputs" in call:
+            meta["outputs"] = _without_values(outs)
+        replay = str(call.get("kind", "")).startswith("replay")  # judged by the replay, not here
+        try:
+            bad = None if replay else compare_outputs(call, self.trials[t], self.device)
+        except Exception as exc:  # noqa: BLE001 - kept for the judge, which raises it in its turn
+            bad = exc
+        first = not replay and all(c.get("trial") != t or str(c.get("kind", "")).startswith("replay")
+                                   for c in self.calls)
+        if first:
+            self.summarise(t, outs)
+        if first and t == self.keep_trial or bad is not None:
+            kept = self._keep(outs)
+            if first and t == self.keep_trial:
+                meta["outputs"] = kept
+            if bad is not None:
+                self._failed[n] = {**call, "outputs": kept}
+        self.calls.append(meta)
+        self.compared.append(bad)
+
+    def _keep(self, outs: Any) -> Any:
+        if not isinstance(outs, list) or self.spill is None:
+            return outs
+        datas = self.spill.keep([o.get("data") if isinstance(o, dict) else None for o in outs])
+        return [{**o, "data": d} if isinstance(o, dict) else o for o, d in zip(outs, datas)]
+
+    def summarise(self, t: int, outs: Any) -> None:
+        """Keep each output's values on its secret subset, where it matches the reference's in dtype and
+        shape (otherwise the comparison failed, and the bound is never asked)."""
+        got: dict[int, torch.Tensor] = self._subsets.setdefault(t, {})
+        refs = self.trials[t]["outputs"]
+        for i, o in enumerate(outs if isinstance(outs, list) else []):
+            data = o.get("data") if isinstance(o, dict) else None
+            if i >= len(refs) or type(data) is not torch.Tensor or data.dtype != refs[i].dtype \
+                    or data.shape != refs[i].shape or not data.is_floating_point():
+                continue
+            pick = self._picks.setdefault(i, _secret_subset(refs[i].numel()))
+            got[i] = data.detach().reshape(-1)[pick].double().cpu()
+
+    def rejudge(self, trials: list[dict[str, Any]]) -> None:
+        """Compare the failed calls again against `trials` (each trial's bound widened, judge.widened)."""
+        self.trials = trials
+        for n, call in self._failed.items():
+            try:
+                self.compared[n] = compare_outputs(call, trials[call["trial"]], self.device)
+            except Exception as exc:  # noqa: BLE001 - as in `add`
+                self.compared[n] = exc
+
+    def follows(self, ts: list[int]) -> Finding | None:
+        """`follows_reference` for the first calls on trials `ts` (all passed their comparisons)."""
+        return _follows(ts, self.trials, lambda t, i: self._subsets.get(t, {}).get(i), self._picks)
+
+
+def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, Any]]) -> Finding | None:
+    """A candidate must be closer to the reference than any input-independent answer could be (`calls`:
+    trial -> the first call on it, with its output values)."""
+    ts = sorted(t for t in calls if t < len(trials))
+    stream = CallStream(trials, "cpu")
+    for t in ts:
+        stream.summarise(t, calls[t].get("outputs"))
+    return stream.follows(ts)
+
+
+def _follows(ts: list[int], trials: list[dict[str, Any]], subset: Any,
+             picks: dict[int, slice | torch.Tensor]) -> Finding | None:
+    """Each trial passing its tolerance is not enough when the tolerance is wide next to how much the
+    reference changes between input draws (a loss averaged over many elements, a near-constant
+    statistic): a fixed tensor C placed between the draws passes every trial. By the triangle
+    inequality any such C is at distance >= max ||R_t - R_u|| / 2 from some trial's reference, so a
+    candidate whose worst error reaches that bound has shown no dependence on its inputs that a
+    constant lacks, whatever it computed. Applied where the reference's trials differ by more than
+    four times the dtype's determinism tolerance (`det_rel`, rounding-sized): an honest kernel's error
+    is rounding-sized too, well under half of such a change. The bound holds on any subset of
+    elements; a secret one (drawn per output as its first call arrived) keeps the cost flat at any size.
+    """
+    if len(ts) < 2:
+        return None
+    if all(torch.equal(trials[t]["outputs"][i], trials[ts[0]]["outputs"][i])
+           for t in ts[1:] for i in range(len(trials[ts[0]]["outputs"]))):
+        from distill.verifier.problemio import ProblemError
+
+        raise ProblemError("the reference returns the same outputs for every input draw, so any fixed answer "
+                           "passes: the problem is degenerate")
+    for i in range(len(trials[ts[0]]["outputs"])):
+        refs = [trials[t]["outputs"][i] for t in ts]
+        tol = tolerance.tolerance_for(refs[0].dtype)
+        if tol is None or not refs[0].is_floating_point() or any(r.shape != refs[0].shape for r in refs):
+            continue
+        pick = picks.get(i, slice(None))
+        refs64 = [r.detach().reshape(-1)[pick].double().cpu() for r in refs]
+        outs = [subset(t, i) for t in ts]
+        finite = [torch.isfinite(r) for r in refs64]
+        err = max(float(torch.linalg.vector_norm(torch.where(f, o - r, 0))) for o, r, f in zip(outs, refs64, finite))
+        spread = max(float(torch.linalg.vector_norm(torch.where(fa & fb, a - b, 0)))
+                     for k, (a, fa) in enumerate(zip(refs64, finite)) for b, fb in zip(refs64[k + 1:], finite[k + 1:]))
+        scale = max(float(torch.linalg.vector_norm(torch.where(f, r, 0))) for r, f in zip(refs64, finite))
+        if spread <= 4 * tol.det_rel * scale:
+            continue     # the reference barely moves: nothing tells a fixed answer from a computation
+        if err >= 0.5 * spread:
+            return Finding("wrong_output", f"output {i} does not follow its inputs: its error ({err:.3g}) is as large as "
+                           f"a fixed answer's would be (half the reference's change between trials, {spread / 2:.3g})",
+                           {"follows_reference": {"output": i, "error": err, "half_spread": spread / 2}})
+    return None
