@@ -56,7 +56,15 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
 # @triton.jit / @triton.autotune functions. `triton_op` is not here: it registers an operator in the
 # process's dispatcher, and the op count sees that operator, not the kernels inside it (measured: a
 # triton_op-wrapped honest kernel is `not_triton`, "ATen compute ran inside forward: mylib::...").
-ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton"})
+# `triton.tools.tensor_descriptor` holds TensorDescriptor, the host-side TMA descriptor Hopper kernels
+# take (a tensor, its shape, strides and block shape: data, no code); the rest of triton.tools
+# (compile, link, disasm) stays refused.
+ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"})
+
+
+def allowed_name(dotted: str) -> bool:
+    """Whether `dotted` is one of the named exceptions, or inside one."""
+    return any(dotted == a or dotted.startswith(a + ".") for a in ALLOWED_TORCH_NAMES)
 
 # Library modules re-exported as attributes (`torch.os`, `torch.ctypes`, `torch.nn.functional.np`):
 # reaching them through torch is the same as importing them.
@@ -94,7 +102,7 @@ CATEGORIES: frozenset[str] = frozenset(
 
 def module_category(dotted: str) -> str | None:
     """Why importing `dotted` is refused, or None if it is allowed."""
-    if dotted in ALLOWED_TORCH_NAMES:
+    if allowed_name(dotted):
         return None
     for prefix, cat in FORBIDDEN_TORCH_PREFIXES.items():
         if dotted == prefix or dotted.startswith(prefix + "."):

@@ -8,7 +8,9 @@ record into plain data:
   existed before the call: parameters, buffers, caches), with the bytes the worker claims they hold;
 * tensors as references: storage, byte offset, dtype, size, stride;
 * ops as `alloc` (poisoned, or filled with a scalar), `fill` and `copy` steps; views need no step;
-* launches as kernel name, arguments, constexprs and options, and the resolved grid.
+* launches as kernel name, arguments, constexprs and options, and the resolved grid; a host-side TMA
+  descriptor (triton.tools.tensor_descriptor.TensorDescriptor) as its tensor's reference and its four
+  plain fields, rebuilt by the replayer (whose own trusted allocator serves device-side descriptors).
 
 The worker runs the candidate's code, so the record is a claim like everything else it reports: the
 replayer checks it (replay.Program) and the parent checks its state (statecheck.py). What this side
@@ -28,6 +30,7 @@ from typing import Any
 
 import torch
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from distill.verifier import codec, policy
 
@@ -132,7 +135,17 @@ class _Writer:
             return self.value(v.value, depth + 1)
         if type(v) is tl.dtype:
             return {"tl_dtype": v.name}
+        if type(v) is TensorDescriptor:   # a host-side TMA descriptor: its tensor and four plain fields
+            return {"tdesc": self._descriptor(v)}
         raise NotReplayable(f"a launch argument of type {scrub(type(v).__name__)}")
+
+    def _descriptor(self, d: TensorDescriptor) -> dict[str, Any]:
+        dims = [list(x) if type(x) in (list, tuple, torch.Size) else None for x in (d.shape, d.strides, d.block_shape)]
+        if any(x is None or not 0 < len(x) <= MAX_DIMS or any(type(n) is not int for n in x) for x in dims) \
+                or d.padding not in ("zero", "nan"):
+            raise NotReplayable("a TensorDescriptor whose shape, strides, block shape or padding are not plain")
+        return {"base": self.ref(d.base), "shape": dims[0], "strides": dims[1], "block_shape": dims[2],
+                "padding": d.padding}
 
     def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         if type(func) is not _OpOverload:

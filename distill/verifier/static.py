@@ -115,7 +115,7 @@ class _Walker(ast.NodeVisitor):
             self.flag(node, "import", "relative import")
             return
         base = node.module or ""
-        if not all(f"{base}.{a.name}" in policy.ALLOWED_TORCH_NAMES for a in node.names):
+        if not all(policy.allowed_name(f"{base}.{a.name}") for a in node.names):
             self._check_module(node, base)   # `from torch.library import wrap_triton` binds the name alone
         for a in node.names:
             if a.name == "*":
@@ -143,7 +143,7 @@ class _Walker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
-        if _dotted(node, self.aliases) in policy.ALLOWED_TORCH_NAMES:
+        if policy.allowed_name(_dotted(node, self.aliases) or ""):
             return   # `torch.library.wrap_triton`: the name alone, not the module it sits in
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in policy.ALLOWED_DUNDERS:

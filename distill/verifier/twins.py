@@ -16,8 +16,8 @@ constructor reads (`nn.Linear(6, 11)`, conv channels, norm groups), since the ca
   rewrites, in the text itself, each integer constant that `get_inputs` reads and the constructor
   does not (`get_init_inputs`, `Model` outside `forward`, whatever they read in turn, and any size
   the constructor spells as a literal: kept as synth's keep_constructor keeps them) to a secret
-  smaller size (1 and 2 kept: broadcasting; even sizes kept even; the twin's memory stays under the
-  original's). Where
+  smaller size (1 and 2 kept: broadcasting; a size's power-of-two divisibility kept up to 16, for
+  aligned rows; the twin's memory stays under the original's). Where
   it cannot tell (no such constant, a size reassigned, the text does not parse) the check says
   "not covered" and why, and decides nothing.
 
@@ -173,11 +173,19 @@ def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, 
 
 
 def _smaller(v: int, rng: secrets.SystemRandom) -> int:
-    """A size in [max(2, ceil(v/2)), v - 1], even where v is: problems often need an even size (rotary
-    halves, a stride of 2); at the CPU fixtures' sizes an odd one failed unsloth_rope's reference."""
-    if v % 2:
-        return rng.randint(max(2, -(-v // 2)), v - 1)
-    return 2 * rng.randint(max(1, -(-v // 4)), v // 2 - 1)
+    """A size in [max(2, ceil(v/2)), v - 1] that keeps v's power-of-two divisibility up to 16 where the
+    range still leaves a secret choice (3 sizes or more), and v's evenness always. Problems often need
+    an even size (rotary halves, a stride of 2: at the CPU fixtures' sizes an odd one failed
+    unsloth_rope's reference), and honest GPU kernels need aligned rows: a TMA descriptor
+    (TensorDescriptor, tl.make_tensor_descriptor) requires 16-byte strides, so a 4096-wide fp32 problem
+    resized to 2050 failed an honest Hopper matmul."""
+    lo = max(2, -(-v // 2))
+    d = min(16, v & -v)
+    while d > 2 and (v - 1) // d - -(-lo // d) + 1 < 3:
+        d //= 2
+    if d == 1:
+        return rng.randint(lo, v - 1)
+    return d * rng.randint(-(-lo // d), (v - 1) // d)
 
 
 def _closure(names: set[str], defs: dict[str, list[ast.AST]]) -> set[str]:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from distill.verifier import codec, policy
 from distill.verifier.sandbox import provenance
@@ -115,12 +116,27 @@ class Program:
             return tuple(self._value(x, depth + 1) for x in v)
         if type(v) is dict and len(v) == 1 and "ref" in v:
             return self._ref(v["ref"])
+        if type(v) is dict and len(v) == 1 and type(v.get("tdesc")) is dict:
+            return {"tdesc": self._descriptor(v["tdesc"])}
         if type(v) is dict and len(v) == 1 and type(v.get("tl_dtype")) is str and NAME.match(v["tl_dtype"]):
             try:
                 return tl.dtype(v["tl_dtype"])
             except (AssertionError, ValueError, TypeError):
                 raise NotReplayable("malformed record: a Triton dtype") from None
         raise NotReplayable("malformed record: a launch argument")
+
+    def _descriptor(self, d: dict[str, Any]) -> dict[str, Any]:
+        """A TensorDescriptor's fields, checked; TensorDescriptor itself re-checks alignment when built."""
+        out: dict[str, Any] = {"base": self._ref(d.get("base"))}
+        for key in ("shape", "strides", "block_shape"):
+            dims = d.get(key)
+            if type(dims) is not list or not 0 < len(dims) <= MAX_DIMS:
+                raise NotReplayable("malformed record: a TensorDescriptor")
+            out[key] = [_int(x, 0, 1 << 40, "a TensorDescriptor's " + key) for x in dims]
+        if d.get("padding") not in ("zero", "nan"):
+            raise NotReplayable("malformed record: a TensorDescriptor's padding")
+        out["padding"] = d["padding"]
+        return out
 
     def _step(self, st: Any) -> tuple:
         if type(st) is not list or not st:
@@ -178,6 +194,10 @@ class Program:
         return torch.empty(0, dtype=r["dtype"], device=storage.device).set_(storage, r["off"], r["size"], r["stride"])
 
     def _arg(self, mem: list[torch.UntypedStorage], v: Any) -> Any:
+        if type(v) is dict and "tdesc" in v:
+            d = v["tdesc"]
+            return TensorDescriptor(self._view(mem, d["base"]), d["shape"], d["strides"], d["block_shape"],
+                                    d["padding"])
         if type(v) is dict:
             return self._view(mem, v)
         if type(v) is tuple:

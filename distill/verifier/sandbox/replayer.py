@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable, Iterator
 
 import torch
+import triton
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -100,6 +101,10 @@ def _session(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: t
     kernel-table block on and the kernels module imported; None (and `out["error"]`) when the record
     or the module cannot be rebuilt. Everything is taken down again on the way out."""
     state["serial"] = state.get("serial", 0) + 1
+    # The workspace a kernel's device-side TMA descriptors (tl.make_tensor_descriptor) take at launch
+    # comes from Triton's allocator, which the candidate set in its worker with its own code; here it
+    # is this trusted one (without it, such a kernel's GPU replay raises "no allocator was set").
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
     mod = problemio.load_problem(msg["problem"], state.setdefault("problems", {}))
     try:
         program = Program(msg["trace"], frozenset(msg.get("kernel_names") or ()), int(msg["byte_limit"]))

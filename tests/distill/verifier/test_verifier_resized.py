@@ -251,3 +251,18 @@ def test_module_twin_keeps_a_size_that_is_also_spelled_as_a_literal():
     # the literal elsewhere is what keeps it: with the class count spelled by name it is resized
     _, changed = module_twin(source.replace("randint(0, 10,", "randint(0, classes,"), secrets.SystemRandom())
     assert set(changed) == {"batch_size", "height", "depth", "classes"}
+
+
+def test_a_resized_size_keeps_its_alignment_where_a_secret_choice_remains():
+    """A TMA descriptor needs 16-byte row strides: a 4096-wide fp32 problem resized to 2050 failed an
+    honest Hopper matmul. Large sizes keep their power-of-two divisibility up to 16; small ones keep
+    at least 3 choices (and evenness), as before."""
+    import secrets
+
+    from distill.verifier.twins import _smaller
+
+    rng = secrets.SystemRandom()
+    for v, d, least in ((4096, 16, 100), (1000, 8, 50), (72, 8, 4), (48, 8, 3), (16, 2, 4), (8, 2, 2), (17, 1, 8)):
+        got = {_smaller(v, rng) for _ in range(2000)}
+        assert all(-(-v // 2) <= s < v and s % d == 0 for s in got), (v, sorted(got))
+        assert len(got) >= least, (v, sorted(got))
