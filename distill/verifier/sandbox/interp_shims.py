@@ -64,6 +64,8 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   `device_assert` that returns at once unless `debug` is on: as on a GPU without debug, nothing is
   checked, but the interpreter paid for it. Turned off, outputs were bitwise identical on 240 lowered
   draws and interpreted calls took 2.1-2.6x less CPU (one level-5 program: 13 s a call before).
+* **The device context.** `with torch.cuda.device(x.device):` around a launch, a common public idiom,
+  raised for the lane's CPU tensors; a CPU device now selects nothing, as `torch.cuda.device(-1)`.
 """
 from __future__ import annotations
 
@@ -102,6 +104,29 @@ def install() -> None:
     _install_scalar_args()
     _install_bfloat16()
     _install_no_overflow_check()
+    _install_cuda_device_context()
+
+
+def _install_cuda_device_context() -> None:
+    """`with torch.cuda.device(x.device):` around a launch (common in public kernels: it makes the
+    input's GPU current) raises "Expected a cuda device, but got: cpu" for the CPU lane's tensors, so
+    an honest kernel the GPU passes failed here as runtime_error. On this lane a CPU device selects
+    nothing, as `torch.cuda.device(-1)` does; any other argument behaves as torch's own class."""
+    real = torch.cuda.device
+    if getattr(real, "_lane_cpu", False):
+        return
+
+    class device(real):  # type: ignore[misc, valid-type]
+        _lane_cpu = True
+
+        def __init__(self, device: Any) -> None:
+            if (isinstance(device, torch.device) and device.type == "cpu") or device == "cpu":
+                device = -1
+            super().__init__(device)
+
+    device.__qualname__ = real.__qualname__
+    device.__module__ = real.__module__
+    torch.cuda.device = device
 
 
 def _install_no_overflow_check() -> None:
