@@ -66,13 +66,17 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   draws and interpreted calls took 2.1-2.6x less CPU (one level-5 program: 13 s a call before).
 * **The device context.** `with torch.cuda.device(x.device):` around a launch, a common public idiom,
   raised for the lane's CPU tensors; a CPU device now selects nothing, as `torch.cuda.device(-1)`.
+* **`x.is_cuda` in the candidate's own code** is True for the lane's CPU tensors (they stand for GPU
+  tensors), so `assert x.is_cuda` and `if x.is_cuda:` take the GPU's path; trusted code reads the truth.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
+import os
 import secrets
+import sys
 import types
 from typing import Any, Callable
 
@@ -83,6 +87,7 @@ from triton.language.extra import libdevice as stub_libdevice
 from triton.language.extra.cuda import libdevice as cuda_libdevice
 from triton.runtime import autotuner, interpreter
 
+from distill.verifier import trusted
 from distill.verifier.sandbox import interp_grid, interp_rewrite, interp_scan, libdevice_np
 
 # Inside an interpreted launch: the interpreter's semantic (which libdevice calls then use), the
@@ -105,6 +110,27 @@ def install() -> None:
     _install_bfloat16()
     _install_no_overflow_check()
     _install_cuda_device_context()
+    _install_is_cuda_for_candidates()
+
+
+def _install_is_cuda_for_candidates() -> None:
+    """`assert x.is_cuda` at the top of a wrapper (measured: 10 of 10 public hits for the phrase were
+    Triton wrappers, most of them KernelBench answers) raised for the lane's CPU tensors, so an honest
+    kernel the GPU passes failed here as runtime_error. For code outside the trusted roots (the
+    candidate's) a CPU tensor now reads as on the GPU it stands for; torch, Triton and the verifier
+    read the truth. `x.device.type == "cuda"` and `device="cuda"` allocations are not covered."""
+    real = torch._C.TensorBase.is_cuda
+    if getattr(torch.Tensor.__dict__.get("is_cuda"), "fget", None) is not None:
+        return
+    roots = tuple(r.rstrip(os.sep) + os.sep for r in trusted.code_roots())
+
+    def is_cuda(self: torch.Tensor) -> bool:
+        if real.__get__(self):
+            return True
+        name = sys._getframe(1).f_code.co_filename
+        return self.device.type == "cpu" and not (name.startswith(roots) or name.startswith("<frozen "))
+
+    torch.Tensor.is_cuda = property(is_cuda)
 
 
 def _install_cuda_device_context() -> None:
