@@ -95,6 +95,11 @@ class CallStream:
                 self._failed[n] = {**call, "outputs": kept}
         self.calls.append(meta)
         self.compared.append(bad)
+        self._release()  # the trial's expected outputs, read for this call, leave the resident set
+
+    def _release(self) -> None:
+        if self.spill is not None:
+            self.spill.release()
 
     def _keep(self, outs: Any) -> Any:
         if not isinstance(outs, list) or self.spill is None:
@@ -126,7 +131,7 @@ class CallStream:
 
     def follows(self, ts: list[int]) -> Finding | None:
         """`follows_reference` for the first calls on trials `ts` (all passed their comparisons)."""
-        return _follows(ts, self.trials, lambda t, i: self._subsets.get(t, {}).get(i), self._picks)
+        return _follows(ts, self.trials, lambda t, i: self._subsets.get(t, {}).get(i), self._picks, self._release)
 
 
 def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, Any]]) -> Finding | None:
@@ -139,8 +144,8 @@ def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, A
     return stream.follows(ts)
 
 
-def _follows(ts: list[int], trials: list[dict[str, Any]], subset: Any,
-             picks: dict[int, slice | torch.Tensor]) -> Finding | None:
+def _follows(ts: list[int], trials: list[dict[str, Any]], subset: Any, picks: dict[int, slice | torch.Tensor],
+             release: Any) -> Finding | None:
     """Each trial passing its tolerance is not enough when the tolerance is wide next to how much the
     reference changes between input draws (a loss averaged over many elements, a near-constant
     statistic): a fixed tensor C placed between the draws passes every trial. By the triangle
@@ -150,11 +155,18 @@ def _follows(ts: list[int], trials: list[dict[str, Any]], subset: Any,
     four times the dtype's determinism tolerance (`det_rel`, rounding-sized): an honest kernel's error
     is rounding-sized too, well under half of such a change. The bound holds on any subset of
     elements; a secret one (drawn per output as its first call arrived) keeps the cost flat at any size.
+    `release` is called after each trial's expected outputs are read (spill.Spill.release).
     """
     if len(ts) < 2:
         return None
-    if all(torch.equal(trials[t]["outputs"][i], trials[ts[0]]["outputs"][i])
-           for t in ts[1:] for i in range(len(trials[ts[0]]["outputs"]))):
+    same = True
+    for t in ts[1:]:
+        same = all(torch.equal(trials[t]["outputs"][i], trials[ts[0]]["outputs"][i])
+                   for i in range(len(trials[ts[0]]["outputs"])))
+        release()
+        if not same:
+            break
+    if same:
         from distill.verifier.problemio import ProblemError
 
         raise ProblemError("the reference returns the same outputs for every input draw, so any fixed answer "
@@ -165,7 +177,10 @@ def _follows(ts: list[int], trials: list[dict[str, Any]], subset: Any,
         if tol is None or not refs[0].is_floating_point() or any(r.shape != refs[0].shape for r in refs):
             continue
         pick = picks.get(i, slice(None))
-        refs64 = [r.detach().reshape(-1)[pick].double().cpu() for r in refs]
+        refs64 = []
+        for r in refs:
+            refs64.append(r.detach().reshape(-1)[pick].double().cpu())
+            release()
         outs = [subset(t, i) for t in ts]
         finite = [torch.isfinite(r) for r in refs64]
         err = max(float(torch.linalg.vector_norm(torch.where(f, o - r, 0))) for o, r, f in zip(outs, refs64, finite))

@@ -26,7 +26,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from distill.verifier import codec, environ, running
+from distill.verifier import codec, environ, protocol, running
 
 # Sparse: pages exist only where a reply wrote; a bigger reply travels inline through the pipe.
 ARENA_BYTES = 1 << 30
@@ -336,6 +336,8 @@ class Proc:
                     on_progress(current)
                 if on_data is not None:
                     on_data(reply)
+                if reply.get("ack") is True:  # copied out: the child may write its next message over this one
+                    self.send(protocol.Ack(cmd="ack", nonce=nonce))
                 del reply  # a call's outputs: gone before the next message is read
                 if current == until:
                     return {}

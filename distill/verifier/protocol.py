@@ -7,14 +7,15 @@ not typed here; what each holds, and which side computes every check from it, is
 
 The trust map (docs/verifier.md, "The worker is untrusted"):
 
-* **reference** (`plan`, `trials`, `trial_bounds`, `prepare_timing`, `measure`, `peaks`): never runs a
-  candidate's Python. Its replies are facts: expected outputs, bounds, screening, the memory plan,
-  baseline medians.
+* **reference** (`plan`, `trials` with an `ack` per trial, `trial_bounds`, `prepare_timing`, `measure`,
+  `peaks`): never runs a candidate's Python. Its replies are facts: expected outputs, bounds,
+  screening, the memory plan, baseline medians.
 * **replayer** (`replay`, `time_replay`, `go`): never imports the candidate's module; it runs only the
   recorded launches of its kernels. Its replies are facts for provenance and GPU times; the inputs it
   made are checked against the reference's fingerprints.
-* **worker** (`load`, `run`, `time`, `timed_outputs`, `end`): runs the candidate. Its replies are
-  claims: the parent compares its outputs with the reference's, replays its record elsewhere, reads
+* **worker** (`load`, `run` with an `ack` per call's report, `time`, `timed_outputs`, `end`): runs the
+  candidate. Its replies are claims: the parent compares its outputs with the reference's as each
+  call's report arrives (callstream.py), replays its record elsewhere, reads
   its resident bytes, threads and processes from /proc itself, and uses its timing only with
   `timing_in="worker"`.
 
@@ -177,4 +178,12 @@ class Go(TypedDict):
     """The parent holds the timing gate: time now (the command `nonce` announced timing.READY)."""
 
     cmd: Literal["go"]
+    nonce: str
+
+
+class Ack(TypedDict, total=False):
+    """A message that asked for it (a worker's call report, a reference's trial) is copied out of the
+    child's arena, which its next message may fill from the start. `nonce`: the worker's command."""
+
+    cmd: Literal["ack"]
     nonce: str

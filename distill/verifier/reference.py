@@ -213,6 +213,15 @@ class RefTimer:
         return out
 
 
+def _send_trial(conn: Any, arena: codec.Arena | None, trial: dict[str, Any]) -> None:
+    """One trial's expected outputs, before the reply; the parent's ack says it copied them out of the
+    arena, which the next trial then fills from its start."""
+    conn.send_bytes(codec.encode({"trial": trial}, arena))
+    got = codec.decode(conn.recv_bytes())
+    if arena is not None and got.get("cmd") == "ack":
+        arena.reset()
+
+
 def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
     os.setsid()
     os.dup2(2, 1)  # library chatter must not reach a `verify --json` caller's stdout
@@ -264,7 +273,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 try:
                     out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
                                       msg.get("budgets"), screen_first=True, known=msg.get("screen"),
-                                      send=lambda trial: conn.send_bytes(codec.encode({"trial": trial}, arena)))
+                                      send=lambda trial: _send_trial(conn, arena, trial))
                 except torch.OutOfMemoryError as exc:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "trial_bounds":  # a near miss: each trial's bound measured on its own inputs (judge.py)

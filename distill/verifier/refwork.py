@@ -36,6 +36,7 @@ def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: floa
             trial["outputs"] = spill.keep(trial["outputs"]) if spill is not None else trial["outputs"]
             trials.append(trial)
             del out
+            ref.send(protocol.Ack(cmd="ack"))  # copied out of its arena: the next trial may go there
             out = ref.receive(max(end - time.monotonic(), 0.001), "reference")
         if trials:
             out["trials"] = trials

@@ -160,13 +160,19 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
 
         def reply(payload: dict[str, Any], _nonce: str = nonce) -> bool:
             """Send `payload`; False where it could not be encoded and the codec's error went instead,
-            which ends the command (the parent takes it as the command's reply)."""
+            which ends the command (the parent takes it as the command's reply). A message that asks
+            for an `ack` (a call's report) waits for it: the parent has copied it out of the arena,
+            which the next message may then fill from its start (each call's outputs, not all of them)."""
             payload["nonce"] = _nonce
             try:
                 data, sent = codec.encode(payload, arena), True
             except codec.CodecError as exc:
                 data, sent = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}}), False
             conn.send_bytes(data)
+            if sent and payload.get("ack"):
+                got = codec.decode(conn.recv_bytes())
+                if arena is not None and got.get("cmd") == "ack" and got.get("nonce") == _nonce:
+                    arena.reset()
             return sent
 
         if cmd in ("load", *_REPLAYER) and device.type == "cuda" and msg.get("device_memory_fraction"):
@@ -375,7 +381,7 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         # The call's report goes to the parent now, which compares its outputs with the reference's as
         # they arrive (callstream.py): neither process holds more than one call's outputs.
         stop = bool(rep["state"]) or rep["error"] is not None
-        if not reply({"progress": f"outputs sent {spec['kind']} {spec['trial']}", "call": rep}):
+        if not reply({"progress": f"outputs sent {spec['kind']} {spec['trial']}", "call": rep, "ack": True}):
             raise _Ended
         del rep
         if stop:

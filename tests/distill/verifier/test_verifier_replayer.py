@@ -177,6 +177,19 @@ def test_the_kernels_module_keeps_kernels_and_constants_at_their_lines_and_nothi
     assert namespace["HALF"] == 0.5 and "scaled" in namespace
 
 
+def test_jit_options_are_checked_not_the_call_of_triton_jit():
+    """`@triton.jit(do_not_specialize=[...])` was refused as "calls something other than ...": an honest
+    kernel then read as not_triton. Its options must still be constants the replay can rebuild."""
+    opts = SOURCE.replace("    @triton.jit\n    def scaled", "    @triton.jit(do_not_specialize=['n'], noinline=False)\n    def scaled")
+    ks = kernelsrc.extract(opts)
+    assert ks.kernels == ["scaled"]                 # the replay rebuilds it under a plain @triton.jit
+    bad = kernelsrc.extract(SOURCE.replace("    @triton.jit\n    def scaled",
+                                           "    @triton.jit(launch_metadata=helper)\n    def scaled"))
+    assert bad.kernels == [] and "launch_metadata" in bad.why_missing("scaled")
+    assert kernelsrc.extract(SOURCE.replace("    @triton.jit\n    def scaled", "    @triton.jit(*OPTS)\n    def scaled")
+                             ).kernels == []
+
+
 def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     model = torch.nn.Linear(8, 5)
     ref = statecheck.summary(model)
@@ -197,13 +210,20 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
 
 # -- through a pool: whatever the worker says ---------------------------------------------------------------
 def _forge_runs(monkeypatch, forge):
-    """Every `run` reply of every worker rewritten by `forge` before the parent reads it."""
+    """Every `run` reply of every worker rewritten by `forge` before the parent reads it: its calls' reports
+    (each sent as its call ended, callstream.py) held back, gathered into `reply["calls"]` for `forge`,
+    then handed to the parent in order."""
     real = procs.Proc.request
 
-    def request(self, msg, *args, **kwargs):
-        reply = real(self, msg, *args, **kwargs)
-        if msg.get("cmd") == "run":
-            forge(reply)
+    def request(self, msg, *args, on_data=None, **kwargs):
+        if msg.get("cmd") != "run":
+            return real(self, msg, *args, on_data=on_data, **kwargs)
+        held = []
+        reply = real(self, msg, *args, on_data=held.append, **kwargs)
+        reply["calls"] = [m["call"] for m in held if "call" in m]
+        forge(reply)
+        for m in held:
+            on_data(m)
         return reply
 
     monkeypatch.setattr(procs.Proc, "request", request)

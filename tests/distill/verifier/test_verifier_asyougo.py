@@ -1,0 +1,90 @@
+"""Judge as you go (issue 31; callstream.py, spill.py, memplan.py): each call's outputs are compared as
+they arrive, so the parent's host memory does not grow with the number of calls and trials; kept
+outputs go to the job's scratch files when large and are removed after the job."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from distill.verifier import VerifierPool, judge, memplan, spill
+from distill.verifier.callstream import CallStream
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
+from bench_judge_memory import PROBLEM, RELU, parent_peak  # noqa: E402
+
+
+def test_the_plan_does_not_grow_with_calls():
+    """The same problem planned for 5 calls and for 50: the same host need, a few outputs' worth."""
+    mib = 1 << 20
+    few = memplan.MemoryPlan(64 * mib, 64 * mib, 0, calls=5, sets=7, source="meta")
+    many = memplan.MemoryPlan(64 * mib, 64 * mib, 0, calls=50, sets=52, source="meta")
+    for device in ("cpu", "cuda"):
+        assert few.worker_host(device) == many.worker_host(device)
+    assert few.job_host() == many.job_host() <= 10 * 64 * mib
+    assert few.worker_host("cuda") - memplan.HOST_BASE["cuda"] == 2 * 64 * mib
+
+
+def test_large_kept_outputs_are_files_removed_with_the_job(tmp_path):
+    big = torch.randn(1 << 23)  # 32 MiB: over SPILL_BYTES
+    small = torch.randn(16)
+    with spill.Spill(str(tmp_path)) as s:
+        kept = s.keep([big])
+        assert torch.equal(kept[0], big) and kept[0].data_ptr() != big.data_ptr()
+        assert len(os.listdir(s.dir)) == 1 and s.bytes == big.numel() * 4
+        assert s.keep([small])[0] is small  # small ones stay as they are
+        folder = s.dir
+    assert not os.path.exists(folder)
+    assert torch.equal(kept[0], big)  # a mapping still alive reads on after the file is gone
+
+
+def _call(t: int, data: torch.Tensor) -> dict:
+    return {"kind": "trial", "trial": t, "launches": 1,
+            "outputs": [{"dtype": "float32", "device": "cpu", "shape": list(data.shape), "data": data}]}
+
+
+def test_a_stream_keeps_values_only_where_later_checks_read_them():
+    trials = [{"outputs": [torch.full((8,), float(t))], "sequence": False} for t in range(4)]
+    stream = CallStream(trials, "cpu", keep_trial=2)
+    for t in range(4):
+        stream.add(_call(t, torch.full((8,), float(t)) + (5 if t == 3 else 0)))
+    assert [c is None for c in stream.compared] == [True, True, True, False]
+    assert "data" not in stream.calls[0]["outputs"][0]
+    assert torch.equal(stream.calls[2]["outputs"][0]["data"], trials[2]["outputs"][0])  # the replay's
+    assert set(stream._failed) == {3}  # compared again after the bounds are widened
+    # The same verdict as judging the whole report at once.
+    run = {"calls": [_call(t, torch.full((8,), float(t)) + (5 if t == 3 else 0)) for t in range(4)]}
+    assert judge.judge_calls(run, trials, "cpu").reason == judge.judge_calls(
+        {"calls": stream.calls}, trials, "cpu", stream=stream).reason
+
+
+def test_a_call_report_for_no_trial_is_a_tampered_channel():
+    from distill.verifier import procs
+    from distill.verifier.job import _take_call
+
+    stream = CallStream([{"outputs": [torch.zeros(2)], "sequence": False}], "cpu")
+    for bad in ({"kind": "trial", "trial": -1}, {"kind": "trial", "trial": 1}, {"kind": 3, "trial": 0}, [1]):
+        with pytest.raises(procs.ProcProtocol):
+            _take_call(stream, {"progress": "outputs sent", "call": bad})
+    _take_call(stream, {"progress": "inputs trial 0"})  # a plain announcement carries no call
+    assert stream.calls == []
+
+
+def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed():
+    """12 trials of a 64 MiB problem (32 MiB in, 32 MiB out) on the CPU lane: the parent's own heap
+    (RssAnon) grows by at most 3x the problem's bytes plus a fixed 64 MiB over the job, and its whole
+    resident high-water mark (with the children's reply arenas it read and the spilled files' pages) by
+    at most 8x. Before, every call's outputs and every trial's expected outputs were held to the end:
+    16.5x and 31.5x (bench/bench_judge_memory.py, 2026-11-28); after, 2.5-3.7x and 6.0-7.3x, the same at
+    5 trials as at 12."""
+    n = 1 << 23
+    problem_bytes = 2 * 4 * n
+    with VerifierPool(workers=1, device="cpu", timeout=300, trials=12, resized="off", max_memory_mb=4096) as pool:
+        pool.verify(PROBLEM.format(n=1024), RELU)  # imports and first-use costs outside the figure
+        peak = parent_peak(pool, PROBLEM.format(n=n), RELU)
+        assert peak.status == "pass"
+        assert peak.anon <= 3 * problem_bytes + (64 << 20), peak
+        assert peak.hwm <= 8 * problem_bytes, peak
+        assert os.listdir(pool.context.scratch) == []  # every job's spill folder went with its job
