@@ -118,6 +118,11 @@ class _Extractor:
                 return dec
         return None
 
+    def jit_options_ok(self, dec: ast.Call) -> str:
+        if dec.args or any(k.arg is None for k in dec.keywords):
+            return "its @triton.jit takes positional or unpacked arguments"
+        return next((f"@triton.jit's {k.arg}: {w}" for k in dec.keywords for w in [self.expr_ok(k.value)] if w), "")
+
     def keep_import(self, node: ast.Import | ast.ImportFrom) -> bool:
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -147,8 +152,10 @@ class _Extractor:
             return self.keep_import(node)
         if isinstance(node, ast.FunctionDef):
             dec = self.jit_decorator(node)
+            # `@triton.jit(do_not_specialize=[...], noinline=True)`: the options are checked, not the call of
+            # triton.jit itself (which every kernel makes; refusing it read honest kernels as not_triton)
             why = "it is a plain Python function (kernels may call @triton.jit functions only)" if dec is None else (
-                self.expr_ok(dec) if isinstance(dec, ast.Call) else "")
+                self.jit_options_ok(dec) if isinstance(dec, ast.Call) else "")
             why = why or next((f"a default argument: {w}" for w in map(self.expr_ok, [
                 *node.args.defaults, *[d for d in node.args.kw_defaults if d]]) if w), "")
             if why:

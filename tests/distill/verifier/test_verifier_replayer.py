@@ -180,14 +180,13 @@ def test_the_kernels_module_keeps_kernels_and_constants_at_their_lines_and_nothi
 def test_jit_options_are_checked_not_the_call_of_triton_jit():
     """`@triton.jit(do_not_specialize=[...])` was refused as "calls something other than ...": an honest
     kernel then read as not_triton. Its options must still be constants the replay can rebuild."""
-    opts = SOURCE.replace("    @triton.jit\n    def scaled", "    @triton.jit(do_not_specialize=['n'], noinline=False)\n    def scaled")
+    opts = SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(do_not_specialize=['n'], noinline=False)\ndef scaled")
+    assert opts != SOURCE
     ks = kernelsrc.extract(opts)
     assert ks.kernels == ["scaled"]                 # the replay rebuilds it under a plain @triton.jit
-    bad = kernelsrc.extract(SOURCE.replace("    @triton.jit\n    def scaled",
-                                           "    @triton.jit(launch_metadata=helper)\n    def scaled"))
+    bad = kernelsrc.extract(SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(launch_metadata=helper)\ndef scaled"))
     assert bad.kernels == [] and "launch_metadata" in bad.why_missing("scaled")
-    assert kernelsrc.extract(SOURCE.replace("    @triton.jit\n    def scaled", "    @triton.jit(*OPTS)\n    def scaled")
-                             ).kernels == []
+    assert kernelsrc.extract(SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(*OPTS)\ndef scaled")).kernels == []
 
 
 def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
