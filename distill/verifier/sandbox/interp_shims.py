@@ -67,7 +67,9 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
 * **The device context.** `with torch.cuda.device(x.device):` around a launch, a common public idiom,
   raised for the lane's CPU tensors; a CPU device now selects nothing, as `torch.cuda.device(-1)`.
 * **`x.is_cuda` in the candidate's own code** is True for the lane's CPU tensors (they stand for GPU
-  tensors), so `assert x.is_cuda` and `if x.is_cuda:` take the GPU's path; trusted code reads the truth.
+  tensors), so `assert x.is_cuda` and `if x.is_cuda:` take the GPU's path; and `torch.cuda`'s device
+  queries (properties, capability, name) describe the H100 the lane compiles for. Trusted code reads
+  the truth. Not covered: `x.device.type == "cuda"`, and `device="cuda"` allocations.
 """
 from __future__ import annotations
 
@@ -122,15 +124,58 @@ def _install_is_cuda_for_candidates() -> None:
     real = torch._C.TensorBase.is_cuda
     if getattr(torch.Tensor.__dict__.get("is_cuda"), "fget", None) is not None:
         return
-    roots = tuple(r.rstrip(os.sep) + os.sep for r in trusted.code_roots())
+    candidate = _candidate_caller()
 
     def is_cuda(self: torch.Tensor) -> bool:
         if real.__get__(self):
             return True
-        name = sys._getframe(1).f_code.co_filename
-        return self.device.type == "cpu" and not (name.startswith(roots) or name.startswith("<frozen "))
+        return self.device.type == "cpu" and candidate(sys._getframe(1))
 
     torch.Tensor.is_cuda = property(is_cuda)
+    _install_device_queries(candidate)
+
+
+def _candidate_caller() -> Callable[[Any], bool]:
+    """Whether a frame runs code outside the trusted roots (the candidate's, or its problem's)."""
+    roots = tuple(r.rstrip(os.sep) + os.sep for r in trusted.code_roots())
+
+    def candidate(frame: Any) -> bool:
+        name = frame.f_code.co_filename
+        return not (name.startswith(roots) or name.startswith("<frozen "))
+    return candidate
+
+
+# What the CPU lane answers the candidate about "its GPU": the H100 every launch is also compiled for
+# (gpu_compile.py: sm_90, 227 KiB of shared memory a block).
+H100 = types.MappingProxyType({
+    "name": "NVIDIA H100 80GB HBM3", "major": 9, "minor": 0, "multi_processor_count": 132,
+    "total_memory": 80 * (1 << 30), "warp_size": 32, "max_threads_per_multi_processor": 2048,
+    "max_threads_per_block": 1024, "regs_per_multiprocessor": 65536, "L2_cache_size": 50 * (1 << 20),
+    "shared_memory_per_block": 48 * 1024, "shared_memory_per_block_optin": 227 * 1024,
+    "shared_memory_per_multiprocessor": 228 * 1024, "is_integrated": False, "is_multi_gpu_board": False})
+
+
+def _install_device_queries(candidate: Callable[[Any], bool]) -> None:
+    """`torch.cuda.get_device_properties(x.device).multi_processor_count` (a persistent kernel's grid),
+    `get_device_capability()` (a Hopper-only path) and `get_device_name()` raised "Torch not compiled
+    with CUDA enabled" here, failing honest kernels the GPU passes (at construction: compile_error).
+    Asked from the candidate's frames, they now describe the H100 the lane compiles for."""
+    real_props, real_cap, real_name = (torch.cuda.get_device_properties, torch.cuda.get_device_capability,
+                                       torch.cuda.get_device_name)
+    props = types.SimpleNamespace(**H100)
+
+    def get_device_properties(device: Any = None) -> Any:
+        return props if candidate(sys._getframe(1)) else real_props(device)
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        return (H100["major"], H100["minor"]) if candidate(sys._getframe(1)) else real_cap(device)
+
+    def get_device_name(device: Any = None) -> str:
+        return H100["name"] if candidate(sys._getframe(1)) else real_name(device)
+
+    torch.cuda.get_device_properties = get_device_properties
+    torch.cuda.get_device_capability = get_device_capability
+    torch.cuda.get_device_name = get_device_name
 
 
 def _install_cuda_device_context() -> None:
