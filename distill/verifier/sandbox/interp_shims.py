@@ -68,7 +68,8 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   raised for the lane's CPU tensors; a CPU device now selects nothing, as `torch.cuda.device(-1)`.
 * **`x.is_cuda` in the candidate's own code** is True for the lane's CPU tensors (they stand for GPU
   tensors), so `assert x.is_cuda` and `if x.is_cuda:` take the GPU's path; and `torch.cuda`'s device
-  queries (properties, capability, name) describe the H100 the lane compiles for. Trusted code reads
+  queries (properties, capability, name) describe the H100 the lane compiles for, and
+  `torch.cuda.synchronize()` returns at once. Trusted code reads
   the truth. Not covered: `x.device.type == "cuda"`, and `device="cuda"` allocations.
 """
 from __future__ import annotations
@@ -157,9 +158,10 @@ H100 = types.MappingProxyType({
 
 def _install_device_queries(candidate: Callable[[Any], bool]) -> None:
     """`torch.cuda.get_device_properties(x.device).multi_processor_count` (a persistent kernel's grid),
-    `get_device_capability()` (a Hopper-only path) and `get_device_name()` raised "Torch not compiled
-    with CUDA enabled" here, failing honest kernels the GPU passes (at construction: compile_error).
-    Asked from the candidate's frames, they now describe the H100 the lane compiles for."""
+    `get_device_capability()` (a Hopper-only path), `get_device_name()` and `torch.cuda.synchronize()`
+    after a launch raised "Torch not compiled with CUDA enabled" here, failing honest kernels the GPU
+    passes (at construction: compile_error). Asked from the candidate's frames, the queries describe the
+    H100 the lane compiles for, and synchronize returns at once (interpreted launches are synchronous)."""
     real_props, real_cap, real_name = (torch.cuda.get_device_properties, torch.cuda.get_device_capability,
                                        torch.cuda.get_device_name)
     props = types.SimpleNamespace(**H100)
@@ -173,9 +175,15 @@ def _install_device_queries(candidate: Callable[[Any], bool]) -> None:
     def get_device_name(device: Any = None) -> str:
         return H100["name"] if candidate(sys._getframe(1)) else real_name(device)
 
+    real_sync = torch.cuda.synchronize
+
+    def synchronize(device: Any = None) -> None:  # the interpreter's launches have finished when they return
+        return None if candidate(sys._getframe(1)) else real_sync(device)
+
     torch.cuda.get_device_properties = get_device_properties
     torch.cuda.get_device_capability = get_device_capability
     torch.cuda.get_device_name = get_device_name
+    torch.cuda.synchronize = synchronize
 
 
 def _install_cuda_device_context() -> None:
