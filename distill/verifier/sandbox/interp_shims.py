@@ -69,8 +69,9 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
 * **`x.is_cuda` in the candidate's own code** is True for the lane's CPU tensors (they stand for GPU
   tensors), so `assert x.is_cuda` and `if x.is_cuda:` take the GPU's path; and `torch.cuda`'s device
   queries (properties, capability, name) describe the H100 the lane compiles for, and
-  `torch.cuda.synchronize()` returns at once. Trusted code reads
-  the truth. Not covered: `x.device.type == "cuda"`, and `device="cuda"` allocations.
+  `torch.cuda.synchronize()` returns at once; a CUDA placement (`device="cuda"` in a factory,
+  `x.to("cuda")`, `x.cuda()`, `model.cuda()`) means the lane's CPU. Trusted code reads the truth.
+  Not covered: `x.device.type == "cuda"` and other comparisons of device objects.
 """
 from __future__ import annotations
 
@@ -134,6 +135,71 @@ def _install_is_cuda_for_candidates() -> None:
 
     torch.Tensor.is_cuda = property(is_cuda)
     _install_device_queries(candidate)
+    _install_cuda_placement(candidate)
+
+
+# torch's factories that take a `device=`: asked for a CUDA device from the candidate's frames, they
+# allocate on the lane's CPU instead.
+_FACTORIES = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+              "full_like", "rand", "rand_like", "randn", "randn_like", "randint", "arange", "linspace", "eye",
+              "tensor", "as_tensor")
+
+
+def _cuda(device: Any) -> bool:
+    """A CUDA device however it is spelled: "cuda", "cuda:1", torch.device("cuda"), or an ordinal."""
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device == "cuda" or device.startswith("cuda:")
+    return type(device) is int
+
+
+def _install_cuda_placement(candidate: Callable[[Any], bool]) -> None:
+    """`torch.empty_like(x, device='cuda')`, `x.to('cuda')`, `x.cuda()` and `model.cuda()` (common in
+    public KernelBench answers) raised here ("Torch not compiled with CUDA enabled"). From the
+    candidate's frames a CUDA placement now means the lane's CPU, which stands for the GPU: factories
+    allocate there, and moves to CUDA keep the tensor or module where it is (dtype changes still apply).
+    Trusted code is never rewritten."""
+    for name in _FACTORIES:
+        real = getattr(torch, name)
+
+        def factory(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if _cuda(kwargs.get("device")) and candidate(sys._getframe(1)):
+                kwargs["device"] = "cpu"
+            return _real(*args, **kwargs)
+
+        factory.__name__ = factory.__qualname__ = name
+        factory.__doc__ = real.__doc__
+        setattr(torch, name, factory)
+
+    real_to, real_cuda = torch.Tensor.to, torch.Tensor.cuda
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if candidate(sys._getframe(1)):
+            if args and _cuda(args[0]):
+                args = ("cpu", *args[1:])
+            if _cuda(kwargs.get("device")):
+                kwargs["device"] = "cpu"
+        return real_to(self, *args, **kwargs)
+
+    def cuda(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return self if candidate(sys._getframe(1)) else real_cuda(self, *args, **kwargs)
+
+    torch.Tensor.to, torch.Tensor.cuda = to, cuda
+
+    module_to, module_cuda = torch.nn.Module.to, torch.nn.Module.cuda
+
+    def module_to_(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if candidate(sys._getframe(1)):
+            device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+            if device is not None and device.type == "cuda":
+                return self if dtype is None else module_to(self, dtype=dtype, non_blocking=non_blocking)
+        return module_to(self, *args, **kwargs)
+
+    def module_cuda_(self: torch.nn.Module, device: Any = None) -> Any:
+        return self if candidate(sys._getframe(1)) else module_cuda(self, device)
+
+    torch.nn.Module.to, torch.nn.Module.cuda = module_to_, module_cuda_
 
 
 def _candidate_caller() -> Callable[[Any], bool]:
