@@ -64,23 +64,15 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   `device_assert` that returns at once unless `debug` is on: as on a GPU without debug, nothing is
   checked, but the interpreter paid for it. Turned off, outputs were bitwise identical on 240 lowered
   draws and interpreted calls took 2.1-2.6x less CPU (one level-5 program: 13 s a call before).
-* **The device context.** `with torch.cuda.device(x.device):` around a launch, a common public idiom,
-  raised for the lane's CPU tensors; a CPU device now selects nothing, as `torch.cuda.device(-1)`.
-* **`x.is_cuda` in the candidate's own code** is True for the lane's CPU tensors (they stand for GPU
-  tensors), so `assert x.is_cuda` and `if x.is_cuda:` take the GPU's path; and `torch.cuda`'s device
-  queries (properties, capability, name) describe the H100 the lane compiles for, and
-  `torch.cuda.synchronize()` returns at once; a CUDA placement (`device="cuda"` in a factory,
-  `x.to("cuda")`, `x.cuda()`, `model.cuda()`) means the lane's CPU. Trusted code reads the truth.
-  Not covered: `x.device.type == "cuda"` and other comparisons of device objects.
+* **CUDA as the candidate sees it** (cuda_standin.py): the lane's CPU tensors stand for GPU tensors
+  in the candidate's own code: `x.is_cuda`, `torch.cuda.device(x.device)`, CUDA placements, device queries.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
-import os
 import secrets
-import sys
 import types
 from typing import Any, Callable
 
@@ -91,8 +83,7 @@ from triton.language.extra import libdevice as stub_libdevice
 from triton.language.extra.cuda import libdevice as cuda_libdevice
 from triton.runtime import autotuner, interpreter
 
-from distill.verifier import trusted
-from distill.verifier.sandbox import interp_grid, interp_rewrite, interp_scan, libdevice_np
+from distill.verifier.sandbox import cuda_standin, interp_grid, interp_rewrite, interp_scan, libdevice_np
 
 # Inside an interpreted launch: the interpreter's semantic (which libdevice calls then use), the
 # launch's patch scope and the attributes it records.
@@ -113,165 +104,7 @@ def install() -> None:
     _install_scalar_args()
     _install_bfloat16()
     _install_no_overflow_check()
-    _install_cuda_device_context()
-    _install_is_cuda_for_candidates()
-
-
-def _install_is_cuda_for_candidates() -> None:
-    """`assert x.is_cuda` at the top of a wrapper (measured: 10 of 10 public hits for the phrase were
-    Triton wrappers, most of them KernelBench answers) raised for the lane's CPU tensors, so an honest
-    kernel the GPU passes failed here as runtime_error. For code outside the trusted roots (the
-    candidate's) a CPU tensor now reads as on the GPU it stands for; torch, Triton and the verifier
-    read the truth. `x.device.type == "cuda"` and `device="cuda"` allocations are not covered."""
-    real = torch._C.TensorBase.is_cuda
-    if getattr(torch.Tensor.__dict__.get("is_cuda"), "fget", None) is not None:
-        return
-    candidate = _candidate_caller()
-
-    def is_cuda(self: torch.Tensor) -> bool:
-        if real.__get__(self):
-            return True
-        return self.device.type == "cpu" and candidate(sys._getframe(1))
-
-    torch.Tensor.is_cuda = property(is_cuda)
-    _install_device_queries(candidate)
-    _install_cuda_placement(candidate)
-
-
-# torch's factories that take a `device=`: asked for a CUDA device from the candidate's frames, they
-# allocate on the lane's CPU instead.
-_FACTORIES = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
-              "full_like", "rand", "rand_like", "randn", "randn_like", "randint", "arange", "linspace", "eye",
-              "tensor", "as_tensor")
-
-
-def _cuda(device: Any) -> bool:
-    """A CUDA device however it is spelled: "cuda", "cuda:1", torch.device("cuda"), or an ordinal."""
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    if isinstance(device, str):
-        return device == "cuda" or device.startswith("cuda:")
-    return type(device) is int
-
-
-def _install_cuda_placement(candidate: Callable[[Any], bool]) -> None:
-    """`torch.empty_like(x, device='cuda')`, `x.to('cuda')`, `x.cuda()` and `model.cuda()` (common in
-    public KernelBench answers) raised here ("Torch not compiled with CUDA enabled"). From the
-    candidate's frames a CUDA placement now means the lane's CPU, which stands for the GPU: factories
-    allocate there, and moves to CUDA keep the tensor or module where it is (dtype changes still apply).
-    Trusted code is never rewritten."""
-    for name in _FACTORIES:
-        real = getattr(torch, name)
-
-        def factory(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            if _cuda(kwargs.get("device")) and candidate(sys._getframe(1)):
-                kwargs["device"] = "cpu"
-            return _real(*args, **kwargs)
-
-        factory.__name__ = factory.__qualname__ = name
-        factory.__doc__ = real.__doc__
-        setattr(torch, name, factory)
-
-    real_to, real_cuda = torch.Tensor.to, torch.Tensor.cuda
-
-    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if candidate(sys._getframe(1)):
-            if args and _cuda(args[0]):
-                args = ("cpu", *args[1:])
-            if _cuda(kwargs.get("device")):
-                kwargs["device"] = "cpu"
-        return real_to(self, *args, **kwargs)
-
-    def cuda(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        return self if candidate(sys._getframe(1)) else real_cuda(self, *args, **kwargs)
-
-    torch.Tensor.to, torch.Tensor.cuda = to, cuda
-
-    module_to, module_cuda = torch.nn.Module.to, torch.nn.Module.cuda
-
-    def module_to_(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if candidate(sys._getframe(1)):
-            device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
-            if device is not None and device.type == "cuda":
-                return self if dtype is None else module_to(self, dtype=dtype, non_blocking=non_blocking)
-        return module_to(self, *args, **kwargs)
-
-    def module_cuda_(self: torch.nn.Module, device: Any = None) -> Any:
-        return self if candidate(sys._getframe(1)) else module_cuda(self, device)
-
-    torch.nn.Module.to, torch.nn.Module.cuda = module_to_, module_cuda_
-
-
-def _candidate_caller() -> Callable[[Any], bool]:
-    """Whether a frame runs code outside the trusted roots (the candidate's, or its problem's)."""
-    roots = tuple(r.rstrip(os.sep) + os.sep for r in trusted.code_roots())
-
-    def candidate(frame: Any) -> bool:
-        name = frame.f_code.co_filename
-        return not (name.startswith(roots) or name.startswith("<frozen "))
-    return candidate
-
-
-# What the CPU lane answers the candidate about "its GPU": the H100 every launch is also compiled for
-# (gpu_compile.py: sm_90, 227 KiB of shared memory a block).
-H100 = types.MappingProxyType({
-    "name": "NVIDIA H100 80GB HBM3", "major": 9, "minor": 0, "multi_processor_count": 132,
-    "total_memory": 80 * (1 << 30), "warp_size": 32, "max_threads_per_multi_processor": 2048,
-    "max_threads_per_block": 1024, "regs_per_multiprocessor": 65536, "L2_cache_size": 50 * (1 << 20),
-    "shared_memory_per_block": 48 * 1024, "shared_memory_per_block_optin": 227 * 1024,
-    "shared_memory_per_multiprocessor": 228 * 1024, "is_integrated": False, "is_multi_gpu_board": False})
-
-
-def _install_device_queries(candidate: Callable[[Any], bool]) -> None:
-    """`torch.cuda.get_device_properties(x.device).multi_processor_count` (a persistent kernel's grid),
-    `get_device_capability()` (a Hopper-only path), `get_device_name()` and `torch.cuda.synchronize()`
-    after a launch raised "Torch not compiled with CUDA enabled" here, failing honest kernels the GPU
-    passes (at construction: compile_error). Asked from the candidate's frames, the queries describe the
-    H100 the lane compiles for, and synchronize returns at once (interpreted launches are synchronous)."""
-    real_props, real_cap, real_name = (torch.cuda.get_device_properties, torch.cuda.get_device_capability,
-                                       torch.cuda.get_device_name)
-    props = types.SimpleNamespace(**H100)
-
-    def get_device_properties(device: Any = None) -> Any:
-        return props if candidate(sys._getframe(1)) else real_props(device)
-
-    def get_device_capability(device: Any = None) -> tuple[int, int]:
-        return (H100["major"], H100["minor"]) if candidate(sys._getframe(1)) else real_cap(device)
-
-    def get_device_name(device: Any = None) -> str:
-        return H100["name"] if candidate(sys._getframe(1)) else real_name(device)
-
-    real_sync = torch.cuda.synchronize
-
-    def synchronize(device: Any = None) -> None:  # the interpreter's launches have finished when they return
-        return None if candidate(sys._getframe(1)) else real_sync(device)
-
-    torch.cuda.get_device_properties = get_device_properties
-    torch.cuda.get_device_capability = get_device_capability
-    torch.cuda.get_device_name = get_device_name
-    torch.cuda.synchronize = synchronize
-
-
-def _install_cuda_device_context() -> None:
-    """`with torch.cuda.device(x.device):` around a launch (common in public kernels: it makes the
-    input's GPU current) raises "Expected a cuda device, but got: cpu" for the CPU lane's tensors, so
-    an honest kernel the GPU passes failed here as runtime_error. On this lane a CPU device selects
-    nothing, as `torch.cuda.device(-1)` does; any other argument behaves as torch's own class."""
-    real = torch.cuda.device
-    if getattr(real, "_lane_cpu", False):
-        return
-
-    class device(real):  # type: ignore[misc, valid-type]
-        _lane_cpu = True
-
-        def __init__(self, device: Any) -> None:
-            if (isinstance(device, torch.device) and device.type == "cpu") or device == "cpu":
-                device = -1
-            super().__init__(device)
-
-    device.__qualname__ = real.__qualname__
-    device.__module__ = real.__module__
-    torch.cuda.device = device
+    cuda_standin.install()
 
 
 def _install_no_overflow_check() -> None:
