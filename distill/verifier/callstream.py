@@ -102,10 +102,7 @@ class CallStream:
             self.spill.release()
 
     def _keep(self, outs: Any) -> Any:
-        if not isinstance(outs, list) or self.spill is None:
-            return outs
-        datas = self.spill.keep([o.get("data") if isinstance(o, dict) else None for o in outs])
-        return [{**o, "data": d} if isinstance(o, dict) else o for o, d in zip(outs, datas)]
+        return outs if self.spill is None else self.spill.keep_outputs(outs)
 
     def summarise(self, t: int, outs: Any) -> None:
         """Keep each output's values on its secret subset, where it matches the reference's in dtype and

@@ -143,8 +143,20 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
     return res
 
 
+def _take_run(runs: list[Any], msg: dict[str, Any], spill: Spill) -> None:
+    """One replay run's report, as the replayer sent it when the run ended: its outputs kept at once
+    (spill.py), so the parent holds one run's outputs as they arrive, not three."""
+    rep = msg.get("run")
+    if rep is None:
+        return
+    rep = environ.scrub(rep)
+    if isinstance(rep, dict) and "outputs" in rep:
+        rep["outputs"] = spill.keep_outputs(rep["outputs"])
+    runs.append(rep)
+
+
 def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
-            found: judge.Finding, stream: bool, grant: Grant) -> tuple[judge.Finding, replaycheck.Prepared]:
+            found: judge.Finding, stream: bool, grant: Grant, spill: Spill) -> tuple[judge.Finding, replaycheck.Prepared]:
     """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's
     module; and what was sent to it (the timing may send it again). It runs under the job's grant."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
@@ -156,10 +168,14 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run
         prep.msg = {**prep.msg, "device_memory_fraction": grant.fraction}
     proc = ctx.handouts.replayer(slot.gpu)
     broken, checks, raised = True, prep.checks, _replayer_cap(ctx, proc, grant)
+    runs: list[Any] = []  # each run's report as it arrived, its outputs kept on disk when large
     try:
         rep = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
-                                                total=spec.timeout * (len(replaycheck.RUNS) + 2)))
+                                                total=spec.timeout * (len(replaycheck.RUNS) + 2),
+                                                on_data=lambda msg: _take_run(runs, msg, spill)))
+        rep["runs"] = runs
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
+        spill.release()
         near = found.checks.get("kernel_replay") if found.status == "not_triton" else None
         if isinstance(near, dict) and (near.get("compare") or {}).get("within_table") \
                 and _per_trial_bounds(ctx, slot, spec, ref):  # as for the worker's calls (run_job)
@@ -288,7 +304,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         replayed = None
         if found.status is None:  # provenance, from a process that never ran the candidate's module
             phase = "replay"
-            found, replayed = _replay(ctx, slot, spec, ref, run, found, stream, grant)
+            found, replayed = _replay(ctx, slot, spec, ref, run, found, stream, grant, spill)
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"

@@ -30,9 +30,10 @@ holds more than a few outputs at once, however many calls and trials:
   the expected one and their difference: PARENT_OUTPUTS out.
 
 Simplifies: the multiples are counted in outputs, each at its own dtype; the comparison's float32
-copies of a half-precision output are counted at twice their share by PARENT_OUTPUTS. The replayer's
-reply (three runs' outputs, a fixed number) is planned as a worker's. A large spilled output costs
-disk, not host memory, and is not planned here: the scratch disk is the pool's root's.
+copies of a half-precision output are counted at twice their share by PARENT_OUTPUTS. A replayer sends
+each of its three runs' outputs as the run ends, as a worker does, and is planned as one. A large spilled
+output costs disk and page cache (which the kernel drops under pressure), not the heap, and is not
+planned here: the scratch disk is the pool's root's.
 """
 from __future__ import annotations
 

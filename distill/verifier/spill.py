@@ -50,6 +50,14 @@ class Spill:
             return tensors
         return [self._write(t) if type(t) is torch.Tensor and t.numel() else t for t in tensors]
 
+    def keep_outputs(self, outputs: Any) -> Any:
+        """A report's outputs (dicts whose "data" is a tensor, as a worker or a replayer sends them) with
+        their values kept by `keep`; anything else as it is (the judge says what is wrong with it)."""
+        if not isinstance(outputs, list):
+            return outputs
+        datas = self.keep([o.get("data") if isinstance(o, dict) else None for o in outputs])
+        return [{**o, "data": d} if isinstance(o, dict) else o for o, d in zip(outputs, datas)]
+
     def _write(self, t: torch.Tensor) -> torch.Tensor:
         raw = codec.raw_u8(t)
         path = os.path.join(self.dir, f"{self.files}.bin")

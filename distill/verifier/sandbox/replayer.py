@@ -147,8 +147,9 @@ def _session(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: t
 
 def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
            block: provenance.BackendBlock, sync: Callable[[], None], reply: Callable[[dict], None]) -> dict[str, Any]:
-    """Serve one `replay` command (module docstring): the record's runs, each on fresh memory."""
-    out: dict[str, Any] = {"runs": [], "fingerprints": {}, "error": None}
+    """Serve one `replay` command (module docstring): the record's runs, each on fresh memory. Each run's
+    report goes to the parent as the run ends (it judges it then, job.py), not in the reply."""
+    out: dict[str, Any] = {"fingerprints": {}, "error": None}
     t0 = time.perf_counter()
     with _session(msg, state, scratch, device, token, block, out) as ready:
         if ready is None:
@@ -157,8 +158,11 @@ def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: tor
         out["setup_s"] = time.perf_counter() - t0
         for run in msg["runs"]:
             reply({"progress": f"replay {run['name']}"})
-            out["runs"].append(_run(program, sets[run["inputs"]], run, kernels, device, token, sync))
-            if out["runs"][-1]["error"] and out["runs"][-1].get("fatal"):
+            rep = _run(program, sets[run["inputs"]], run, kernels, device, token, sync)
+            fatal = bool(rep["error"] and rep.get("fatal"))
+            reply({"progress": f"replay {run['name']} sent", "run": rep, "ack": True})
+            del rep
+            if fatal:
                 break
     out["replay_s"] = time.perf_counter() - t0
     return out

@@ -182,8 +182,9 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
         if (cmd in _REPLAYER) != (role == "replayer") and cmd in ("load", "run", "time", *_REPLAYER):
             reply({"error": {"type": "harness", "message": f"a {role} does not serve {cmd}"}})
         elif cmd == "replay":
-            reply(_hygiene(replayer.replay(msg, kept, cfg["scratch"], device, token, block, sync, reply), token, snap,
-                           threads0))
+            with contextlib.suppress(_Ended):
+                reply(_hygiene(replayer.replay(msg, kept, cfg["scratch"], device, token, block, sync,
+                                               lambda p, _r=reply: _sent(_r(p))), token, snap, threads0))
         elif cmd == "time_replay":
             def go(_nonce: str = nonce) -> bool:  # the parent's answer to "ready to time", sent holding the gate
                 reply({"progress": timing.READY})
@@ -338,7 +339,12 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
 
 
 class _Ended(Exception):
-    """A call's report could not be encoded: the codec's error was the run's reply."""
+    """A call's (or a replay run's) report could not be encoded: the codec's error was the command's reply."""
+
+
+def _sent(ok: bool) -> None:
+    if not ok:
+        raise _Ended
 
 
 def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, out: dict,
