@@ -27,6 +27,19 @@ def test_the_plan_does_not_grow_with_calls():
     assert few.worker_host("cuda") - memplan.HOST_BASE["cuda"] == 2 * 64 * mib
 
 
+def test_a_problem_refused_for_its_calls_outputs_is_now_planned(monkeypatch):
+    """KernelBench level 1 at its own size (issue 31): 4 GiB of outputs on a GPU worker with a 16 GiB
+    host cap was refused, "a worker needs 56.75 GiB of host memory for 7 calls' outputs"; now it needs
+    one call's outputs and their copy."""
+    gib = 1 << 30
+    monkeypatch.setattr(memplan, "host_available", lambda: 128 * gib)
+    plan = memplan.MemoryPlan(4 * gib, 4 * gib, 0, calls=7, sets=8, source="meta")
+    memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=16 * gib, timed=True)
+    assert plan.worker_host("cuda") == 8 * gib + memplan.HOST_BASE["cuda"]
+    with pytest.raises(memplan.ProblemError, match="one call's outputs"):
+        memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=8 * gib, timed=True)
+
+
 def test_large_kept_outputs_are_files_removed_with_the_job(tmp_path):
     big = torch.randn(1 << 23)  # 32 MiB: over SPILL_BYTES
     small = torch.randn(16)
@@ -72,7 +85,7 @@ def test_a_call_report_for_no_trial_is_a_tampered_channel():
     assert stream.calls == []
 
 
-def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed():
+def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed(monkeypatch):
     """12 trials of a 64 MiB problem (32 MiB in, 32 MiB out) on the CPU lane: the parent's own heap
     (RssAnon) grows by at most 3x the problem's bytes plus a fixed 64 MiB over the job, and its whole
     resident high-water mark (with the children's reply arenas it read and the spilled files' pages) by
@@ -81,6 +94,14 @@ def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed():
     5 trials as at 12."""
     n = 1 << 23
     problem_bytes = 2 * 4 * n
+    closed = []
+    real_close = spill.Spill.close
+
+    def close(self):  # what each job's folder held at its end
+        closed.append((len(os.listdir(self.dir)), self.bytes))
+        real_close(self)
+
+    monkeypatch.setattr(spill.Spill, "close", close)
     with VerifierPool(workers=1, device="cpu", timeout=300, trials=12, resized="off", max_memory_mb=4096) as pool:
         pool.verify(PROBLEM.format(n=1024), RELU)  # imports and first-use costs outside the figure
         peak = parent_peak(pool, PROBLEM.format(n=n), RELU)
@@ -88,3 +109,6 @@ def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed():
         assert peak.anon <= 3 * problem_bytes + (64 << 20), peak
         assert peak.hwm <= 8 * problem_bytes, peak
         assert os.listdir(pool.context.scratch) == []  # every job's spill folder went with its job
+    # The big job kept its 15 trials' expected outputs, the replay's call and three runs on disk.
+    files, written = closed[-1]
+    assert files == 12 + 2 + 1 + 1 + 3 and written == files * 4 * n, closed
