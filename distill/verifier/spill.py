@@ -2,14 +2,14 @@
 
 Keeps: one private folder per job (mode 0700, under the pool's root, beside and never inside a
 worker's or replayer's scratch, so no sandboxed process may write there), and in it the raw bytes of
-each tensor handed to `keep` whose message is larger than SPILL_BYTES. What `keep` returns in their
+the tensors handed to `keep` once those it kept in memory would pass SPILL_BYTES. What `keep` returns in their
 place is a tensor over a shared mapping of its file: its bytes live in the page cache, and `release`
 drops the pages this process touched from its resident set (madvise DONTNEED: a shared file mapping
 reads them back from the file), so reading every kept output in turn holds one at a time. `close`
 removes the folder; a mapping still alive reads on (an unlinked file lives until it is unmapped).
 
-Simplifies: a message at or under SPILL_BYTES stays in memory as it is: a file per small output
-would cost more in system calls than the memory it saves.
+Simplifies: the first SPILL_BYTES a job keeps stay in memory as they are, whatever their number: a file
+per small output (a CPU-lane fixture's few KiB) would cost more in system calls than the memory it saves.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import torch
 
 from distill.verifier import codec
 
-# Larger messages go to disk. Small next to a workload problem's outputs (hundreds of MiB), large next
-# to a CPU-lane fixture's.
+# What a job keeps in memory at most; the rest goes to disk. Small next to a workload problem's outputs
+# (hundreds of MiB), large next to a CPU-lane fixture's.
 SPILL_BYTES = 16 << 20
 
 
@@ -42,11 +42,15 @@ class Spill:
         self.dir = tempfile.mkdtemp(prefix="spill-", dir=root or None)  # mkdtemp: mode 0700
         self.files = 0
         self.bytes = 0  # written so far
+        self.held = 0   # kept in memory so far
         self.maps: list[mmap.mmap] = []
 
     def keep(self, tensors: list[Any]) -> list[Any]:
-        """`tensors` as kept: mapped from files when they are large together, else as they are."""
-        if nbytes(tensors) <= SPILL_BYTES:
+        """`tensors` as kept: as they are while the job's kept bytes in memory stay within SPILL_BYTES,
+        else mapped from files."""
+        n = nbytes(tensors)
+        if self.held + n <= SPILL_BYTES:
+            self.held += n
             return tensors
         return [self._write(t) if type(t) is torch.Tensor and t.numel() else t for t in tensors]
 

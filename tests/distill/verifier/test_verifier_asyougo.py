@@ -47,7 +47,9 @@ def test_large_kept_outputs_are_files_removed_with_the_job(tmp_path):
         kept = s.keep([big])
         assert torch.equal(kept[0], big) and kept[0].data_ptr() != big.data_ptr()
         assert len(os.listdir(s.dir)) == 1 and s.bytes == big.numel() * 4
-        assert s.keep([small])[0] is small  # small ones stay as they are
+        assert s.keep([small])[0] is small  # small ones stay as they are, up to SPILL_BYTES in all
+        many = [s.keep([torch.randn(1 << 20)])[0] for _ in range(5)]  # 4 MiB each
+        assert len(os.listdir(s.dir)) == 3 and all(torch.equal(m, m.clone()) for m in many)  # the 4th and 5th
         folder = s.dir
     assert not os.path.exists(folder)
     assert torch.equal(kept[0], big)  # a mapping still alive reads on after the file is gone
