@@ -3,7 +3,7 @@ and only what later checks read kept.
 
 A worker sends each call's report the moment the call is done (sandbox/worker.py) and forgets its
 outputs; the parent (`CallStream.add`) compares them with the reference's outputs for that trial
-(judge.compare_outputs, the same function and bounds as before) and keeps:
+(compare.compare_outputs, the same function and bounds as before) and keeps:
 
 * the call's report without its output values (dtype, device, shape of each output; its records,
   errors, launches, the traced call's record): what judge.judge_calls reads in DESIGN §4 order once
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from distill.verifier import tolerance
-from distill.verifier.judge import Finding, compare_outputs
+from distill.verifier.compare import Finding, compare_outputs
 from distill.verifier.spill import Spill
 
 _SUBSET = 1 << 16

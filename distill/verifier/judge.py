@@ -7,19 +7,10 @@ its own verdict worse (an error, a denial, a compute op), never produce a `pass`
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from distill.verifier import policy, tolerance
-
-
-@dataclass
-class Finding:
-    status: str | None = None
-    reason: str = ""
-    checks: dict[str, Any] = field(default_factory=dict)
+from distill.verifier import callstream, policy, tolerance
+from distill.verifier.compare import Finding, bound_of, compare_outputs
 
 
 def _denial_reason(denials: list[dict]) -> str:
@@ -86,37 +77,6 @@ def error_status(err: dict[str, Any], call: dict[str, Any]) -> Finding:
     return Finding("runtime_error", f"forward raised {msg}")
 
 
-def compare_outputs(call: dict[str, Any], expected: dict[str, Any], device: str) -> Finding | None:
-    outs = call.get("outputs")
-    if call.get("bad_type"):
-        return Finding("wrong_output", f"{call['bad_type']} (outputs must be plain torch.Tensor)")
-    want = expected["outputs"]
-    if outs is None or len(outs) != len(want) or (expected["sequence"] and not call.get("sequence")):
-        n = 0 if outs is None else len(outs)
-        return Finding("wrong_output", f"returned {n} tensor(s), the reference returns {len(want)}"
-                       + (" as a tuple" if expected["sequence"] else ""))
-    for i, (o, r) in enumerate(zip(outs, want)):
-        data = o.get("data")
-        if o.get("dtype") != str(r.dtype).replace("torch.", "") or not isinstance(data, torch.Tensor):
-            return Finding("wrong_output", f"output {i} has dtype {o.get('dtype')}, expected {r.dtype}")
-        if list(data.shape) != list(r.shape) or data.dtype != r.dtype:
-            return Finding("wrong_output", f"output {i} has shape {list(data.shape)}, expected {list(r.shape)}")
-        if o.get("device") != device:
-            return Finding("wrong_output", f"output {i} is on {o.get('device')}, expected {device}")
-        bound = _bound(expected, i)
-        ok, info = tolerance.compare(data, r, tol=bound)
-        if not ok and bound is not None:  # a near miss: the fitted bound failed, the dtype table holds
-            info["within_table"] = tolerance.compare(data, r)[0]
-        if not ok:
-            what = info.get("error") or (f"{info['mismatched']} of {r.numel()} elements differ (exact comparison)"
-                                         if info.get("exact") else
-                                         f"norm rel err {info.get('norm_rel_err', 0):.3g} "
-                                         f"(limit {info.get('norm_limit')}), "
-                                         f"{info.get('elements_out_of_tol', 0)} elements out of tolerance")
-            return Finding("wrong_output", f"output {i} differs from the reference: {what}", {"compare": info})
-    return None
-
-
 def widened(trials: list[dict[str, Any]], bounds: list[list[Any]]) -> list[dict[str, Any]]:
     """`trials` with each output's bound the wider, field by field, of the screening's and the one
     measured on that trial's own inputs (reference.trial_bounds); both are capped by the dtype table."""
@@ -134,20 +94,8 @@ def widened(trials: list[dict[str, Any]], bounds: list[list[Any]]) -> list[dict[
     return out
 
 
-def _bound(expected: dict[str, Any], i: int) -> tolerance.Tolerance | None:
-    """Output `i`'s bound as the reference's screening set it (tolerance.fitted); None: the table."""
-    tols = expected.get("tolerances") or []
-    rec = tols[i] if i < len(tols) else None
-    if not rec:
-        return None
-    return tolerance.Tolerance(norm_rel=rec["norm_rel"], atol_rel=rec["atol_rel"], rtol=rec["rtol"],
-                               det_rel=rec["det_rel"])
-
-
 def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, Any]]) -> Finding | None:
     """The bound on input-independent answers (callstream.py), over calls in hand."""
-    from distill.verifier import callstream
-
     return callstream.follows_reference(calls, trials)
 
 
@@ -174,9 +122,7 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     (callstream.CallStream): the calls as judged when they arrived, their outputs compared then; without
     it, `run["calls"]` carry their outputs and are judged here the same way."""
     if stream is None:
-        from distill.verifier.callstream import CallStream
-
-        stream = CallStream.over(run.get("calls") or [], trials, device)
+        stream = callstream.CallStream.over(run.get("calls") or [], trials, device)
     prints = run.get("fingerprints")
     if prints is not None and prints != [t["fingerprint"] for t in trials][:len(prints)]:
         # Screening made the problem's inputs twice from one seed and got the same (screen.py), so a
@@ -307,7 +253,7 @@ def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, A
                        {**checks, "kernel_replay": bad.checks, "replay_poisoned": poisoned})
     if own is not None and own.get("outputs"):
         for i, (a, b) in enumerate(zip(own["outputs"], ro.get("outputs") or [])):
-            ok, info = tolerance.compare(b["data"], a["data"], det=True, tol=_bound(secret, i)) \
+            ok, info = tolerance.compare(b["data"], a["data"], det=True, tol=bound_of(secret, i)) \
                 if a["data"].shape == b["data"].shape else (False, {"error": "shapes differ"})
             if not ok:
                 return Finding("nondeterministic", f"same inputs twice (a call and its replay): output {i} differs "
