@@ -37,9 +37,9 @@ def test_grants_follow_the_machine_and_nothing_is_allocated(tmp_path, capsys):
     assert rows["3_host.py"]["grant"] == "no meta plan"               # planned by the verifier on its first trial
     small_box = km.census([kb / "KernelBench" / "level1" / "2_large.py"], host_mb=16 << 10, gpu_mb=80 << 10, workers=1)
     assert small_box[0]["grant"] == "refused"
-    assert km.main([str(kb), "--levels", "1", "--list"]) == 0
+    assert km.main([str(kb), "--levels", "1", "--workers", "16", "--list"]) == 0   # the H200 box, 16 shares
     out = capsys.readouterr().out
-    assert "| 1 | 3 | 1 | 1 |" in out and "L1 2_large.py" in out and "L1 1_small.py" not in out
+    assert "| 1 | 3 | 1 | 1 | 1 | 0 |" in out and "L1 2_large.py: alone" in out and "L1 1_small.py" not in out
 
 
 def test_bad_arguments_exit_2_and_say_what(tmp_path, capsys):
