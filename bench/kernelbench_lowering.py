@@ -74,6 +74,9 @@ class Row:
     worker_peak: int | None = None     # device bytes, as the verdict records them
     reference_peak: int | None = None
     plan_peak: int | None = None
+    host_peak: int | None = None       # resident bytes of this process and all its children beyond the idle
+                                       # pool's, the most seen while the verdict ran (shared with verdicts
+                                       # running beside it)
 
 
 # -- shrinking -------------------------------------------------------------------------------------
@@ -215,6 +218,64 @@ def record(row: Row, result: Any, seconds: float) -> None:
     row.plan_peak = (mem.get("plan") or {}).get("device_peak_bytes")
 
 
+class HostSampler:
+    """Samples the resident bytes of this process and its descendants (/proc, every 0.25 s) and keeps, per
+    running verdict, the most it saw beyond the idle pool's (`base`, taken at the start): a problem that needs
+    the GPU alone runs alone, so its figure is its own."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[int, int] = {}
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def tree_rss() -> int:
+        import os
+
+        parent: dict[int, int] = {}
+        rss: dict[int, int] = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+                pages = int(open(f"/proc/{d}/statm").read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parent[int(d)] = int(stat.rsplit(")", 1)[1].split()[1])
+            rss[int(d)] = pages * os.sysconf("SC_PAGE_SIZE")
+        me, total = os.getpid(), 0
+        for pid, size in rss.items():
+            p, seen = pid, 0
+            while p and p != me and seen < 64:
+                p, seen = parent.get(p, 0), seen + 1
+            total += size if p == me else 0
+        return total
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.25):
+            now = self.tree_rss()
+            with self._lock:
+                for key in self.peaks:
+                    self.peaks[key] = max(self.peaks[key], now)
+
+    def __enter__(self) -> "HostSampler":
+        self.base = self.tree_rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def begin(self, key: int) -> None:
+        with self._lock:
+            self.peaks[key] = 0
+
+    def end(self, key: int) -> int:
+        with self._lock:
+            return max(0, self.peaks.pop(key, 0) - self.base)
+
+
 def verify_all(pool: Any, pairs: list[tuple[Row, str, str]], threads: int, deadline: float,
                done: Callable[[Row], None]) -> bool:
     """Verify the pairs `threads` at a time, each row handed to `done` as its verdict arrives; no pair
@@ -229,15 +290,17 @@ def verify_all(pool: Any, pairs: list[tuple[Row, str, str]], threads: int, deadl
         if time.monotonic() > deadline:
             return False
         t0 = time.monotonic()
+        sampler.begin(id(row))
         try:
             result: Any = pool.verify(source, candidate)
         except (ProblemError, PoolError) as exc:
             result = exc
         record(row, result, time.monotonic() - t0)
+        row.host_peak = sampler.end(id(row)) or None
         done(row)
         return True
 
-    with ThreadPoolExecutor(max_workers=threads) as ex:
+    with HostSampler() as sampler, ThreadPoolExecutor(max_workers=threads) as ex:
         return all(list(ex.map(one, pairs)))
 
 
@@ -257,7 +320,8 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
     judged = [r for r in rows if r.side]
     if judged:
         lines += ["", "| level | verdicts | candidate side | problem side | verifier side | too large | limit? | "
-                  "median s/verdict | median worker peak / problem bytes |", "|---:|" + "---:|" * 8]
+                  "median s/verdict | median worker peak / problem bytes | median host peak / problem bytes |",
+                  "|---:|" + "---:|" * 9]
         for level in levels:
             rs = [r for r in judged if r.level == level]
             if not rs:
@@ -268,9 +332,12 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
                         for r in rs)
             secs = [r.verify_s for r in rs if r.verify_s is not None]
             ratios = [r.worker_peak / r.problem_bytes for r in rs if r.worker_peak and r.problem_bytes]
+            hosts = [r.host_peak / r.problem_bytes for r in rs if r.host_peak and r.problem_bytes]
             sec, ratio = (statistics.median(secs) if secs else None), (statistics.median(ratios) if ratios else None)
+            host = statistics.median(hosts) if hosts else None
             lines.append(f"| {level} | {len(rs)} | {by['candidate']} | {by['problem']} | {by['verifier']} | {large} | "
-                         f"{limit} | {'-' if sec is None else f'{sec:.1f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+                         f"{limit} | {'-' if sec is None else f'{sec:.1f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} | "
+                         f"{'-' if host is None else f'{host:.2f}x'} |")
     for level in levels:
         why = Counter(re.sub(r"\d+", "N", r.reason)[:110] for r in rows if r.level == level and r.stage != "verified")
         if why:
