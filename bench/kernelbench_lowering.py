@@ -74,6 +74,7 @@ class Row:
     worker_peak: int | None = None     # device bytes, as the verdict records them
     reference_peak: int | None = None
     plan_peak: int | None = None
+    phase_s: dict | None = None        # the verdict's wall seconds per phase (checks["phase_s"])
     host_peak: int | None = None       # resident bytes of this process and all its children beyond the idle
                                        # pool's, the most seen while the verdict ran (shared with verdicts
                                        # running beside it)
@@ -216,6 +217,8 @@ def record(row: Row, result: Any, seconds: float) -> None:
     mem = (getattr(result, "checks", None) or {}).get("memory") or {}
     row.worker_peak, row.reference_peak = mem.get("worker_peak_bytes"), mem.get("reference_peak_bytes")
     row.plan_peak = (mem.get("plan") or {}).get("device_peak_bytes")
+    phases = (getattr(result, "checks", None) or {}).get("phase_s")
+    row.phase_s = {k: round(v, 2) for k, v in phases.items() if isinstance(v, (int, float)) and v >= 0.05} if phases else None
 
 
 class HostSampler:
@@ -360,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="verifier workers (default: the pool's, from the machine)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per verification (default: 300)")
     ap.add_argument("--limit", type=int, default=0, help="first N problems per level (default: all)")
+    ap.add_argument("--only", default="", help="these problems only, as LEVEL:NUMBER,... (e.g. 1:1,2:17)")
     ap.add_argument("--no-verify", action="store_true", help="trace and lower only")
     ap.add_argument("--top", type=int, default=12, help="failure reasons listed per level (default: 12)")
     ap.add_argument("--out", type=Path, default=None, help="DIR/rows.jsonl, one row per problem as it is decided; "
@@ -378,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: {missing[0]} is not a folder (PATH must be a KernelBench checkout)", file=sys.stderr)
         return 2
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
     start = time.monotonic()
     deadline = start + args.budget if args.budget is not None else float("inf")
     import torch
@@ -407,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     for level, folder in zip(levels, folders):
         files = sorted(folder.glob("*.py"), key=lambda p: int(p.name.split("_")[0]) if p.name[0].isdigit() else 0)
         for path in files[: args.limit or None]:
+            if only and f"{level}:{path.name.split('_')[0]}" not in only:
+                continue
             if (level, path.name) in kept:
                 continue
             row, source, candidate = prepare(level, path, args.shrink)
@@ -429,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                 counts["n"] += 1
                 counts["pass"] += row.stage == "verified"
                 print(f"verified {counts['n']}/{len(pairs)} ({counts['pass']} pass): L{row.level} {row.problem} "
-                      f"{row.status} [{row.side}] {row.verify_s} s", file=sys.stderr, flush=True)
+                      f"{row.status} [{row.side}] {row.verify_s} s (at {time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
 
         with VerifierPool(workers=args.workers, device=args.device, timeout=args.timeout) as pool:
             finished = verify_all(pool, pairs, 2 * pool.sizing.workers, deadline, done)
