@@ -64,9 +64,19 @@ class Arena:
     The child writes, the parent reads, taking turns: the child resets the arena when a command
     arrives and writes its reply; the parent copies every tensor out (`take`) before it sends the
     next command. What the parent reads is bounds-checked bytes, never code, so a child that
-    scribbles here can only change numbers of its own reply."""
+    scribbles here can only change numbers of its own reply.
 
-    def __init__(self, path: str, size: int, create: bool = False) -> None:
+    A tensor that does not fit goes to the `overflow` arena: a sparse file on disk as large as the
+    machine's memory (nothing is allocated until written), its offsets counted past this arena's end.
+    The parent punches each tensor's pages out of the file once it has its copy, so a workload-sized
+    output (6 GiB: KernelBench's ReLU) costs the child one host copy and the parent one, where the
+    pipe cost each side three (the bytes, their join, the parent's private copy), and it holds no page
+    of the file past the message."""
+
+    PAGE = mmap.PAGESIZE
+
+    def __init__(self, path: str, size: int, create: bool = False, overflow: "Arena | None" = None,
+                 align: int = ARENA_ALIGN) -> None:
         fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
         try:
             if create:
@@ -75,28 +85,49 @@ class Arena:
         finally:
             os.close(fd)
         self.path, self.size, self.top = path, size, 0
+        self.overflow, self.align = overflow, align  # an overflow's tensors start on pages (`drop`)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.buf = torch.frombuffer(self.mm, dtype=torch.uint8)
 
     def reset(self) -> None:
         self.top = 0
+        if self.overflow is not None:
+            self.overflow.reset()
 
     def put(self, t: torch.Tensor) -> int | None:
         """Write `t`'s raw bytes (from host or device); their offset, or None when full."""
         raw = raw_u8(t)
-        off = -(-self.top // ARENA_ALIGN) * ARENA_ALIGN
+        off = -(-self.top // self.align) * self.align
         if off + raw.numel() > self.size:
-            return None
+            if self.overflow is None:
+                return None
+            got = self.overflow.put(raw)
+            return None if got is None else self.size + got
         self.buf[off:off + raw.numel()].copy_(raw)
         self.top = off + raw.numel()
         return off
 
     def take(self, off: Any, nbytes: int) -> torch.Tensor:
-        """A private copy of `nbytes` at `off`, checked against the arena's bounds."""
-        if not (type(off) is int and 0 <= off and off % ARENA_ALIGN == 0 and off + nbytes <= self.size):
+        """A private copy of `nbytes` at `off`, checked against the arena's bounds (and the overflow's,
+        past this arena's end: its pages are dropped from the file once copied)."""
+        if type(off) is int and self.overflow is not None and off >= self.size:
+            got = self.overflow.take(off - self.size, nbytes)
+            self.overflow.drop(off - self.size, nbytes)
+            return got
+        if not (type(off) is int and 0 <= off and off % self.align == 0 and off + nbytes <= self.size):
             raise CodecError("bad arena offset")
         return self.buf[off:off + nbytes].clone()
+
+    def drop(self, off: int, nbytes: int) -> None:
+        """Punch the whole pages of [off, off + nbytes) out of the file (the memory they held is freed)."""
+        start = -(-off // self.PAGE) * self.PAGE
+        end = min(self.size, -(-(off + nbytes) // self.PAGE) * self.PAGE)
+        if end > start:
+            try:
+                self.mm.madvise(mmap.MADV_REMOVE, start, end - start)
+            except (OSError, AttributeError, ValueError):
+                pass  # a file system without hole punching keeps the pages until the file is closed
 
 
 def raw_u8(t: torch.Tensor) -> torch.Tensor:
@@ -112,9 +143,13 @@ def raw_u8(t: torch.Tensor) -> torch.Tensor:
 
 
 def open_arena(cfg: dict[str, Any]) -> Arena | None:
-    """The child's end of its arena (None: replies carry their tensors inline)."""
+    """The child's end of its arena and of its overflow (None: replies carry their tensors inline)."""
     try:
-        return Arena(cfg["arena"], int(cfg["arena_bytes"])) if cfg.get("arena") else None
+        overflow = Arena(cfg["overflow"], int(cfg["overflow_bytes"]), align=Arena.PAGE) if cfg.get("overflow") else None
+    except (OSError, ValueError):
+        overflow = None
+    try:
+        return Arena(cfg["arena"], int(cfg["arena_bytes"]), overflow=overflow) if cfg.get("arena") else None
     except (OSError, ValueError):
         return None
 

@@ -2,7 +2,8 @@
 
 A pool owns three kinds of things outside its process, each named with its process's pid:
 - its temp dir, `<tmp>/tritonforge-verify-<pid>-*` (scratch of every worker, reference caches);
-- reply arenas, `/dev/shm/tritonforge-arena-<pid>-*` (each unlinked once its child is ready);
+- reply arenas, `/dev/shm/tritonforge-arena-<pid>-*`, and their overflows, `<tmp>/tritonforge-arena-<pid>-*`
+  (each unlinked once its child is ready);
 - memory cgroups, `/sys/fs/cgroup[/memory]/tritonforge-<pid>-<worker pid>`.
 
 `close()` and the recycling of a worker remove them. A parent killed with SIGKILL cannot: its
@@ -57,7 +58,7 @@ def owned(pid: int) -> dict[str, list[str]]:
             return []
 
     return {"temp": named(tempfile.gettempdir(), TEMP_PREFIX),
-            "arena": named(codec.shm_dir(), procs.ARENA_PREFIX),
+            "arena": named(codec.shm_dir(), procs.ARENA_PREFIX) + named(tempfile.gettempdir(), procs.ARENA_PREFIX),
             "cgroup": [p for root in limits.CGROUP_ROOTS for p in named(root, limits.CGROUP_PREFIX)]}
 
 
@@ -67,7 +68,7 @@ def sweep() -> dict[str, int]:
     for path in _stale(tempfile.gettempdir(), TEMP_PREFIX):
         shutil.rmtree(path, ignore_errors=True)
         removed["temp"] += not os.path.exists(path)
-    for path in _stale(codec.shm_dir(), procs.ARENA_PREFIX):
+    for path in _stale(codec.shm_dir(), procs.ARENA_PREFIX) + _stale(tempfile.gettempdir(), procs.ARENA_PREFIX):
         try:
             os.unlink(path)
             removed["arena"] += 1

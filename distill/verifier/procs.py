@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -31,6 +32,14 @@ from distill.verifier import codec, environ, protocol, running
 # Sparse: pages exist only where a reply wrote; a bigger reply travels inline through the pipe.
 ARENA_BYTES = 1 << 30
 ARENA_PREFIX = "tritonforge-arena-"  # + the parent's pid: `leftovers` sweeps those of dead parents
+
+
+def overflow_bytes() -> int:
+    """An arena overflow's size: the machine's memory (a sparse file: nothing is allocated until written)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 64 << 30
 _ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.sandbox.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
@@ -137,10 +146,19 @@ class Proc:
         ctx = zygote_context(cfg["device"])
         # The reply arena (codec.Arena): created here, opened by the child before it runs anything
         # untrusted, unlinked once the child is ready so no other process can open it by name.
+        # Its overflow, for a tensor past the arena (codec.Arena): a sparse file on the temp folder's disk,
+        # as large as the machine's memory, so a reply's size is bounded by the child's host cap alone.
         self.arena: codec.Arena | None = None
         try:
-            path = os.path.join(codec.shm_dir(), f"{ARENA_PREFIX}{os.getpid()}-{os.urandom(8).hex()}")
-            self.arena = codec.Arena(path, ARENA_BYTES, create=True)
+            tag = f"{ARENA_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+            path, over = os.path.join(codec.shm_dir(), tag), os.path.join(tempfile.gettempdir(), tag)
+            overflow = None
+            try:
+                overflow = codec.Arena(over, overflow_bytes(), create=True, align=codec.Arena.PAGE)
+                cfg = {**cfg, "overflow": over, "overflow_bytes": overflow.size}
+            except OSError:
+                pass  # tensors past the arena go inline
+            self.arena = codec.Arena(path, ARENA_BYTES, create=True, overflow=overflow)
             cfg = {**cfg, "arena": path, "arena_bytes": ARENA_BYTES}
         except OSError:
             self.arena = None  # messages carry their tensors inline
@@ -221,10 +239,12 @@ class Proc:
 
     def _unlink_arena(self) -> None:
         if self.arena is not None:
-            try:
-                os.unlink(self.arena.path)
-            except OSError:
-                pass
+            for arena in (self.arena, self.arena.overflow):
+                try:
+                    if arena is not None:
+                        os.unlink(arena.path)
+                except OSError:
+                    pass
 
     def wait_ready(self, seconds: float) -> dict[str, Any]:
         try:

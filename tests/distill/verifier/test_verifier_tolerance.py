@@ -190,3 +190,28 @@ def test_a_large_problem_streams_its_draws_and_keeps_the_table(monkeypatch):
     flat = _screen("class Model(nn.Module):\n    def forward(self, x):\n        return 1.0 + 1e-5 * x\n",
                    "[torch.rand(4096)]")
     assert flat.status == "degenerate" and "constant" in flat.reason
+
+
+@pytest.mark.parametrize("det", [False, True])
+def test_a_large_comparison_in_slices_gives_the_whole_tensors_verdict_and_figures(monkeypatch, det):
+    """Outputs past tolerance.CHUNK elements are compared slice by slice (bounded temporaries: 4 x 64 MiB
+    at any size); the verdict and its figures are those of the whole-tensor comparison."""
+    torch.manual_seed(0)
+    r = torch.randn(30_011)
+    nonfinite = r.clone()
+    nonfinite[[7, 20_000]] = torch.tensor([float("nan"), float("inf")])
+    spurious = nonfinite.clone()
+    spurious[11] = float("nan")
+    one_off = r.clone()
+    one_off[29_999] += 1.0
+    cases = [(r + 1e-6 * torch.randn_like(r), r), (r + 1e-2 * torch.randn_like(r), r), (one_off, r),
+             (nonfinite + 1e-7, nonfinite), (spurious, nonfinite), (r.half(), r.half()),
+             (torch.arange(30_011), torch.arange(30_011)), (torch.arange(30_011) // 2, torch.arange(30_011))]
+    for out, ref in cases:
+        whole = tolerance.compare(out, ref, det=det)
+        monkeypatch.setattr(tolerance, "CHUNK", 1_000)
+        sliced = tolerance.compare(out, ref, det=det)
+        monkeypatch.setattr(tolerance, "CHUNK", 1 << 24)
+        assert sliced[0] == whole[0]
+        for key, value in whole[1].items():
+            assert sliced[1][key] == (pytest.approx(value, rel=1e-5) if isinstance(value, float) else value), key

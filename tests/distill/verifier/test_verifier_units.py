@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import math
 
 import pytest
@@ -68,6 +69,32 @@ def test_codec_arena_carries_tensor_bytes_beside_the_message(tmp_path):
     big = torch.randn(300_000)
     out = codec.decode(codec.encode({"big": big, "small": torch.ones(2)}, child), parent)
     assert tolerance.bitwise_equal(out["big"], big) and out["small"].tolist() == [1.0, 1.0]
+
+
+def test_codec_arena_overflow_carries_what_the_arena_cannot_and_frees_its_pages(tmp_path):
+    """A tensor past the arena goes to its overflow file (not inline: no copies of it in the message),
+    decodes bit for bit as a private copy, and its pages leave the file once the parent took it."""
+    over, path = str(tmp_path / "overflow"), str(tmp_path / "arena")
+    child = codec.Arena(path, 1 << 12, create=True, overflow=codec.Arena(over, 1 << 30, create=True, align=codec.Arena.PAGE))
+    parent = codec.Arena(path, 1 << 12, overflow=codec.Arena(over, 1 << 30, align=codec.Arena.PAGE))
+    big, second, small = torch.randn(1 << 20), torch.arange(3000, dtype=torch.int64), torch.ones(2)
+    data = codec.encode({"big": big, "second": second, "small": small}, child)
+    assert len(data) < 1000 and data.count(b"__arena__") == 3
+    assert os.stat(over).st_blocks * 512 >= big.numel() * 4  # written to the file
+    out = codec.decode(data, parent)
+    assert tolerance.bitwise_equal(out["big"], big) and tolerance.bitwise_equal(out["second"], second)
+    assert out["small"].tolist() == [1.0, 1.0]
+    assert os.stat(over).st_blocks * 512 < 64 << 10  # the parent's copies taken, the file's pages punched out
+    child.overflow.buf.fill_(7)  # the child writing after the parent took its copy changes nothing
+    assert tolerance.bitwise_equal(out["big"], big)
+    # An overflow offset that is not on a page, or past the file, is malformed.
+    header = json.loads(data[8:8 + int.from_bytes(data[:4], "little")])
+    for bad in ((1 << 12) + 8, (1 << 12) + (1 << 30)):
+        header["__dict__"]["big"]["__arena__"] = bad
+        forged = json.dumps(header).encode()
+        with pytest.raises(codec.CodecError, match="arena offset"):
+            codec.decode(len(forged).to_bytes(4, "little") + data[4:8] + forged + data[8 + int.from_bytes(data[:4], "little"):],
+                         parent)
 
 
 def test_codec_never_encodes_tensor_subclasses():
