@@ -73,7 +73,11 @@ def _replayer_cap(ctx: JobContext, proc: procs.Proc, grant: Grant) -> bool:
 
 def _replayer_killed(ctx: JobContext, proc: procs.Proc, exc: procs.ProcDied) -> None:
     """A replayer never imports the candidate's module: killed at its host cap, it hit the verifier's own
-    limit (a ResourceError, memfault.py), whatever the command (replay or timing)."""
+    limit (a ResourceError, memfault.py), whatever the command (replay or timing); so is a SIGBUS on a
+    full scratch disk (its reply's overflow file had no room)."""
+    disk = memfault.disk_fault(exc.exitcode, exc.phase, procs.overflow_dir())
+    if disk is not None:
+        raise disk from None
     if ctx.memory.tripped(proc.pid):
         err = memfault.host_kill(memfault.StepLog(lambda: 0, [(exc.phase, 0)]), "replay", None,
                                  ctx.memory.limit_bytes(proc.pid), ctx.memory.held_at_kill(proc.pid))
@@ -330,6 +334,9 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             raise err from None
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:
+        disk = memfault.disk_fault(exc.exitcode, exc.phase, procs.overflow_dir())
+        if disk is not None:
+            raise disk from None
         kernel = inflight.died_compiling(slot.scratch)  # the CPU lane's GPU compile crashed (gpu_compile.py)
         if kernel is not None and not ctx.memory.tripped(proc.pid):
             return verdict("compile_error", f"Triton's compiler crashed compiling kernel {kernel} ({exc})"), False

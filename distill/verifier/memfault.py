@@ -23,6 +23,8 @@ are small next to the plan's headroom (the harness steps copy a known number of 
 """
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -129,3 +131,40 @@ def device_oom(call: dict[str, Any], plan: dict[str, Any] | None, budget: int) -
                          f"{_gib(own)} ({own} bytes), within the {_gib(room)} ({room} bytes) the plan leaves "
                          f"it; the harness held {_gib(held)} ({held} bytes)", step=f"call {call.get('trial')}",
                          used_bytes=held + own, limit_bytes=budget, resource="device")
+
+
+# Free space under which a scratch file system counts as full: a child's write into its reply's overflow
+# file (codec.Arena) faults with SIGBUS when no block is left, and the spill refuses to start a file.
+DISK_FLOOR = 1 << 30
+
+
+def disk_free(path: str) -> tuple[int, int]:
+    """(free, total) bytes of the file system holding `path` ((0, 0) where it cannot be read)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0, 0
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def disk_full(path: str, need: int = 0) -> ResourceError | None:
+    """The verifier's scratch disk out of room for `need` more bytes (beyond DISK_FLOOR), as a
+    ResourceError naming the bytes; None while it has room."""
+    free, total = disk_free(path)
+    if not total or free >= need + DISK_FLOOR:
+        return None
+    return ResourceError(f"the verifier's scratch disk ({path}) has {_gib(free)} free of {_gib(total)}"
+                         + (f", {_gib(need)} needed" if need else ""), "scratch", total - free, total, "disk")
+
+
+def disk_fault(exitcode: int | None, phase: str, path: str) -> ResourceError | None:
+    """A child killed by SIGBUS while the scratch disk is full: its write into a reply's overflow file
+    found no block (codec.Arena), the verifier's limit and not the candidate's crash. A SIGBUS with room
+    on the disk stays the child's."""
+    if exitcode != -signal.SIGBUS:
+        return None
+    err = disk_full(path)
+    if err is not None:
+        err.args = (f"{err} when a process died with SIGBUS during {phase} (its reply had no room)",)
+        err.step = phase
+    return err

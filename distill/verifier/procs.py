@@ -34,6 +34,11 @@ ARENA_BYTES = 1 << 30
 ARENA_PREFIX = "tritonforge-arena-"  # + the parent's pid: `leftovers` sweeps those of dead parents
 
 
+def overflow_dir() -> str:
+    """Where a child's reply overflow lives (its scratch disk, beside the job's spill files)."""
+    return tempfile.gettempdir()
+
+
 def overflow_bytes() -> int:
     """An arena overflow's size: the machine's memory (a sparse file: nothing is allocated until written)."""
     try:
@@ -151,7 +156,7 @@ class Proc:
         self.arena: codec.Arena | None = None
         try:
             tag = f"{ARENA_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
-            path, over = os.path.join(codec.shm_dir(), tag), os.path.join(tempfile.gettempdir(), tag)
+            path, over = os.path.join(codec.shm_dir(), tag), os.path.join(overflow_dir(), tag)
             overflow = None
             try:
                 overflow = codec.Arena(over, overflow_bytes(), create=True, align=codec.Arena.PAGE)

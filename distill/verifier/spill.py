@@ -8,6 +8,9 @@ drops the pages this process touched from its resident set (madvise DONTNEED: a 
 reads them back from the file), so reading every kept output in turn holds one at a time. `close`
 removes the folder; a mapping still alive reads on (an unlinked file lives until it is unmapped).
 
+A file that would leave its disk with less than memfault.DISK_FLOOR free is not written: the job ends with
+a ResourceError (resource "disk") naming the bytes, the verifier's limit and no verdict on the candidate.
+
 Simplifies: the first SPILL_BYTES a job keeps stay in memory as they are, whatever their number: a file
 per small output (a CPU-lane fixture's few KiB) would cost more in system calls than the memory it saves.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 import torch
 
-from distill.verifier import codec
+from distill.verifier import codec, memfault
 
 # What a job keeps in memory at most; the rest goes to disk. Small next to a workload problem's outputs
 # (hundreds of MiB), large next to a CPU-lane fixture's.
@@ -64,6 +67,9 @@ class Spill:
 
     def _write(self, t: torch.Tensor) -> torch.Tensor:
         raw = codec.raw_u8(t)
+        full = memfault.disk_full(self.dir, raw.numel())  # the verifier's limit, never the candidate's verdict
+        if full is not None:
+            raise full
         path = os.path.join(self.dir, f"{self.files}.bin")
         self.files += 1
         with open(path, "w+b") as fh:

@@ -1,0 +1,141 @@
+"""The verifier's scratch disk is its own limit (issue 31): a spill file that would fill it, or a child
+killed by SIGBUS while it is full (a reply's overflow file found no block, codec.Arena), ends the job
+with a ResourceError naming the bytes, never a verdict on the candidate. A SIGBUS with room on the disk
+stays the candidate's crash."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+import torch
+
+from distill.verifier import VerifierPool, memfault, spill
+from distill.verifier.problemio import ResourceError
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn({n})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+RELU = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, {block}),)](x, y, n, BLOCK={block})
+        return y
+'''
+
+
+def _full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file system reads as holding half of DISK_FLOOR free (as the trusted parent reads it)."""
+    monkeypatch.setattr(memfault, "disk_free", lambda path: (memfault.DISK_FLOOR // 2, 64 << 30))
+
+
+def test_disk_fault_is_the_verifiers_only_on_a_full_disk(monkeypatch):
+    assert memfault.disk_fault(-signal.SIGBUS, "call forward", "/tmp") is None  # room: the child's own
+    _full(monkeypatch)
+    err = memfault.disk_fault(-signal.SIGBUS, "replay other", "/tmp")
+    assert isinstance(err, ResourceError) and err.resource == "disk" and err.step == "replay other"
+    assert "0.50 GiB free of 64.00 GiB" in str(err) and "SIGBUS during replay other" in str(err)
+    assert memfault.disk_fault(-signal.SIGSEGV, "call forward", "/tmp") is None  # not a write's fault
+    assert memfault.disk_fault(1, "call forward", "/tmp") is None
+
+
+def test_a_spill_file_that_would_fill_the_disk_is_refused(monkeypatch, tmp_path):
+    with spill.Spill(str(tmp_path)) as s:
+        monkeypatch.setattr(spill, "SPILL_BYTES", 0)
+        kept = s.keep([torch.ones(1000)])  # room: written to a file and mapped
+        assert s.files == 1 and kept[0].sum().item() == 1000
+        _full(monkeypatch)
+        with pytest.raises(ResourceError, match="scratch disk") as exc:
+            s.keep([torch.ones(1000)])
+        assert exc.value.resource == "disk" and exc.value.used_bytes == (64 << 30) - memfault.DISK_FLOOR // 2
+        assert s.files == 1
+
+
+def test_a_job_whose_spill_finds_the_disk_full_is_a_resource_error(monkeypatch):
+    monkeypatch.setattr(spill, "SPILL_BYTES", 0)  # every kept output goes to a file
+    with VerifierPool(workers=1, device="cpu", timeout=120, resized="off") as pool:
+        assert pool.verify(PROBLEM.format(n=4096), RELU.format(block=1024)).status == "pass"
+        _full(monkeypatch)
+        with pytest.raises(ResourceError, match="scratch disk") as exc:
+            pool.verify(PROBLEM.format(n=4096), RELU.format(block=1024))
+        assert exc.value.resource == "disk"
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return sum(int(x) for x in fh.read().rsplit(")", 1)[1].split()[11:13])
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("disk_full", [False, True])
+def test_a_worker_killed_by_sigbus_is_the_candidates_crash_unless_the_disk_is_full(monkeypatch, disk_full):
+    """SIGBUS sent to the worker (and to the pool's retry on a fresh one) once it has run 1.5 s of CPU
+    into the job, inside its candidate's slow interpreted forward: the candidate's `crash` with room on
+    the disk, the verifier's ResourceError when the disk is full. The outputs (2 MiB) stay under the
+    spill's threshold, so only the death can meet the full disk."""
+    with VerifierPool(workers=1, device="cpu", timeout=300, resized="off") as pool:
+        pool.verify(PROBLEM.format(n=1024), RELU.format(block=1024))  # warm: the worker is up
+        seen: dict[int, int] = {}
+        done = threading.Event()
+
+        def kill_in_forward() -> None:
+            while not done.wait(0.05):
+                proc = pool.fleet.slots[0].proc
+                ticks = None if proc is None else _cpu_ticks(proc.pid)
+                if ticks is None:
+                    continue
+                first = seen.setdefault(proc.pid, ticks)
+                if first >= 0 and ticks > first + 150:
+                    os.kill(proc.pid, signal.SIGBUS)
+                    seen[proc.pid] = -1  # once per process
+
+        for proc in [s.proc for s in pool.fleet.slots if s.proc is not None]:
+            seen[proc.pid] = _cpu_ticks(proc.pid) or 0
+        if disk_full:
+            _full(monkeypatch)
+        killer = threading.Thread(target=kill_in_forward, daemon=True)
+        killer.start()
+        try:
+            got = pool.verify(PROBLEM.format(n=1 << 19), RELU.format(block=16))
+        except ResourceError as exc:
+            got = exc
+        finally:
+            done.set()
+            killer.join()
+    if disk_full:
+        assert isinstance(got, ResourceError) and got.resource == "disk", got
+    else:
+        assert not isinstance(got, ResourceError) and got.status == "crash" and "SIGBUS" in got.reason, got
