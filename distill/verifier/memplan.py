@@ -32,8 +32,8 @@ holds more than a few outputs at once, however many calls and trials:
 Simplifies: the multiples are counted in outputs, each at its own dtype; the comparison's float32
 copies of a half-precision output are counted at twice their share by PARENT_OUTPUTS. A replayer sends
 each of its three runs' outputs as the run ends, as a worker does, and is planned as one. A large spilled
-output costs disk and page cache (which the kernel drops under pressure), not the heap, and is not
-planned here: the scratch disk is the pool's root's.
+output costs disk and page cache (which the kernel drops under pressure), not the heap: `job_disk` counts
+that disk, and a job whose need does not fit the free disk is the verifier's ResourceError before it starts.
 """
 from __future__ import annotations
 
@@ -139,6 +139,14 @@ def meta_plan(mod: types.ModuleType, init_seed: int, seed: int, calls: int, sets
     if not all(t.device.type == "meta" for t in _tensors(inputs) + _tensors(out)):
         return None  # a factory call that ignored the default device: its sizes are not all known
     return plan_from(inputs, out, params, calls, sets, "meta")
+
+
+def job_disk(plan: dict[str, Any], spill_bytes: int) -> int:
+    """The scratch disk a job fills at its peak (`plan`: MemoryPlan.to_dict): the expected outputs of every
+    input set, the kept call's and a failed call's outputs, and one reply in a child's overflow file; none
+    where all of that stays within what the parent keeps in memory (`spill_bytes`, spill.SPILL_BYTES)."""
+    need = (plan["sets"] + 3) * plan["output_bytes"]
+    return need if need > spill_bytes else 0
 
 
 def _tensors(values: Any) -> list[torch.Tensor]:

@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 
-from distill.verifier import VerifierPool, memfault, spill
+from distill.verifier import VerifierPool, memfault, memplan, spill
 from distill.verifier.problemio import ResourceError
 
 PROBLEM = """
@@ -104,8 +104,8 @@ def _cpu_ticks(pid: int) -> int | None:
 def test_a_worker_killed_by_sigbus_is_the_candidates_crash_unless_the_disk_is_full(monkeypatch, disk_full):
     """SIGBUS sent to the worker (and to the pool's retry on a fresh one) once it has run 1.5 s of CPU
     into the job, inside its candidate's slow interpreted forward: the candidate's `crash` with room on
-    the disk, the verifier's ResourceError when the disk is full. The outputs (2 MiB) stay under the
-    spill's threshold, so only the death can meet the full disk."""
+    the disk, the verifier's ResourceError when the disk is full. The job's outputs (10 MiB in all) stay
+    under the spill's threshold, so neither the plan nor the spill meets the full disk: only the death."""
     with VerifierPool(workers=1, device="cpu", timeout=300, resized="off") as pool:
         pool.verify(PROBLEM.format(n=1024), RELU.format(block=1024))  # warm: the worker is up
         seen: dict[int, int] = {}
@@ -129,13 +129,30 @@ def test_a_worker_killed_by_sigbus_is_the_candidates_crash_unless_the_disk_is_fu
         killer = threading.Thread(target=kill_in_forward, daemon=True)
         killer.start()
         try:
-            got = pool.verify(PROBLEM.format(n=1 << 19), RELU.format(block=16))
+            got = pool.verify(PROBLEM.format(n=1 << 18), RELU.format(block=8))
         except ResourceError as exc:
             got = exc
         finally:
             done.set()
             killer.join()
     if disk_full:
-        assert isinstance(got, ResourceError) and got.resource == "disk", got
+        assert isinstance(got, ResourceError) and got.resource == "disk" and "SIGBUS" in str(got), got
     else:
         assert not isinstance(got, ResourceError) and got.status == "crash" and "SIGBUS" in got.reason, got
+
+
+def test_the_plan_counts_the_disk_a_job_spills():
+    mib = 1 << 20
+    plan = {"sets": 7, "output_bytes": 64 * mib}
+    assert memplan.job_disk(plan, spill.SPILL_BYTES) == 10 * 64 * mib  # 7 sets' expected outputs, 3 more
+    assert memplan.job_disk({"sets": 7, "output_bytes": mib}, spill.SPILL_BYTES) == 0  # kept in memory
+
+
+def test_a_job_whose_spill_cannot_fit_the_disk_is_refused_before_it_starts(monkeypatch):
+    """2 MiB outputs, 7 input sets: 20 MiB to spill; on a full disk the plan refuses the job (a
+    ResourceError naming the bytes) before the worker makes anything."""
+    with VerifierPool(workers=1, device="cpu", timeout=120, resized="off") as pool:
+        _full(monkeypatch)
+        with pytest.raises(ResourceError, match=r"20\.0 MiB needed for the job's spill") as exc:
+            pool.verify(PROBLEM.format(n=1 << 19), RELU.format(block=1 << 16))
+        assert exc.value.resource == "disk"
