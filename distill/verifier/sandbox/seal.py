@@ -88,3 +88,21 @@ def _short(value: Any) -> str:
         return f"{len(value)} entries"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def triton_allocators() -> tuple[Any, Any]:
+    """Triton's workspace allocators as they are now (`triton.set_allocator`, `set_profile_allocator`)."""
+    from triton.runtime import _allocation
+
+    return _allocation._allocator.get(), _allocation._profile_allocator.get()
+
+
+def restore_triton_allocators(saved: tuple[Any, Any]) -> None:
+    """Put back the allocators `triton_allocators` saved. A candidate may set its own for its device-side
+    TMA descriptors (an honest kernel does, in forward: not a change `changed` refuses); the next job's
+    candidate on this worker must neither find it set (a kernel that needs one would pass here and fail
+    anywhere else) nor have its function called by the launches of that candidate."""
+    from triton.runtime import _allocation
+
+    _allocation._allocator.set(saved[0])
+    _allocation._profile_allocator.set(saved[1])

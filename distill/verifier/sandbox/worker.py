@@ -131,6 +131,7 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     snap = integrity.snapshot()
     snap["state"] = seal.snapshot()
     snap["scratch"] = cfg["scratch"]
+    allocators = seal.triton_allocators()  # put back after each job (`_end`)
     threads0 = running.tasks(os.getpid())  # native threads too (running.py); the parent counts as well
     # Everything alive now is the harness's (torch, triton, their caches): park it in the permanent
     # generation so the full collection after each job walks only what the candidate made. Without
@@ -141,11 +142,12 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "sandbox": {**report.to_dict(), **limits},
                                   "versions": versions, "tasks": threads0}))
-    _serve(conn, cfg, device, token, block, snap, threads0, sync, flush, arena)
+    _serve(conn, cfg, device, token, block, snap, threads0, sync, flush, arena, allocators)
 
 
 def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
-           snap: dict, threads0: int, sync: Any, flush: Any, arena: codec.Arena | None) -> None:
+           snap: dict, threads0: int, sync: Any, flush: Any, arena: codec.Arena | None,
+           allocators: tuple[Any, Any]) -> None:
     job: dict[str, Any] = {}
     serial = 0
     # A replayer (replayer.py) is this same confined process that serves `replay` and never `load`:
@@ -207,7 +209,7 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
         elif cmd == "timed_outputs":  # asked for after the timing gate opens: 16 MB outputs take a while to send
             reply({"checked": job.pop("checked", {})})
         elif cmd == "end":
-            reply(_end(job, token, block, snap, threads0, device))
+            reply(_end(job, token, block, snap, threads0, device, allocators))
             job = {}
         elif cmd == "exit":
             os._exit(0)
@@ -457,13 +459,14 @@ def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any)
 
 
 def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, threads0: int,
-         device: torch.device) -> dict[str, Any]:
+         device: torch.device, allocators: tuple[Any, Any]) -> dict[str, Any]:
     t = [time.perf_counter()]
     block.remove()
     t.append(time.perf_counter())
     guard.ctl(token, "harness", True)  # finalizers and __del__ of the candidate's objects run here
     try:
         job.clear()
+        seal.restore_triton_allocators(allocators)  # a candidate's own (TMA workspaces) leaves with its job
         gpu_compile.forget()
         for name in [n for n in sys.modules if n.startswith("tritonforge_candidate_")]:
             del sys.modules[name]
