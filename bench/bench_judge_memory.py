@@ -9,6 +9,10 @@ children's reply arenas, counted in their plans as their encoded copies, as far 
 them).
 
     TRITON_INTERPRET=1 .venv/bin/python bench/bench_judge_memory.py [--n 8388608] [--trials 5 12]
+                                         [--arena-mib M] [--max-memory-mb MB]
+
+--arena-mib makes the children's reply arenas smaller than the outputs, as the 1 GiB arena is beside a
+GPU-sized output (6 GiB: KernelBench's ReLU): what past the arena costs the parent.
 """
 from __future__ import annotations
 
@@ -105,13 +109,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1 << 23)
     ap.add_argument("--trials", type=int, nargs="+", default=[5, 12])
+    ap.add_argument("--arena-mib", type=int, default=None, help="the reply arenas' size (default: procs.ARENA_BYTES)")
+    ap.add_argument("--max-memory-mb", type=int, default=4096, help="the worker's host cap (default: 4096)")
     args = ap.parse_args()
+    if args.arena_mib is not None:
+        from distill.verifier import procs
+
+        procs.ARENA_BYTES = args.arena_mib << 20
     problem_bytes = 2 * 4 * args.n
     print(f"problem bytes {problem_bytes >> 20} MiB (N={args.n} float32 in and out)")
     print("trials | status | growth in MiB (x problem bytes): VmHWM | RssAnon | RssShmem")
     for trials in args.trials:
         with VerifierPool(workers=1, device="cpu", timeout=300, trials=trials, resized="off",
-                          max_memory_mb=4096) as pool:
+                          max_memory_mb=args.max_memory_mb) as pool:
             pool.verify(PROBLEM.format(n=1024), RELU)  # warm: imports and first-use costs outside the figure
             p = parent_peak(pool, PROBLEM.format(n=args.n), RELU)
         print(f"{trials:6d} | {p.status} | " + " | ".join(f"{b / (1 << 20):7.1f} ({b / problem_bytes:.2f})"
