@@ -10,9 +10,12 @@ CPU tensors were on the H100 the lane compiles every launch for (gpu_compile.py:
 (torch, Triton, the verifier) reads the truth. Installed by interp_shims.install, before any candidate
 code and before the integrity snapshot, which then holds these as the baseline.
 
-Not covered: `x.device.type == "cuda"` and other comparisons of device objects (a CPU tensor's device is
-the CPU's), `torch.cuda.is_available()` (False, so a CPU fallback taken on it is judged as written),
-streams and events.
+Also answered so: `x.device` (`cuda:0` for a CPU tensor, so `x.device.type == "cuda"` holds and
+`device=x.device` allocates on the lane's CPU), `torch.cuda.is_available()`, `device_count()` and
+`current_device()`. A wrapper that falls back to torch where they say "no GPU" took that path here and
+was judged on torch code (`not_triton`), though the GPU runs its kernel.
+
+Not covered: streams and events (`torch.cuda.Stream`, `current_stream()`), `torch.cuda.set_device`.
 """
 from __future__ import annotations
 
@@ -30,6 +33,48 @@ def install() -> None:
     """Every shim below, once per process."""
     _install_device_context()
     _install_is_cuda()
+    if torch.cuda.is_available():  # a CPU lane in a process that has a GPU: its tensors' devices are real
+        return
+    candidate = _candidate_caller()
+    _install_device(candidate)
+    _install_availability(candidate)
+
+
+_STANDIN = torch.device("cuda", 0)
+
+
+def _install_device(candidate: Callable[[Any], bool]) -> None:
+    """`x.device` from the candidate's frames: the GPU a CPU tensor stands for. Comparisons then hold as on
+    a GPU (`x.device.type == "cuda"`, `x.device == y.device`), and `device=x.device` reaches the factory
+    and `.to` shims below as a CUDA placement, which allocate on the lane's CPU."""
+    real = torch._C.TensorBase.device
+    if getattr(torch.Tensor.__dict__.get("device"), "fget", None) is not None:
+        return
+
+    def device(self: torch.Tensor) -> torch.device:
+        got = real.__get__(self)
+        return _STANDIN if got.type == "cpu" and candidate(sys._getframe(1)) else got
+
+    torch.Tensor.device = property(device)
+
+
+def _install_availability(candidate: Callable[[Any], bool]) -> None:
+    """`torch.cuda.is_available()` (a wrapper's fallback test), `device_count()`, `current_device()`:
+    from the candidate's frames, one GPU, the one its tensors stand for."""
+    real_available, real_count, real_current = (torch.cuda.is_available, torch.cuda.device_count,
+                                                torch.cuda.current_device)
+
+    def is_available() -> bool:
+        return True if candidate(sys._getframe(1)) else real_available()
+
+    def device_count() -> int:
+        return 1 if candidate(sys._getframe(1)) else real_count()
+
+    def current_device() -> int:
+        return 0 if candidate(sys._getframe(1)) else real_current()
+
+    torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device = (is_available, device_count,
+                                                                                   current_device)
 
 
 def _install_is_cuda() -> None:
@@ -121,9 +166,14 @@ def _candidate_caller() -> Callable[[Any], bool]:
     """Whether a frame runs code outside the trusted roots (the candidate's, or its problem's)."""
     roots = tuple(r.rstrip(os.sep) + os.sep for r in trusted.code_roots())
 
+    seen: dict[str, bool] = {}  # per file: `x.device` is read on every launch, by Triton's frames too
+
     def candidate(frame: Any) -> bool:
         name = frame.f_code.co_filename
-        return not (name.startswith(roots) or name.startswith("<frozen "))
+        got = seen.get(name)
+        if got is None:
+            got = seen[name] = not (name.startswith(roots) or name.startswith("<frozen "))
+        return got
     return candidate
 
 
@@ -175,6 +225,7 @@ def _install_device_context() -> None:
     real = torch.cuda.device
     if getattr(real, "_lane_cpu", False):
         return
+    no_gpu = not torch.cuda.is_available()
 
     class device(real):  # type: ignore[misc, valid-type]
         _lane_cpu = True
@@ -182,6 +233,8 @@ def _install_device_context() -> None:
         def __init__(self, device: Any) -> None:
             if (isinstance(device, torch.device) and device.type == "cpu") or device == "cpu":
                 device = -1
+            elif no_gpu and _cuda(device):
+                device = -1  # the stand-in GPU (`x.device` above) on a process without one: nothing to select
             super().__init__(device)
 
     device.__qualname__ = real.__qualname__
