@@ -119,6 +119,13 @@ class Arena:
             raise CodecError("bad arena offset")
         return self.buf[off:off + nbytes].clone()
 
+    def release(self) -> None:
+        """Punch every page out of this arena and its overflow (their child is dead: whatever it left unread
+        would otherwise hold memory or disk until this object is collected)."""
+        self.drop(0, self.size)
+        if self.overflow is not None:
+            self.overflow.release()
+
     def drop(self, off: int, nbytes: int) -> None:
         """Punch the whole pages of [off, off + nbytes) out of the file (the memory they held is freed)."""
         start = -(-off // self.PAGE) * self.PAGE

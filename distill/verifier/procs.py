@@ -410,6 +410,8 @@ class Proc:
         except (OSError, ValueError, AttributeError):
             pass
         self._wait_exit(5)
+        if self.arena is not None and not self.alive():
+            self.arena.release()  # a reply it left unread (a death mid-message) frees its memory and disk now
         self.process.join(timeout=1)  # collects the exit status when the zygote answers
         try:
             self.conn.close()

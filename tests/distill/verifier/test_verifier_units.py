@@ -85,8 +85,14 @@ def test_codec_arena_overflow_carries_what_the_arena_cannot_and_frees_its_pages(
     assert tolerance.bitwise_equal(out["big"], big) and tolerance.bitwise_equal(out["second"], second)
     assert out["small"].tolist() == [1.0, 1.0]
     assert os.stat(over).st_blocks * 512 < 64 << 10  # the parent's copies taken, the file's pages punched out
-    child.overflow.buf.fill_(7)  # the child writing after the parent took its copy changes nothing
+    child.overflow.buf[: 8 << 20].fill_(7)  # the child writing after the parent took its copy changes nothing
     assert tolerance.bitwise_equal(out["big"], big)
+    # A reply the parent never read (its child died mid-message) is freed by `release`.
+    child.reset()
+    codec.encode({"big": big}, child)
+    assert os.stat(over).st_blocks * 512 >= big.numel() * 4
+    parent.release()
+    assert os.stat(over).st_blocks * 512 < 64 << 10
     # An overflow offset that is not on a page, or past the file, is malformed.
     header = json.loads(data[8:8 + int.from_bytes(data[:4], "little")])
     for bad in ((1 << 12) + 8, (1 << 12) + (1 << 30)):
