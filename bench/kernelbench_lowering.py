@@ -1,7 +1,7 @@
 """How many KernelBench level-1/2 modules the lowering teacher answers: traced, lowered, verified.
 
     python bench/kernelbench_lowering.py PATH [--levels 1,2] [--device cpu|cuda] [--shrink] [--workers N]
-                                         [--limit N] [--out DIR]
+                                         [--limit N] [--only L:N,...] [--order listed|size] [--out DIR]
 
 PATH is a KernelBench checkout (the folder holding `KernelBench/level1`, or that folder itself);
 nothing of KernelBench ships with TritonForge. Each problem's source is traced into synth's operator
@@ -368,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=12, help="failure reasons listed per level (default: 12)")
     ap.add_argument("--out", type=Path, default=None, help="DIR/rows.jsonl, one row per problem as it is decided; "
                     "the same command resumes it")
+    ap.add_argument("--order", default="listed", choices=["listed", "size"],
+                    help="verification order: as listed (default), or smallest problem first (a budgeted GPU call "
+                    "then decides the most problems; a 12 GiB problem took 320 s on an H200)")
     ap.add_argument("--budget", type=float, default=None, help="seconds after which no verification starts (exit 3: "
                     "run the same command again to go on)")
     args = ap.parse_args(argv)
@@ -439,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row.status} [{row.side}] {row.verify_s} s (at {time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
 
         with VerifierPool(workers=args.workers, device=args.device, timeout=args.timeout) as pool:
+            if args.order == "size":  # unknown sizes (no meta plan) last
+                pairs.sort(key=lambda p: (p[0].problem_bytes is None, p[0].problem_bytes or 0))
             finished = verify_all(pool, pairs, 2 * pool.sizing.workers, deadline, done)
     print(table([r for r in rows if _done(r) or args.no_verify], levels, args.top))
     if not finished:
