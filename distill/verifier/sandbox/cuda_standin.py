@@ -100,9 +100,12 @@ def _install_is_cuda() -> None:
 
 # torch's factories that take a `device=`: asked for a CUDA device from the candidate's frames, they
 # allocate on the lane's CPU instead.
-_FACTORIES = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
-              "full_like", "rand", "rand_like", "randn", "randn_like", "randint", "arange", "linspace", "eye",
+_FACTORIES = ("empty", "empty_like", "empty_strided", "empty_permuted", "zeros", "zeros_like", "ones", "ones_like",
+              "full", "full_like", "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm",
+              "normal", "arange", "linspace", "logspace", "eye", "tril_indices", "triu_indices", "scalar_tensor",
               "tensor", "as_tensor")
+# The same for a tensor's own factories (`x.new_empty(shape, device=x.device)`).
+_NEW = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
 
 
 def _cuda(device: Any) -> bool:
@@ -131,6 +134,18 @@ def _install_cuda_placement(candidate: Callable[[Any], bool]) -> None:
         factory.__name__ = factory.__qualname__ = name
         factory.__doc__ = real.__doc__
         setattr(torch, name, factory)
+
+    for name in _NEW:
+        real = getattr(torch.Tensor, name)
+
+        def method(self: torch.Tensor, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if _cuda(kwargs.get("device")) and candidate(sys._getframe(1)):
+                kwargs["device"] = "cpu"
+            return _real(self, *args, **kwargs)
+
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = real.__doc__
+        setattr(torch.Tensor, name, method)
 
     real_to, real_cuda = torch.Tensor.to, torch.Tensor.cuda
 
