@@ -380,17 +380,19 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         del values
         if held is not None:  # the candidate's own device bytes: the call's peak over what the harness held
             rep["device_memory"] = {"held_bytes": held, "peak_bytes": int(torch.cuda.max_memory_allocated(device))}
+        laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]
+        lap("checks")  # what run_call did after the call: bands, input comparison
+        laps["checks"] -= rep["call_s"]
         for o in rep.get("outputs") or ():
             o["data"] = o["data"].to("cpu")
         rep.update(kind=spec["kind"], trial=spec["trial"], state=seal.changed(job["state0"]))
-        laps["calls"] = laps.get("calls", 0.0) + rep["call_s"]
-        lap("checks")  # what run_call did after the call: copies out, bands, input comparison
-        laps["checks"] -= rep["call_s"]
+        lap("to_host")
         # The call's report goes to the parent now, which compares its outputs with the reference's as
         # they arrive (callstream.py): neither process holds more than one call's outputs.
         stop = bool(rep["state"]) or rep["error"] is not None
         if not reply({"progress": f"outputs sent {spec['kind']} {spec['trial']}", "call": rep, "ack": True}):
             raise _Ended
+        lap("reply")  # encoding the report, and the parent's comparison until its ack
         del rep
         if stop:
             break
