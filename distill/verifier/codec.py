@@ -11,6 +11,7 @@ import math
 import mmap
 import os
 import struct
+import tempfile
 import warnings
 from typing import Any
 
@@ -147,6 +148,39 @@ def raw_u8(t: torch.Tensor) -> torch.Tensor:
     if flat.numel() and flat.stride(0) != 1:  # one element may keep any stride through contiguous()
         flat = torch.empty(flat.shape, dtype=flat.dtype, device=flat.device).copy_(flat)
     return flat.view(torch.uint8)
+
+
+def overflow_dir() -> str:
+    """Where a child's reply overflow lives (its scratch disk, beside the job's spill files)."""
+    return tempfile.gettempdir()
+
+
+def overflow_bytes() -> int:
+    """An arena overflow's size: the machine's memory (a sparse file: nothing is allocated until written)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 64 << 30
+
+
+def reply_arena(tag: str, size: int) -> tuple[Arena | None, dict[str, Any]]:
+    """A child's reply arena (`size` bytes in shm_dir) with its overflow (a sparse file in overflow_dir as
+    large as the machine's memory, so a reply's size is bounded by the child's host cap alone), both named
+    `tag`; and what the child's `open_arena` needs. (None, {}) where none can be made: replies then carry
+    their tensors inline; an arena without an overflow sends what does not fit inline."""
+    overflow, cfg = None, {}
+    try:
+        overflow = Arena(os.path.join(overflow_dir(), tag), overflow_bytes(), create=True, align=Arena.PAGE)
+        cfg = {"overflow": overflow.path, "overflow_bytes": overflow.size}
+    except OSError:
+        pass
+    try:
+        arena = Arena(os.path.join(shm_dir(), tag), size, create=True, overflow=overflow)
+    except OSError:
+        if overflow is not None:
+            os.unlink(overflow.path)
+        return None, {}
+    return arena, {**cfg, "arena": arena.path, "arena_bytes": size}
 
 
 def open_arena(cfg: dict[str, Any]) -> Arena | None:

@@ -14,7 +14,7 @@ import secrets
 import time
 from typing import Any
 
-from distill.verifier import (callstream, environ, inflight, judge, memfault, procs, protocol, reference, refwork,
+from distill.verifier import (callstream, codec, environ, inflight, judge, memfault, procs, protocol, reference, refwork,
                               replaycheck, running, timing)
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
@@ -75,7 +75,7 @@ def _replayer_killed(ctx: JobContext, proc: procs.Proc, exc: procs.ProcDied) -> 
     """A replayer never imports the candidate's module: killed at its host cap, it hit the verifier's own
     limit (a ResourceError, memfault.py), whatever the command (replay or timing); so is a SIGBUS on a
     full scratch disk (its reply's overflow file had no room)."""
-    disk = memfault.disk_fault(exc.exitcode, exc.phase, procs.overflow_dir())
+    disk = memfault.disk_fault(exc.exitcode, exc.phase, codec.overflow_dir())
     if disk is not None:
         raise disk from None
     if ctx.memory.tripped(proc.pid):
@@ -334,7 +334,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             raise err from None
         return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
     except procs.ProcDied as exc:
-        disk = memfault.disk_fault(exc.exitcode, exc.phase, procs.overflow_dir())
+        disk = memfault.disk_fault(exc.exitcode, exc.phase, codec.overflow_dir())
         if disk is not None:
             raise disk from None
         kernel = inflight.died_compiling(slot.scratch)  # the CPU lane's GPU compile crashed (gpu_compile.py)

@@ -58,7 +58,7 @@ def owned(pid: int) -> dict[str, list[str]]:
             return []
 
     return {"temp": named(tempfile.gettempdir(), TEMP_PREFIX),
-            "arena": named(codec.shm_dir(), procs.ARENA_PREFIX) + named(tempfile.gettempdir(), procs.ARENA_PREFIX),
+            "arena": named(codec.shm_dir(), procs.ARENA_PREFIX) + named(codec.overflow_dir(), procs.ARENA_PREFIX),
             "cgroup": [p for root in limits.CGROUP_ROOTS for p in named(root, limits.CGROUP_PREFIX)]}
 
 
@@ -68,7 +68,7 @@ def sweep() -> dict[str, int]:
     for path in _stale(tempfile.gettempdir(), TEMP_PREFIX):
         shutil.rmtree(path, ignore_errors=True)
         removed["temp"] += not os.path.exists(path)
-    for path in _stale(codec.shm_dir(), procs.ARENA_PREFIX) + _stale(tempfile.gettempdir(), procs.ARENA_PREFIX):
+    for path in _stale(codec.shm_dir(), procs.ARENA_PREFIX) + _stale(codec.overflow_dir(), procs.ARENA_PREFIX):
         try:
             os.unlink(path)
             removed["arena"] += 1

@@ -21,7 +21,6 @@ import os
 import select
 import signal
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -34,17 +33,6 @@ ARENA_BYTES = 1 << 30
 ARENA_PREFIX = "tritonforge-arena-"  # + the parent's pid: `leftovers` sweeps those of dead parents
 
 
-def overflow_dir() -> str:
-    """Where a child's reply overflow lives (its scratch disk, beside the job's spill files)."""
-    return tempfile.gettempdir()
-
-
-def overflow_bytes() -> int:
-    """An arena overflow's size: the machine's memory (a sparse file: nothing is allocated until written)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 64 << 30
 _ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.sandbox.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
@@ -149,24 +137,10 @@ class Proc:
         """Start `target(conn, cfg)` in a child; raises ProcStartError if no start succeeded within
         `seconds` (each try on the zygote under that deadline, then one by `spawn`)."""
         ctx = zygote_context(cfg["device"])
-        # The reply arena (codec.Arena): created here, opened by the child before it runs anything
-        # untrusted, unlinked once the child is ready so no other process can open it by name.
-        # Its overflow, for a tensor past the arena (codec.Arena): a sparse file on the temp folder's disk,
-        # as large as the machine's memory, so a reply's size is bounded by the child's host cap alone.
-        self.arena: codec.Arena | None = None
-        try:
-            tag = f"{ARENA_PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
-            path, over = os.path.join(codec.shm_dir(), tag), os.path.join(overflow_dir(), tag)
-            overflow = None
-            try:
-                overflow = codec.Arena(over, overflow_bytes(), create=True, align=codec.Arena.PAGE)
-                cfg = {**cfg, "overflow": over, "overflow_bytes": overflow.size}
-            except OSError:
-                pass  # tensors past the arena go inline
-            self.arena = codec.Arena(path, ARENA_BYTES, create=True, overflow=overflow)
-            cfg = {**cfg, "arena": path, "arena_bytes": ARENA_BYTES}
-        except OSError:
-            self.arena = None  # messages carry their tensors inline
+        # The reply arena and its overflow (codec.reply_arena): created here, opened by the child before it
+        # runs anything untrusted, unlinked once the child is ready so no other process can open them by name.
+        self.arena, opened = codec.reply_arena(f"{ARENA_PREFIX}{os.getpid()}-{os.urandom(8).hex()}", ARENA_BYTES)
+        cfg = {**cfg, **opened}
         methods = ["forkserver", "forkserver", "spawn"] if ctx.get_start_method() == "forkserver" else ["spawn"]
         deadline = time.monotonic() + seconds
         errors: list[str] = []

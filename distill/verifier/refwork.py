@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from distill.verifier import memfault, memplan, procs, protocol, reference, screen
+from distill.verifier import codec, memfault, memplan, procs, protocol, reference, screen
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_SETS, JobSpec
@@ -112,7 +112,7 @@ def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]
         # The scratch disk is the verifier's: a job it cannot hold ends here, before minutes of work and
         # a child's SIGBUS on a full disk (memfault.disk_fault), and never as the candidate's verdict.
         need = memplan.job_disk(plan, SPILL_BYTES)
-        full = memfault.disk_full(ctx.scratch or procs.overflow_dir(), need) if need else None
+        full = memfault.disk_full(ctx.scratch or codec.overflow_dir(), need) if need else None
         if full is not None:
             full.args = (f"{full} for the job's spill (the expected outputs of {plan['sets']} input sets and three "
                          "more outputs)",)
