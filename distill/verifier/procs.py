@@ -28,11 +28,9 @@ from typing import Any, Callable
 
 from distill.verifier import codec, environ, protocol, running
 
-# Sparse: pages exist only where a reply wrote; a bigger reply travels inline through the pipe.
+# Sparse: pages exist only where a reply wrote; a tensor past it goes to the arena's overflow file.
 ARENA_BYTES = 1 << 30
 ARENA_PREFIX = "tritonforge-arena-"  # + the parent's pid: `leftovers` sweeps those of dead parents
-
-
 _ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "distill.verifier.sandbox.zygote"]
 _ctx_lock = threading.Lock()
 _zygote_device: str | None = None
@@ -218,10 +216,9 @@ class Proc:
 
     def _unlink_arena(self) -> None:
         if self.arena is not None:
-            for arena in (self.arena, self.arena.overflow):
+            for arena in filter(None, (self.arena, self.arena.overflow)):
                 try:
-                    if arena is not None:
-                        os.unlink(arena.path)
+                    os.unlink(arena.path)
                 except OSError:
                     pass
 

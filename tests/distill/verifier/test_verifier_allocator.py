@@ -8,25 +8,15 @@ allocators it started with at each job's end (seal.restore_triton_allocators).
 """
 from __future__ import annotations
 
+import os
+import sys
+
 from distill.verifier import VerifierPool
 
-PROBLEM = """
-import torch
-import torch.nn as nn
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
+from bench_judge_memory import PROBLEM as RELU_OVER_N  # noqa: E402
 
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(4096)]
-
-
-def get_init_inputs():
-    return []
-"""
+PROBLEM = RELU_OVER_N.format(n=4096)
 
 # Sets its own allocator in forward, as a TMA kernel does (tma_device_matmul's honest fixture).
 SETS = '''

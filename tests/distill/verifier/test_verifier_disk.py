@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 import pytest
@@ -14,23 +15,10 @@ import torch
 from distill.verifier import VerifierPool, memfault, memplan, spill
 from distill.verifier.problemio import ResourceError
 
-PROBLEM = """
-import torch
-import torch.nn as nn
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
+from bench_judge_memory import PROBLEM  # noqa: E402  (the ReLU over N float32 values)
 
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn({n})]
-
-
-def get_init_inputs():
-    return []
-"""
+# The bench's candidate with its block as a parameter: a small block makes the interpreted forward slow.
 
 RELU = '''
 import torch
