@@ -15,6 +15,8 @@ What this module adds or changes:
 - **Zero-std groups** (`curriculum.zero_std`): `keep` is TRL's behaviour (their advantage is 0 but
   their tokens count in the loss's normaliser); `drop` takes them out of the loss and the normaliser.
   A step whose groups are all dropped has a zero loss (the optimizer still steps).
+- **Non-finite gradients** (nonfinite.py): a step whose gradients hold a NaN or an infinity updates
+  no weight (it would turn every weight into NaN); the step is counted.
 - **Curriculum** (curriculum.py): a sampler serving the current stage in place of TRL's
   RepeatSampler, and a callback that promotes on held-out pass@1 (DRTriton's rule).
 - **Resume**: TRL checkpoints (`OUT/checkpoint-N`) plus `curriculum.json`; rerunning with the same
@@ -41,7 +43,8 @@ Metrics: each step is one line of `OUT/metrics.jsonl` (`step` plus TRL's log), p
 `step_time`, `kl` (when beta > 0), and `sampling/*` (vLLM importance sampling); see TRL's
 "Logged metrics". This module adds `verifier/pass_rate` (or `toy/pass_rate`), `curriculum/stage`,
 `zero_std/dropped` (share of samples dropped), `hrd/code_token_frac` (hrd), `rollouts/seconds` and
-`rollouts/tokens_per_s` (static rollouts: this rank's decoding), and on evaluation steps
+`rollouts/tokens_per_s` (static rollouts: this rank's decoding), `grad/nonfinite_skipped` (1 on a
+step whose update was skipped, nonfinite.py), and on evaluation steps
 `curriculum/eval_pass_at_1` and `curriculum/promoted`.
 """
 from __future__ import annotations
@@ -63,6 +66,7 @@ from pipelines.grpo import decode, hrd, metrics
 from pipelines.grpo.config import RunConfig, grpo_args
 from pipelines.grpo.curriculum import STATE_FILE, CurriculumSampler, CurriculumState, PromotionCallback
 from pipelines.grpo.data import Stage, fitting, load_heldout, load_stages, write_synth
+from pipelines.grpo.nonfinite import SkipNonFiniteSteps
 from pipelines.grpo.rewards import passes, reward_funcs
 
 # keys that may change between a run and its resume: run length, bookkeeping and the rollout engine
@@ -85,12 +89,13 @@ class TritonForgeGRPOTrainer(GRPOTrainer):
         self._scored: tuple[torch.Tensor, list[Any]] | None = None
         self._draws: dict[str, tuple[int, int]] = {}   # purpose -> (global step, calls in it): the seeds' counter
         self.static_rollouts = static_rollouts(run, kwargs["args"], kwargs["model"])
+        self.nonfinite = SkipNonFiniteSteps()
         if self.static_rollouts:
             kwargs["rollout_func"] = self._static_rollout
         with warnings.catch_warnings():   # TRL calls rollout_func "experimental"; its version is pinned here
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
-            super().__init__(*args, callbacks=[promotion], **kwargs)
-        promotion.metrics = self._metrics["train"]
+            super().__init__(*args, callbacks=[promotion, self.nonfinite], **kwargs)
+        promotion.metrics = self.nonfinite.metrics = self._metrics["train"]
         promotion.evaluate = self.heldout_passes
         if self.use_vllm and self.vllm_mode == "colocate" and not torch.cuda.is_available():
             self.vllm_generation.sync_weights = self._reload_vllm_weights
