@@ -243,6 +243,16 @@ def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, A
         if r.get("error"):
             status = "crash" if r.get("cuda_fault") else "not_triton"
             return Finding(status, f"{why} failed: {r['error']}"[:1000], checks)
+    # The replayer's own findings: the worker's report of the same checks is a claim its candidate can forge.
+    for r in (rs, ro):
+        if r.get("out_of_bounds"):
+            return Finding("runtime_error", f"out-of-bounds store while its kernels were replayed: {r['out_of_bounds'][0]}",
+                           {**checks, "out_of_bounds": r["out_of_bounds"], "call": f"replay {r.get('name')}"})
+        if r.get("inputs_changed"):
+            return Finding("mutates_input", f"input {r['inputs_changed'][0]} changed while its kernels were replayed",
+                           checks)
+        if r.get("aliases"):
+            return Finding("aliases_input", f"{r['aliases'][0]} (in the replayed record)", checks)
     state = f"; the tensor(s) it kept from before forward that are not its parameters ({', '.join(poisoned[:3])}) " \
         "were replaced by NaN: cached or precomputed values are not the kernels' work" if poisoned else ""
     rs.setdefault("sequence", secret["sequence"])

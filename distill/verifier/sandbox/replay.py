@@ -9,12 +9,15 @@ layout steps (a copy that changes values' type, like float32 to float16, and byt
 type are refused, as in the worker: policy.op_name): whatever record the worker sends, the replay
 computes with the candidate's Triton kernels or fails. State the parent could not match to the
 reference's parameters (statecheck.py) arrives poisoned, so cached or precomputed values cannot reach
-the outputs. Not covered: scalar arguments and fill values are claims too, and could carry a few
+the outputs. A run also finds, itself, what the worker only claims (`Replayed`): a store past either end
+of any storage (4 KiB guard bands around each), an input the steps changed, an output that is an input's
+memory. Not covered: scalar arguments and fill values are claims too, and could carry a few
 numbers computed from the weights beforehand (never from the secret trial's inputs).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -25,7 +28,24 @@ from distill.verifier import codec, policy
 from distill.verifier.sandbox import provenance
 from distill.verifier.record import MAX_DIMS, MAX_STEPS, MAX_STORAGES, NAME, SCALARS, NotReplayable, scrub
 
-__all__ = ["Bound", "NotReplayable", "Program"]
+__all__ = ["Bound", "NotReplayable", "Program", "Replayed"]
+
+# Guard bands around every storage, as a worker bands what forward allocates (bands.py): 4 KiB, a
+# multiple of every dtype's size, so each tensor keeps a fresh allocation's alignment. The byte 0x5A
+# reads as 1.5e16 in float32: a load past an input's end spoils the result instead of reading zeros.
+BAND = 4096
+BAND_BYTE = 0x5A
+
+
+@dataclass
+class Replayed:
+    """One run's outputs and memory; `Program.audit` adds what the replayer itself finds there (the
+    worker's report of the same is a claim)."""
+    outputs: list[torch.Tensor]
+    mem: list[torch.UntypedStorage]
+    out_of_bounds: list[str] = field(default_factory=list)
+    inputs_changed: list[int] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)
 
 
 def _int(x: Any, lo: int, hi: int, what: str) -> int:
@@ -71,6 +91,44 @@ class Program:
         self.steps = [self._step(st) for st in wire["steps"]]
         self.outputs = [self._ref(r) for r in wire["outputs"]]
         self.launches = sum(st[0] == "launch" for st in self.steps)
+        self.aliases = [f"output {i} is the memory of input {self.storages[r['s']]['index']}"
+                        for i, r in enumerate(self.outputs) if self.storages[r["s"]]["kind"] == "input"]
+        self.gaps = self._gaps()
+
+    def _gaps(self) -> list[list[tuple[int, int]]]:
+        """Per storage, the byte ranges no tensor of the record reaches (its hull: first to last byte). A
+        worker serves forward's allocations and the inputs from buffers with bands around them
+        (bands.py), so the record's storages hold those bands: a store there went past its tensor."""
+        spans: list[list[tuple[int, int]]] = [[] for _ in self.storages]
+
+        def add(r: Any) -> None:   # a checked value (_value): a reference, a descriptor, a tuple of them
+            if type(r) is dict and "tdesc" in r:
+                add(r["tdesc"]["base"])
+            elif type(r) is dict:
+                if math.prod(r["size"]):
+                    width, first = r["dtype"].itemsize, r["off"] * r["dtype"].itemsize
+                    last = first + width * (1 + sum((n - 1) * st for n, st in zip(r["size"], r["stride"])))
+                    spans[r["s"]].append((first, last))
+            elif type(r) is tuple:
+                for x in r:
+                    add(x)
+
+        for st in self.steps:
+            for r in ([*st[2], *st[3].values()] if st[0] == "launch" else st[1:3] if st[0] == "copy" else st[1:2]):
+                add(r)
+        for r in [*self.outputs, *(s["view"] for s in self.storages if s["kind"] == "input")]:
+            add(r)
+        gaps = []
+        for s, reached in zip(self.storages, spans):
+            free, at = [], 0
+            for a, b in sorted(reached):
+                if a > at:
+                    free.append((at, a))
+                at = max(at, b)
+            if at < s["nbytes"]:
+                free.append((at, s["nbytes"]))
+            gaps.append(free)
+        return gaps
 
     def _storage(self, s: Any) -> dict[str, Any]:
         if type(s) is not dict or s.get("kind") not in ("input", "alloc", "state", "poison") \
@@ -167,12 +225,14 @@ class Program:
 
     # -- running ---------------------------------------------------------------------------------------------
     def _allocate(self, device: torch.device) -> list[torch.UntypedStorage]:
-        """Fresh memory for every storage: state as accepted, the rest 0xFF (NaN in every float
-        width, -1 in every integer one)."""
+        """Fresh memory for every storage between guard bands (BAND_BYTE): state as accepted, the rest
+        0xFF (NaN in every float width, -1 in every integer one)."""
         mem = []
         for s in self.storages:
-            raw = torch.empty(s["nbytes"], dtype=torch.uint8, device=device if s["device"] == "job" else "cpu")
-            raw.copy_(s["data"]) if s["kind"] == "state" else raw.fill_(0xFF)
+            raw = torch.empty(s["nbytes"] + 2 * BAND, dtype=torch.uint8, device=device if s["device"] == "job" else "cpu")
+            raw.fill_(BAND_BYTE)
+            body = raw[BAND:BAND + s["nbytes"]]
+            body.copy_(s["data"]) if s["kind"] == "state" else body.fill_(0xFF)
             mem.append(raw.untyped_storage())
         return mem
 
@@ -190,8 +250,9 @@ class Program:
 
     @staticmethod
     def _view(mem: list[torch.UntypedStorage], r: dict[str, Any]) -> torch.Tensor:
-        storage = mem[r["s"]]
-        return torch.empty(0, dtype=r["dtype"], device=storage.device).set_(storage, r["off"], r["size"], r["stride"])
+        storage = mem[r["s"]]   # past its head band
+        return torch.empty(0, dtype=r["dtype"], device=storage.device).set_(
+            storage, r["off"] + BAND // r["dtype"].itemsize, r["size"], r["stride"])
 
     def _arg(self, mem: list[torch.UntypedStorage], v: Any) -> Any:
         if type(v) is dict and "tdesc" in v:
@@ -223,12 +284,45 @@ class Program:
         return [self._view(mem, r) for r in self.outputs]
 
     def run(self, inputs: list[Any], kernels: dict[str, Any], device: torch.device, ablate: bool,
-            launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
+            launch: Callable[[Any, tuple, tuple, dict], None]) -> Replayed:
         """Execute the steps on fresh memory holding `inputs`; the outputs, as views of that memory.
         With `ablate`, every launch is left out."""
         mem = self._allocate(device)
         self._place(mem, inputs)
-        return self._execute(mem, kernels, ablate, True, launch)
+        return Replayed(self._execute(mem, kernels, ablate, True, launch), mem)
+
+    def audit(self, done: Replayed, inputs: list[Any]) -> None:
+        """What the run did beyond its outputs: stores past a storage's ends, inputs changed, outputs
+        that are an input's memory. Compute on the device: the caller lifts the kernel-table block."""
+        done.out_of_bounds = self._breaches(done.mem)
+        done.inputs_changed = self._changed(done.mem, inputs)
+        done.aliases = list(self.aliases)
+
+    def _breaches(self, mem: list[torch.UntypedStorage]) -> list[str]:
+        """Bytes changed where no tensor of the record reaches: the guard bands around each storage, and
+        the ranges of a storage between and around its tensors (`gaps`)."""
+        found = []
+        for sid, (s, storage, gaps) in enumerate(zip(self.storages, mem, self.gaps)):
+            raw = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            body = raw[BAND:BAND + s["nbytes"]]
+            bad = int((raw[:BAND] != BAND_BYTE).sum()) + int((raw[BAND + s["nbytes"]:] != BAND_BYTE).sum())
+            for a, b in gaps:
+                was = s["data"][a:b].to(body.device) if s["kind"] == "state" else 0xFF
+                bad += int((body[a:b] != was).sum())
+            if bad:
+                what = f"input {s['index']}" if s["kind"] == "input" else f"{s['kind']} storage {sid}"
+                found.append(f"{bad} byte(s) of {what} that no tensor of it reaches changed ({s['nbytes']} bytes)")
+        return found
+
+    def _changed(self, mem: list[torch.UntypedStorage], inputs: list[Any]) -> list[int]:
+        """Inputs whose bytes differ, after the run, from those placed (NaN payloads and signed zeros too)."""
+        changed = []
+        for s in self.storages:
+            if s["kind"] == "input":
+                now, was = self._view(mem, s["view"]), inputs[s["index"]]
+                if not torch.equal(now.reshape(-1).view(torch.uint8), was.to(now.device).reshape(-1).view(torch.uint8)):
+                    changed.append(s["index"])
+        return sorted(set(changed))
 
     def bind(self, device: torch.device) -> "Bound":
         """The record on memory allocated once, for timing (`Bound`)."""

@@ -11,8 +11,9 @@ it. One `replay` command:
 3. rebuilds the worker's record of one traced call (Program, which refuses anything but
    layout steps and launches of those kernels) and runs it on those inputs, with and without the
    candidate's launches (`ablate`);
-4. returns the outputs (raw bytes, host copies) and what the guard saw; the parent compares them
-   with the reference's outputs for that trial (judge.judge_replay).
+4. returns the outputs (raw bytes, host copies), what the guard saw, and what the run itself found
+   (stores past a storage's ends, inputs changed, outputs that are inputs' memory: replay.Replayed);
+   the parent compares the outputs with the reference's for that trial (judge.judge_replay).
 The record's state tensors arrive as the parent accepted them (statecheck.py): layouts of the
 reference's parameters as the worker reported them, anything else poisoned.
 
@@ -158,7 +159,7 @@ def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: tor
         out["setup_s"] = time.perf_counter() - t0
         for run in msg["runs"]:
             reply({"progress": f"replay {run['name']}"})
-            rep = _run(program, sets[run["inputs"]], run, kernels, device, token, sync)
+            rep = _run(program, sets[run["inputs"]], run, kernels, device, token, sync, block)
             fatal = bool(rep["error"] and rep.get("fatal"))
             reply({"progress": f"replay {run['name']} sent", "run": rep, "ack": True})
             del rep
@@ -239,15 +240,16 @@ def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device
 
 
 def _run(program: Program, inputs: list[Any], run: dict[str, Any], kernels: dict[str, Any], device: torch.device,
-         token: object, sync: Callable[[], None]) -> dict[str, Any]:
-    """One run of the record on fresh memory holding `inputs` (the record never writes them)."""
+         token: object, sync: Callable[[], None], block: provenance.BackendBlock) -> dict[str, Any]:
+    """One run of the record on fresh memory holding `inputs`, then the run's own audit (Program.audit)."""
     t0 = time.perf_counter()
     rep: dict[str, Any] = {"name": run["name"], "error": None, "outputs": None}
+    done = None
     guard.ctl(token, "record", True)
     try:
-        outs = program.run(inputs, kernels, device, bool(run.get("ablate")), _launch)
+        done = program.run(inputs, kernels, device, bool(run.get("ablate")), _launch)
         sync()
-        rep["outputs"] = _copies(outs)
+        rep["outputs"] = _copies(done.outputs)
     except NotReplayable as exc:
         rep["error"], rep["fatal"] = f"not replayable: {exc}", True
     except torch.OutOfMemoryError as exc:  # a worker's budget, with more held: not the candidate's fault
@@ -260,6 +262,10 @@ def _run(program: Program, inputs: list[Any], run: dict[str, Any], kernels: dict
     finally:
         guard.ctl(token, "record", False)
     rec = guard.collect(token)
+    if done is not None and rep["error"] is None and not run.get("ablate"):
+        with inputsets.lifted(block):   # the harness's own compare, after the record's steps ended
+            program.audit(done, inputs)
+        rep.update(out_of_bounds=done.out_of_bounds, inputs_changed=done.inputs_changed, aliases=done.aliases)
     rep.update(launches=len(rec["launches"]), foreign=len(rec["foreign"]), blocked=rec["blocked"],
                denials=rec["denials"], harness_code=rec["harness_code"], call_s=time.perf_counter() - t0)
     return rep

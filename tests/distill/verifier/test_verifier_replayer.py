@@ -52,9 +52,9 @@ def test_a_record_replays_on_inputs_it_never_saw_and_ablated_leaves_poison():
     assert [s["kind"] for s in record["storages"]] == ["input", "input", "alloc"]
     program = replay.Program(record, frozenset({"add_k"}), 1 << 30)
     x, y = torch.randn(100), torch.randn(100)
-    got = program.run([x, y], {"add_k": add_k}, torch.device("cpu"), False, _launch)
+    got = program.run([x, y], {"add_k": add_k}, torch.device("cpu"), False, _launch).outputs
     assert torch.equal(got[0], x + y)
-    ablated = program.run([x, y], {"add_k": add_k}, torch.device("cpu"), True, _launch)
+    ablated = program.run([x, y], {"add_k": add_k}, torch.device("cpu"), True, _launch).outputs
     assert ablated[0].isnan().all()
 
 
@@ -274,6 +274,93 @@ def test_words_a_forger_puts_in_the_record_reach_the_verdict_as_plain_text_only(
     assert v.status == "not_triton" and "not replayable: ?[2J?all checks held?x" in v.reason, v.reason
     assert "\x1b" not in v.reason and "\n" not in v.reason and len(v.reason) < 500
 
+
+
+# Three findings a worker reports as claims; the replayer now finds each itself.
+_IN_PLACE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_into_a(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(a_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        add_into_a[(triton.cdiv(a.numel(), 128),)](a, b, a.numel(), BLOCK=128)
+        return a{tail}
+'''
+
+_PAST_THE_END = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_unmasked_store(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs, mask=mask, other=0.0) + tl.load(b_ptr + offs, mask=mask, other=0.0))
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        out = torch.empty_like(a)
+        add_unmasked_store[(triton.cdiv(a.numel(), 128),)](a, b, out, a.numel(), BLOCK=128)
+        return out
+'''
+
+
+def _clear_claims(*keys):
+    def forge(reply):
+        for call in reply["calls"]:
+            for key in keys:
+                call[key] = []
+    return forge
+
+
+@pytest.mark.parametrize("candidate,claims,status,why", [
+    (_IN_PLACE.format(tail=""), ("aliases", "inputs_changed"), "mutates_input",
+     "input 0 changed while its kernels were replayed"),
+    (_IN_PLACE.format(tail=".clone()"), ("inputs_changed",), "mutates_input",
+     "input 0 changed while its kernels were replayed"),
+    (_PAST_THE_END, ("out_of_bounds",), "runtime_error", "byte(s) of alloc storage"),
+])
+def test_what_a_forger_clears_from_its_reports_the_replay_finds_itself(pool, monkeypatch, candidate, claims, status, why):
+    """The worker's reports say no input changed, no output is an input, no store went past a buffer;
+    the replayer's run of the record finds each, so the forged report gains nothing."""
+    _forge_runs(monkeypatch, _clear_claims(*claims))
+    v = pool.verify(problem("add"), candidate)
+    assert v.status == status and why in v.reason, (v.status, v.reason)
+
+
+def test_an_honest_replay_finds_nothing_past_its_buffers_or_in_its_inputs():
+    a, b = torch.randn(100), torch.randn(100)
+    trace, out = _traced_add(a, b)
+    program = replay.Program(_wire(serialise(trace, [a, b], [out], torch.device("cpu"))), frozenset({"add_k"}), 1 << 30)
+    inputs = [torch.randn(100), torch.randn(100)]
+    done = program.run(inputs, {"add_k": add_k}, torch.device("cpu"), False, _launch)
+    program.audit(done, inputs)
+    assert (done.out_of_bounds, done.inputs_changed, done.aliases) == ([], [], [])
+
+
+def test_a_replayed_output_that_is_an_input_and_a_store_into_an_input_are_found():
+    a, b = torch.randn(100), torch.randn(100)
+    trace = [("launch", add_k, (a, b, a, a.numel()), (triton.cdiv(a.numel(), 64),), {"BLOCK": 64}, True)]
+    program = replay.Program(_wire(serialise(trace, [a, b], [a], torch.device("cpu"))), frozenset({"add_k"}), 1 << 30)
+    inputs = [torch.randn(100), torch.randn(100)]
+    done = program.run(inputs, {"add_k": add_k}, torch.device("cpu"), False, _launch)
+    program.audit(done, inputs)
+    assert done.aliases == ["output 0 is the memory of input 0"] and done.inputs_changed == [0]
+    assert torch.equal(done.outputs[0], inputs[0] + inputs[1]) and done.out_of_bounds == []
 
 GLOBAL_FROM_A_FUNCTION = '''
 import torch
