@@ -9,10 +9,11 @@ layout steps (a copy that changes values' type, like float32 to float16, and byt
 type are refused, as in the worker: policy.op_name): whatever record the worker sends, the replay
 computes with the candidate's Triton kernels or fails. State the parent could not match to the
 reference's parameters (statecheck.py) arrives poisoned, so cached or precomputed values cannot reach
-the outputs. A run also finds, itself, what the worker only claims (`Replayed`): a store past either end
-of any storage (4 KiB guard bands around each), an input the steps changed, an output that is an input's
-memory. Not covered: scalar arguments and fill values are claims too, and could carry a few
-numbers computed from the weights beforehand (never from the secret trial's inputs).
+the outputs. A run also finds, itself, what the worker only claims (`Program.audit`): a store where no
+tensor of the record reaches (4 KiB guard bands around each storage, and the ranges of a storage around
+its tensors), an input the steps changed, an output that is an input's memory. Not covered: scalar
+arguments and fill values are claims too, and could carry a few numbers computed from the weights
+beforehand (never from the secret trial's inputs); a store into a gap of a strided tensor.
 """
 from __future__ import annotations
 
