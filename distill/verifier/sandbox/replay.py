@@ -26,15 +26,15 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from distill.verifier import codec, policy
-from distill.verifier.sandbox import provenance
+from distill.verifier.sandbox import bands, provenance
 from distill.verifier.record import MAX_DIMS, MAX_STEPS, MAX_STORAGES, NAME, SCALARS, NotReplayable, scrub
 
 __all__ = ["Bound", "NotReplayable", "Program", "Replayed"]
 
-# Guard bands around every storage, as a worker bands what forward allocates (bands.py): 4 KiB, a
-# multiple of every dtype's size, so each tensor keeps a fresh allocation's alignment. The byte 0x5A
+# Guard bands around every storage, as wide as a worker's around what forward allocates (bands.py: a
+# multiple of every dtype's size, so each tensor keeps a fresh allocation's alignment). The byte 0x5A
 # reads as 1.5e16 in float32: a load past an input's end spoils the result instead of reading zeros.
-BAND = 4096
+BAND = bands.BAND_BYTES
 BAND_BYTE = 0x5A
 
 
@@ -321,7 +321,7 @@ class Program:
         for s in self.storages:
             if s["kind"] == "input":
                 now, was = self._view(mem, s["view"]), inputs[s["index"]]
-                if not torch.equal(now.reshape(-1).view(torch.uint8), was.to(now.device).reshape(-1).view(torch.uint8)):
+                if not torch.equal(codec.raw_u8(now), codec.raw_u8(was.to(now.device))):
                     changed.append(s["index"])
         return sorted(set(changed))
 
