@@ -12,7 +12,8 @@ it. One `replay` command:
    layout steps and launches of those kernels) and runs it on those inputs, with and without the
    candidate's launches (`ablate`);
 4. returns the outputs (raw bytes, host copies), what the guard saw, and what the run itself found
-   (stores past a storage's ends, inputs changed, outputs that are inputs' memory: replay.Replayed);
+   (stores where no tensor of the record reaches, inputs changed, outputs that are inputs' memory:
+   replay.Program.audit);
    the parent compares the outputs with the reference's for that trial (judge.judge_replay).
 The record's state tensors arrive as the parent accepted them (statecheck.py): layouts of the
 reference's parameters as the worker reported them, anything else poisoned.
