@@ -29,7 +29,7 @@ def grpo_toml(lay: Layout, p: Profile, max_new_tokens: int, max_prompt_tokens: i
         'zero_std = "drop"', f"max_stage_steps = {p.grpo_max_stage_steps}", "",
         "[grpo]", f"seed = {p.seed}", f"max_steps = {p.grpo_steps}", f"save_steps = {p.grpo_save_steps}",
         f"num_generations = {p.grpo_generations}", f"per_device_train_batch_size = {per_device}",
-        f"max_completion_length = {max_new_tokens}", "temperature = 1.0", f"learning_rate = {p.grpo_lr}",
+        f"max_completion_length = {max_new_tokens}", f"temperature = {p.grpo_temperature}", f"learning_rate = {p.grpo_lr}",
         'lr_scheduler_type = "constant"', "epsilon = 0.2", "epsilon_high = 0.28", "beta = 0.0", "",
     ])
 

@@ -54,6 +54,7 @@ class Profile:
     grpo_generations: int = 2
     grpo_prompts: int = 1                     # prompts per step
     grpo_lr: float = 1e-5
+    grpo_temperature: float = 1.0             # rollouts' sampling temperature (the loss scores at the same)
     grpo_scheme: str = "drtriton"
     grpo_eval_every: int = 1
     grpo_eval_size: int = 2
@@ -107,7 +108,7 @@ GPU = Profile(
     vocab_size=16384, hidden_size=512, num_layers=12, num_heads=8, intermediate_size=1536,   # ~58M parameters
     sft_epochs=3.0, sft_max_steps=-1, sft_batch=16, sft_lr=1e-3, sft_max_length=4096, sft_budget_s=420.0,
     eval_max_new_tokens=0, eval_max_new_tokens_cap=4096, eval_batch=400, eval_budget_s=420.0, eval_workers=12,
-    grpo_steps=60, grpo_generations=8, grpo_prompts=4, grpo_lr=1e-5, grpo_eval_every=6, grpo_eval_size=32,
+    grpo_steps=60, grpo_generations=8, grpo_prompts=4, grpo_lr=2e-5, grpo_temperature=1.2, grpo_eval_every=6, grpo_eval_size=32,
     grpo_max_stage_steps=2, grpo_save_steps=6, grpo_budget_s=360.0, grpo_workers=12,
 )
 

@@ -76,6 +76,7 @@ def test_the_grpo_config_is_one_train_grpo_accepts(name, tmp_path):
     assert cfg.model.lora is None and cfg.reward.scheme == "drtriton" and cfg.data.max_prompt_tokens == 700
     assert args.num_generations == p.grpo_generations and args.max_completion_length == 512
     assert cfg.curriculum.max_stage_steps == p.grpo_max_stage_steps
+    assert args.temperature == p.grpo_temperature and args.learning_rate == p.grpo_lr
 
 
 def test_the_gpu_student_fits_the_issue_limit():
