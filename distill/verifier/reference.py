@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from distill.verifier import codec, memplan, precision, screen, statecheck, timing
+from distill.verifier import codec, memplan, precision, protocol, screen, statecheck, timing
 from distill.verifier.policy import OpCount
 from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
 
@@ -107,7 +107,7 @@ def screened(mod: types.ModuleType, device: torch.device, known: dict[str, Any] 
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
                 calls: int = 0, budgets: dict[str, Any] | None = None, screen_first: bool = False,
                 known: dict[str, Any] | None = None,
-                send: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                send: Callable[[protocol.Trial], None] | None = None) -> protocol.TrialsReply:
     """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
     (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
     the next one. With `screen_first`, the problem is screened first (`screened`, or `known`: the pool's
@@ -121,7 +121,8 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     state = statecheck.summary(model)  # what a replayed forward's kept tensors are checked against
-    trials, plan = [], None
+    trials: list[protocol.Trial] = []
+    plan = None
     for seed in seeds:
         host = make_inputs(mod, seed, device)
         held.add(host)
@@ -135,7 +136,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
             plan = memplan.plan_from(host, out, params, calls, len(seeds), "measured")
             if budgets:
                 memplan.check(plan, device.type, budgets["device"], budgets["host"], budgets["timed"])
-        trial = {"outputs": outs, "sequence": seq, "fingerprint": fingerprint(host)}
+        trial = protocol.Trial(outputs=outs, sequence=seq, fingerprint=fingerprint(host))
         if report is not None:
             trial["tolerances"] = report.tolerances
         if send is not None:
@@ -144,12 +145,12 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
             trials.append(trial)
         del host, out, outs, trial
     io_bytes = plan.problem_bytes if plan is not None else params
-    memory = {"plan": plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
-              "reference_peak_bytes": memplan.peak(device), "reference_held_peak_bytes": held.peak}
+    memory = protocol.ReferenceMemory(plan=plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
+                                      reference_peak_bytes=memplan.peak(device), reference_held_peak_bytes=held.peak)
     del model
     memplan.release(device)
-    out = {"init_args": args, "init_kwargs": kwargs, "trials": trials, "io_bytes": io_bytes,
-           "construct_ops": construct_ops, "memory": memory, "params": state}
+    out = protocol.TrialsReply(init_args=args, init_kwargs=kwargs, trials=trials, io_bytes=io_bytes,
+                               construct_ops=construct_ops, memory=memory, params=state)
     if report is not None:
         out["screen"] = report.to_dict()
         out["screened_here"] = known is None
@@ -202,21 +203,20 @@ class RefTimer:
             except Exception as exc:  # noqa: BLE001 - the reference may not compile; eager still counts
                 self.compile_error = f"{type(exc).__name__}: {str(exc)[:300]}"
 
-    def measure(self, warmup: int, trials: int, flush: torch.Tensor) -> dict[str, Any]:
+    def measure(self, warmup: int, trials: int, flush: torch.Tensor) -> protocol.MeasureReply:
         with torch.no_grad():
             eager = timing.time_calls(lambda i: self.model(*self.inputs), lambda i: None, warmup, trials, flush)
-            out: dict[str, Any] = {"eager_ms": eager.median_ms, "compile_ms": None,
-                                   "compile_error": self.compile_error or None}
+            out = protocol.MeasureReply(eager_ms=eager.median_ms, compile_ms=None, compile_error=self.compile_error or None)
             if self.compiled is not None:
                 comp = timing.time_calls(lambda i: self.compiled(*self.inputs), lambda i: None, warmup, trials, flush)
                 out["compile_ms"] = comp.median_ms
         return out
 
 
-def _send_trial(conn: Any, arena: codec.Arena | None, trial: dict[str, Any]) -> None:
+def _send_trial(conn: Any, arena: codec.Arena | None, trial: protocol.Trial) -> None:
     """One trial's expected outputs, before the reply; the parent's ack says it copied them out of the
     arena, which the next trial then fills from its start."""
-    conn.send_bytes(codec.encode({"trial": trial}, arena))
+    conn.send_bytes(codec.encode(protocol.TrialSent(trial=trial), arena))
     got = codec.decode(conn.recv_bytes())
     if arena is not None and got.get("cmd") == "ack":
         arena.reset()
@@ -251,7 +251,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
             pass
     arena = codec.open_arena(cfg)
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
-    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "device_total": total}))
+    conn.send_bytes(codec.encode(protocol.RefReady(ready=True, pid=os.getpid(), device_total=total)))
     while True:
         try:
             msg = codec.decode(conn.recv_bytes())
@@ -260,6 +260,9 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
         cmd = msg["cmd"]
         if arena is not None:
             arena.reset()
+        # One of protocol.py's replies: PlanReply, TrialsReply, TrialBoundsReply, PrepareTimingReply,
+        # MeasureReply, PeaksReply, or ProblemErrorReply.
+        out: Any
         try:
             if cmd == "plan":  # shapes only, before the worker makes anything (memplan.py)
                 mod = load_problem(msg["source"], cache)
@@ -267,7 +270,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 if plan is not None and msg.get("budgets"):
                     b = msg["budgets"]
                     memplan.check(plan, device.type, b["device"], b["host"], b["timed"])
-                out = {"plan": plan.to_dict(device.type, bool(msg.get("budgets", {}).get("timed"))) if plan else None}
+                out = protocol.PlanReply(plan=plan.to_dict(device.type, bool(msg.get("budgets", {}).get("timed"))) if plan else None)
             elif cmd == "trials":
                 mod = load_problem(msg["source"], cache)
                 try:
@@ -277,11 +280,12 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 except torch.OutOfMemoryError as exc:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "trial_bounds":  # a near miss: each trial's bound measured on its own inputs (judge.py)
-                out = {"bounds": trial_bounds(load_problem(msg["source"], cache), msg["init_seed"], msg["seeds"], device)}
+                out = protocol.TrialBoundsReply(bounds=trial_bounds(load_problem(msg["source"], cache), msg["init_seed"],
+                                                                    msg["seeds"], device))
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock
                 mod = load_problem(msg["source"], cache)
                 timers[msg["key"]] = RefTimer(mod, msg["init_seed"], msg["seed"], device, msg.get("compile", True))
-                out = {"compile_error": timers[msg["key"]].compile_error or None}
+                out = protocol.PrepareTimingReply(compile_error=timers[msg["key"]].compile_error or None)
             elif cmd == "measure":  # the parent holds the GPU timing lock
                 out = timers.pop(msg["key"]).measure(msg["warmup"], msg["trials"], flush)
             elif cmd == "peaks":
@@ -289,13 +293,13 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
             elif cmd == "exit":
                 os._exit(0)
             else:
-                out = {"problem_error": f"unknown command {cmd}"}
+                out = protocol.ProblemErrorReply(problem_error=f"unknown command {cmd}")
         except ScreenFailed as exc:  # the report goes back too: the pool fails later jobs on it at once
-            out = {"problem_error": str(exc)[:1500], "screen": exc.report.to_dict()}
+            out = protocol.ProblemErrorReply(problem_error=str(exc)[:1500], screen=exc.report.to_dict())
         except ProblemError as exc:  # already says what about the problem failed
-            out = {"problem_error": str(exc)[:1500]}
+            out = protocol.ProblemErrorReply(problem_error=str(exc)[:1500])
         except Exception as exc:  # noqa: BLE001 - report, keep serving
-            out = {"problem_error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
+            out = protocol.ProblemErrorReply(problem_error=f"{type(exc).__name__}: {str(exc)[:1000]}")
         finally:
             memplan.release(device)  # whatever the command cached goes back to the device
         try:

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import torch
 
+from distill.verifier import protocol
+
 _EVENT = torch.cuda.Event
 _RECORD = torch.cuda.Event.record
 _ELAPSED = torch.cuda.Event.elapsed_time
@@ -89,7 +91,7 @@ class Samples:
         gap = statistics.median(s - t for s, t in zip(self.synced_ms, self.times_ms))
         return gap > self.base_gap_ms + max(GAP_SLACK_MS, GAP_SLACK_REL * self.median_ms)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> protocol.TimedSamples:
         return {"times_ms": self.times_ms, "window": self.window, "synced_ms": self.synced_ms,
                 "base_gap_ms": self.base_gap_ms, "pad_ms": self.pad_ms, "host_ms": self.host_ms,
                 "late": self.late}
@@ -272,7 +274,7 @@ def _time_calls(call: Callable[[int], Any], prepare: Callable[[int], None], n_wa
     return out
 
 
-def device_peaks(device: torch.device) -> dict[str, float]:
+def device_peaks(device: torch.device) -> protocol.PeaksReply:
     """Measured ceilings: copy bandwidth (bytes read + written per s) and bf16 matmul FLOP/s."""
     n = 1 << 28
     a = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)

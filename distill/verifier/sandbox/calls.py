@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy
 import torch
 
-from distill.verifier import codec, record
+from distill.verifier import codec, protocol, record
 from distill.verifier.sandbox import guard, provenance
 from distill.verifier.sandbox.bands import Bands
 
@@ -19,7 +19,7 @@ _DESCR_TYPE = type.__dict__["__qualname__"]
 _DESCR_MODULE = type.__dict__["__module__"]
 
 
-def describe_error(exc: BaseException) -> dict[str, Any]:
+def describe_error(exc: BaseException) -> protocol.Failure:
     """Type and message of an exception without running any method the candidate could override."""
     cls = type(exc)
     name = f"{_DESCR_MODULE.__get__(cls)}.{_DESCR_TYPE.__get__(cls)}"
@@ -39,8 +39,8 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         name == "builtins.RuntimeError" and msg.startswith("Unsupported function referenced:"))
     # The kernel-level sandbox (Landlock, seccomp) answers EPERM/EACCES, which C++ code reports as text.
     sandbox = isinstance(exc, PermissionError) or "permission denied" in low or "operation not permitted" in low
-    return {"type": name, "message": msg[:2000], "cuda_fault": cuda_fault, "compile": compile_fail,
-            "denied": name.endswith("guard.Denied"), "sandbox": sandbox}
+    return protocol.Failure(type=name, message=msg[:2000], cuda_fault=cuda_fault, compile=compile_fail,
+                            denied=name.endswith("guard.Denied"), sandbox=sandbox)
 
 
 def stage(value: Any, device: torch.device, bands: Bands | None = None) -> Any:
@@ -121,8 +121,9 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
 
 def run_call(model: Any, inputs: list, pristine: list | None, token: object, trace: bool,
              sync: Callable[[], None], input_bands: Bands | None = None,
-             returned: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors.
+             returned: Callable[[], None] | None = None) -> protocol.CallReport:
+    """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors (the worker
+    adds its `kind`, `trial` and `state`, worker._calls).
     `pristine` are host copies of `inputs` as made, to tell whether forward changed them. With
     `trace`, the report's "trace" is the call's record as data (record.serialise), for a replayer.
     `returned` is called once forward has returned, before the harness's copies and checks: the
@@ -151,7 +152,7 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
     if trace:
         guard.ctl(token, "trace", box)
     rec = guard.collect(token)
-    report: dict[str, Any] = {
+    report: protocol.CallReport = {
         "error": err, "launches": len(rec["launches"]), "kernels": sorted(set(rec["launches"])),
         "foreign": sorted(set(rec["foreign"])), "aten": rec["aten"], "blocked": rec["blocked"],
         "denials": rec["denials"], "outputs": None, "sequence": False, "bad_type": "", "aliases": [],
@@ -180,9 +181,9 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
     return report
 
 
-def _copies(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
-    return [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type, "shape": list(t.shape),
-             "data": t.detach().clone()} for t in tensors]
+def _copies(tensors: list[torch.Tensor]) -> list[protocol.Output]:
+    return [protocol.Output(dtype=str(t.dtype).replace("torch.", ""), device=t.device.type, shape=list(t.shape),
+                            data=t.detach().clone()) for t in tensors]
 
 
 def device_mark(device: torch.device, out: dict) -> int | None:

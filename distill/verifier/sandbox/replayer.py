@@ -38,16 +38,16 @@ import triton
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from distill.verifier import problemio, timing
+from distill.verifier import problemio, protocol, timing
 from distill.verifier.sandbox import calls, gpu_compile, guard, inputsets, provenance
 from distill.verifier.sandbox.replay import NotReplayable, Program
 
 _KINDS = (JITFunction, InterpretedFunction)
 
 
-def _copies(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
-    return [{"dtype": str(t.dtype).replace("torch.", ""), "device": t.device.type, "shape": list(t.shape),
-             "data": t.detach().clone().to("cpu")} for t in tensors]
+def _copies(tensors: list[torch.Tensor]) -> list[protocol.Output]:
+    return [protocol.Output(dtype=str(t.dtype).replace("torch.", ""), device=t.device.type, shape=list(t.shape),
+                            data=t.detach().clone().to("cpu")) for t in tensors]
 
 
 class _Inputs:
@@ -97,8 +97,9 @@ def _import_kernels(text: str, path: str, serial: int, token: object) -> tuple[d
 
 
 @contextlib.contextmanager
-def _session(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
-             block: provenance.BackendBlock, out: dict[str, Any]) -> Iterator[tuple[Program, dict, dict] | None]:
+def _session(msg: protocol.Replay | protocol.TimeReplay, state: dict[str, Any], scratch: str, device: torch.device,
+             token: object, block: provenance.BackendBlock,
+             out: protocol.ReplayReply | protocol.TimeReplayReply) -> Iterator[tuple[Program, dict, dict] | None]:
     """The record rebuilt, every input set made (trusted, before any kernel exists here), then the
     kernel-table block on and the kernels module imported; None (and `out["error"]`) when the record
     or the module cannot be rebuilt. Everything is taken down again on the way out."""
@@ -147,11 +148,11 @@ def _session(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: t
             guard.ctl(token, "harness", False)
 
 
-def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
-           block: provenance.BackendBlock, sync: Callable[[], None], reply: Callable[[dict], None]) -> dict[str, Any]:
+def replay(msg: protocol.Replay, state: dict[str, Any], scratch: str, device: torch.device, token: object,
+           block: provenance.BackendBlock, sync: Callable[[], None], reply: Callable[[Any], None]) -> protocol.ReplayReply:
     """Serve one `replay` command (module docstring): the record's runs, each on fresh memory. Each run's
     report goes to the parent as the run ends (it judges it then, job.py), not in the reply."""
-    out: dict[str, Any] = {"fingerprints": {}, "error": None}
+    out: protocol.ReplayReply = {"fingerprints": {}, "error": None}
     t0 = time.perf_counter()
     with _session(msg, state, scratch, device, token, block, out) as ready:
         if ready is None:
@@ -159,10 +160,10 @@ def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: tor
         program, sets, kernels = ready
         out["setup_s"] = time.perf_counter() - t0
         for run in msg["runs"]:
-            reply({"progress": f"replay {run['name']}"})
+            reply(protocol.Progress(progress=f"replay {run['name']}"))
             rep = _run(program, sets[run["inputs"]], run, kernels, device, token, sync, block)
             fatal = bool(rep["error"] and rep.get("fatal"))
-            reply({"progress": f"replay {run['name']} sent", "run": rep, "ack": True})
+            reply(protocol.RunSent(progress=f"replay {run['name']} sent", run=rep, ack=True))
             del rep
             if fatal:
                 break
@@ -170,14 +171,14 @@ def replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: tor
     return out
 
 
-def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device: torch.device, token: object,
+def time_replay(msg: protocol.TimeReplay, state: dict[str, Any], scratch: str, device: torch.device, token: object,
                 block: provenance.BackendBlock, flush: torch.Tensor, go: Callable[[], bool],
-                done: Callable[[], None]) -> dict[str, Any]:
+                done: Callable[[], None]) -> protocol.TimeReplayReply:
     """Serve one `time_replay` command (GPU only; the parent holds the timing gate from timing.READY on): the record timed
     with timing.py's protocol, input sets alternating in memory allocated once (replay.Bound), with
     the outputs of the calls in `msg["check"]` kept for the parent to compare. The pool's default
     (pool.py `timing_in`); on the H100 its medians agree with the worker's within 0.7% per kernel."""
-    out: dict[str, Any] = {"error": None, "fingerprints": {}, "checked": {}}
+    out: protocol.TimeReplayReply = {"error": None, "fingerprints": {}, "checked": {}}
     with _session(msg, state, scratch, device, token, block, out) as ready:
         if ready is None:
             return out
@@ -185,12 +186,12 @@ def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device
         order = list(made)
         sets = {key: made[key] for key in order}  # both timing sets held, as a worker holds them
         bound = program.bind(device)
-        checked: dict[str, Any] = {}
+        checked: dict[str, protocol.Checked] = {}
 
         def after(i: int, result: Any) -> None:
             if i in msg["check"]:
-                checked[str(i)] = {"set": i % len(order), "problem": "",
-                                   "outputs": [t.detach().clone() for t in result]}
+                checked[str(i)] = protocol.Checked(set=i % len(order), problem="",
+                                                   outputs=[t.detach().clone() for t in result])
 
         def timed(window: str) -> timing.Samples:
             return timing.time_calls(lambda i: bound.call(kernels, _launch), lambda i: bound.load(sets[order[i % len(order)]]),
@@ -241,10 +242,10 @@ def time_replay(msg: dict[str, Any], state: dict[str, Any], scratch: str, device
 
 
 def _run(program: Program, inputs: list[Any], run: dict[str, Any], kernels: dict[str, Any], device: torch.device,
-         token: object, sync: Callable[[], None], block: provenance.BackendBlock) -> dict[str, Any]:
+         token: object, sync: Callable[[], None], block: provenance.BackendBlock) -> protocol.ReplayRun:
     """One run of the record on fresh memory holding `inputs`, then the run's own audit (Program.audit)."""
     t0 = time.perf_counter()
-    rep: dict[str, Any] = {"name": run["name"], "error": None, "outputs": None}
+    rep: protocol.ReplayRun = {"name": run["name"], "error": None, "outputs": None}
     done = None
     guard.ctl(token, "record", True)
     try:

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from distill.verifier import codec, memplan, policy, problemio, running, timing
+from distill.verifier import codec, memplan, policy, problemio, protocol, running, timing
 from distill.verifier.sandbox import (bands, calls, caps, gpu_compile, guard, inputsets, integrity, interp_shims,
                                       lockdown, provenance, replayer, seal)
 
@@ -140,8 +140,9 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     gc.freeze()
     versions = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
-    conn.send_bytes(codec.encode({"ready": True, "pid": os.getpid(), "sandbox": {**report.to_dict(), **limits},
-                                  "versions": versions, "tasks": threads0}))
+    ready = protocol.SandboxReady(ready=True, pid=os.getpid(), sandbox={**report.to_dict(), **limits}, versions=versions,
+                                  tasks=threads0)
+    conn.send_bytes(codec.encode(ready))
     _serve(conn, cfg, device, token, block, snap, threads0, sync, flush, arena, allocators)
 
 
@@ -160,16 +161,18 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
         if arena is not None:
             arena.reset()  # the parent copied the last reply out before sending this command
 
-        def reply(payload: dict[str, Any], _nonce: str = nonce) -> bool:
+        def reply(payload: Any, _nonce: str = nonce) -> bool:
             """Send `payload`; False where it could not be encoded and the codec's error went instead,
             which ends the command (the parent takes it as the command's reply). A message that asks
             for an `ack` (a call's report) waits for it: the parent has copied it out of the arena,
-            which the next message may then fill from its start (each call's outputs, not all of them)."""
+            which the next message may then fill from its start (each call's outputs, not all of them).
+            `payload` is one of protocol.py's replies or messages, `nonce` still to come."""
             payload["nonce"] = _nonce
             try:
                 data, sent = codec.encode(payload, arena), True
             except codec.CodecError as exc:
-                data, sent = codec.encode({"nonce": _nonce, "error": {"type": "codec", "message": str(exc)}}), False
+                failed = protocol.ErrorReply(nonce=_nonce, error={"type": "codec", "message": str(exc)})
+                data, sent = codec.encode(failed), False
             conn.send_bytes(data)
             if sent and payload.get("ack"):
                 got = codec.decode(conn.recv_bytes())
@@ -182,21 +185,21 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
             # set by the harness before any of the job's candidate code or kernels run.
             caps.cap_device_memory(device.index, float(msg["device_memory_fraction"]))
         if (cmd in _REPLAYER) != (role == "replayer") and cmd in ("load", "run", "time", *_REPLAYER):
-            reply({"error": {"type": "harness", "message": f"a {role} does not serve {cmd}"}})
+            reply(protocol.ErrorReply(error={"type": "harness", "message": f"a {role} does not serve {cmd}"}))
         elif cmd == "replay":
             with contextlib.suppress(_Ended):
                 reply(_hygiene(replayer.replay(msg, kept, cfg["scratch"], device, token, block, sync,
                                                lambda p, _r=reply: _sent(_r(p))), token, snap, threads0))
         elif cmd == "time_replay":
             def go(_nonce: str = nonce) -> bool:  # the parent's answer to "ready to time", sent holding the gate
-                reply({"progress": timing.READY})
+                reply(protocol.Progress(progress=timing.READY))
                 got = codec.decode(conn.recv_bytes())
                 if arena is not None:
                     arena.reset()
                 return got.get("cmd") == "go" and got.get("nonce") == _nonce
 
             reply(_hygiene(replayer.time_replay(msg, kept, cfg["scratch"], device, token, block, flush, go,
-                                                lambda: reply({"progress": timing.DONE})), token, snap, threads0))
+                                                lambda: reply(protocol.Progress(progress=timing.DONE))), token, snap, threads0))
         elif cmd == "load":
             serial += 1
             job = {"serial": serial}
@@ -207,7 +210,7 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
         elif cmd == "time":
             reply(_hygiene(_time(job, msg, device, token, flush), token, snap, threads0))
         elif cmd == "timed_outputs":  # asked for after the timing gate opens: 16 MB outputs take a while to send
-            reply({"checked": job.pop("checked", {})})
+            reply(protocol.TimedOutputsReply(checked=job.pop("checked", {})))
         elif cmd == "end":
             reply(_end(job, token, block, snap, threads0, device, allocators))
             job = {}
@@ -215,16 +218,18 @@ def _serve(conn: Any, cfg: dict, device: torch.device, token: object, block: pro
             os._exit(0)
 
 
-def _hygiene(payload: dict[str, Any], token: object, snap: dict, threads0: int) -> dict[str, Any]:
-    """Attach what happened outside audited calls: denials, patched attributes, state left behind
-    (seal.py), candidate code inside the harness's steps, extra threads."""
+def _hygiene(payload: Any, token: object, snap: dict, threads0: int) -> Any:
+    """Attach what happened outside audited calls (`payload`, one of protocol.py's replies, gets its
+    protocol.Hygiene): denials, patched attributes, state left behind (seal.py), candidate code inside the
+    harness's steps, extra threads."""
     rec = guard.collect(token)
     patched = integrity.changed({k: v for k, v in snap.items() if k not in ("state", "scratch")})
     used = caps.scratch_bytes(snap["scratch"])
-    payload["hygiene"] = {"denials": rec["denials"], "patched": patched, "state": seal.changed(snap["state"]),
-                          "disk_bytes": used if used > caps.DISK_BYTES else 0,
-                          "harness_code": rec["harness_code"] + payload.pop("harness_code", []),
-                          "threads": running.tasks(os.getpid()) - threads0, "blocked": rec["blocked"]}
+    hygiene: protocol.Hygiene = {"denials": rec["denials"], "patched": patched, "state": seal.changed(snap["state"]),
+                                 "disk_bytes": used if used > caps.DISK_BYTES else 0,
+                                 "harness_code": rec["harness_code"] + payload.pop("harness_code", []),
+                                 "threads": running.tasks(os.getpid()) - threads0, "blocked": rec["blocked"]}
+    payload["hygiene"] = hygiene
     return payload
 
 
@@ -243,12 +248,12 @@ def _fresh_compile_cache(scratch: str, serial: int, template: str | None) -> Non
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.device, reply: Any) -> dict[str, Any]:
+def _load(job: dict, msg: protocol.Load, scratch: str, token: object, device: torch.device, reply: Any) -> protocol.LoadReply:
     # The job's inputs exist before any of the candidate's code does: its import and constructor
     # cannot hook their making (the parent compares the fingerprints with the reference's). Steps
     # are announced (`progress`) so a death at the memory cap is placed: the parent charges a
     # harness step (HARNESS_STEPS) to the verifier, never to the candidate (job.py).
-    reply({"progress": "inputs load"})
+    reply(protocol.Progress(progress="inputs load"))
     t0 = time.perf_counter()
     memplan.reset_peak(device)
     mod = problemio.load_problem(msg["problem"], job.setdefault("problems", {}))
@@ -256,10 +261,10 @@ def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.devic
     try:
         job["sets"].load()
     except torch.OutOfMemoryError as exc:  # no candidate code exists yet: the problem's own size
-        return {"ok": False, "problem_memory": str(memplan.out_of_memory(exc, "making the inputs", None, device))}
+        return protocol.LoadReply(ok=False, problem_memory=str(memplan.out_of_memory(exc, "making the inputs", None, device)))
     job["inputs_s"] = time.perf_counter() - t0
     _fresh_compile_cache(scratch, job["serial"], msg.get("template_cache"))
-    reply({"progress": "import"})
+    reply(protocol.Progress(progress="import"))
     path = os.path.join(scratch, f"candidate_{job['serial']}.py")
     with open(path, "w") as fh:
         fh.write(msg["source"])
@@ -276,16 +281,17 @@ def _load(job: dict, msg: dict, scratch: str, token: object, device: torch.devic
             spec.loader.exec_module(module)
         cls = vars(module).get("ModelNew")
         if not isinstance(cls, type):
-            return {"ok": False, "error": {"type": "missing", "message": "module defines no class ModelNew"}}
+            return protocol.LoadReply(ok=False, error={"type": "missing", "message": "module defines no class ModelNew"})
         job.update(module=name, cls=cls)
-        return {"ok": True}
+        return protocol.LoadReply(ok=True)
     except BaseException as exc:  # noqa: BLE001 - import-time failures of any kind are compile errors
-        return {"ok": False, "error": calls.describe_error(exc)}
+        return protocol.LoadReply(ok=False, error=calls.describe_error(exc))
 
 
-def _run(job: dict, msg: dict, device: torch.device, token: object, block: provenance.BackendBlock,
-         sync: Any, reply: Any, snap: dict) -> dict[str, Any]:
-    out: dict[str, Any] = {"construct_error": None, "blocked_ops": 0}  # the calls went one by one
+def _run(job: dict, msg: protocol.Run, device: torch.device, token: object, block: provenance.BackendBlock,
+         sync: Any, reply: Any, snap: dict) -> protocol.RunReply:
+    # The calls went one by one (protocol.CallSent). `peak_before` (calls.device_mark) never leaves here.
+    out: protocol.RunReply = {"construct_error": None, "blocked_ops": 0}
     job["state0"] = snap["state"]
     # Wall seconds of each step, reported beside the calls (the parent sums them as run.* phases).
     laps: dict[str, float] = {}
@@ -331,10 +337,10 @@ def _run(job: dict, msg: dict, device: torch.device, token: object, block: prove
         job["sets"].made[:msg["n_trials"]] = [None] * msg["n_trials"]  # resident: only the timing sets stay
     finally:
         guard.ctl(token, "harness", False)
-    reply({"progress": "outputs reply"})  # the reply's encoding (each call's outputs went as it ended)
+    reply(protocol.Progress(progress="outputs reply"))  # the reply's encoding (each call's outputs went as it ended)
     peak = memplan.peak(device)
-    out["memory"] = {"worker_peak_bytes": None if peak is None else max(peak, out.pop("peak_before", 0)),
-                     "streamed": job["sets"].stream}
+    out["memory"] = protocol.WorkerMemory(worker_peak_bytes=None if peak is None else max(peak, out.pop("peak_before", 0)),
+                                          streamed=job["sets"].stream)
     if device.type == "cpu":  # part of "calls": the CPU lane compiles each launch for a GPU too
         laps["gpu_compile"] = gpu_compile.spent()["gpu_compile_s"]
     return out
@@ -349,7 +355,7 @@ def _sent(ok: bool) -> None:
         raise _Ended
 
 
-def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any, reply: Any, out: dict,
+def _calls(job: dict, msg: protocol.Run, device: torch.device, token: object, sync: Any, reply: Any, out: protocol.RunReply,
            laps: dict, lap: Any) -> None:
     """The plan's forward calls on the trial sets; the traced one's record (replay.py) goes back in its
     report, for a replayer (replayer.py). Each call's output copies go to the host at once and its report
@@ -359,7 +365,7 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
     lift = job["block"] if sets.stream else None
     input_bands = bands.Bands()
     for spec in msg["plan"]:
-        reply({"progress": f"inputs {spec['kind']} {spec['trial']}"})
+        reply(protocol.Progress(progress=f"inputs {spec['kind']} {spec['trial']}"))
         try:
             values = sets.get(spec["trial"], lift)
         except inputsets.InputsRemade as exc:
@@ -371,10 +377,10 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         torch.manual_seed(msg["call_seed"])
         # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
         pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
-        reply({"progress": f"call {spec['kind']} {spec['trial']}"})
+        reply(protocol.Progress(progress=f"call {spec['kind']} {spec['trial']}"))
         held = calls.device_mark(device, out)
-        rep = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands,
-                             lambda _s=spec: reply({"progress": f"outputs {_s['kind']} {_s['trial']}"}))
+        rep: protocol.CallReport = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands,
+                             lambda _s=spec: reply(protocol.Progress(progress=f"outputs {_s['kind']} {_s['trial']}")))
         if rep["inputs_changed"] is None:
             rep["inputs_changed"] = inputsets.changed(inputs, values, lift)
         del values
@@ -390,7 +396,7 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
         # The call's report goes to the parent now, which compares its outputs with the reference's as
         # they arrive (callstream.py): neither process holds more than one call's outputs.
         stop = bool(rep["state"]) or rep["error"] is not None
-        if not reply({"progress": f"outputs sent {spec['kind']} {spec['trial']}", "call": rep, "ack": True}):
+        if not reply(protocol.CallSent(progress=f"outputs sent {spec['kind']} {spec['trial']}", call=rep, ack=True)):
             raise _Ended
         lap("reply")  # encoding the report, and the parent's comparison until its ack
         del rep
@@ -398,7 +404,7 @@ def _calls(job: dict, msg: dict, device: torch.device, token: object, sync: Any,
             break
 
 
-def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any) -> dict[str, Any]:
+def _time(job: dict, msg: protocol.Time, device: torch.device, token: object, flush: Any) -> protocol.TimeReply:
     n, lift = job["n_trials"], job["block"] if job["sets"].stream else None
     guard.ctl(token, "harness", True)  # streamed sets are made here: a harness step
     try:
@@ -406,7 +412,8 @@ def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any)
     finally:
         guard.ctl(token, "harness", False)
     bufs = calls.stage(sets[0], device)
-    model, checked = job["model"], {}
+    model = job["model"]
+    checked: dict[str, protocol.Checked] = {}
 
     def prepare(i: int) -> None:
         src = sets[i % len(sets)]
@@ -418,8 +425,8 @@ def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any)
         if i in msg["check"]:
             tensors, _, problem = calls.check_structure(result)
             # A device copy now (microseconds); it reaches the host after the gate opens (timed_outputs).
-            checked[str(i)] = {"set": i % len(sets), "problem": problem,
-                               "outputs": [t.detach().clone() for t in tensors] if tensors else None}
+            checked[str(i)] = protocol.Checked(set=i % len(sets), problem=problem,
+                                               outputs=[t.detach().clone() for t in tensors] if tensors else None)
 
     def timed(window: str) -> tuple[timing.Samples, dict | None, dict]:
         guard.ctl(token, "record", True)
@@ -455,13 +462,15 @@ def _time(job: dict, msg: dict, device: torch.device, token: object, flush: Any)
         retried = True
         samples, err = again(samples.window)
     job["checked"] = checked
-    return {"error": err, **samples.to_dict(), "fallback": fallback, "other_streams": other, "retried": retried,
-            "checked_count": len(checked), "launches": len(rec["launches"]), "aten": rec["aten"], "blocked": rec["blocked"],
-            "denials": rec["denials"]}
+    out: protocol.TimeReply = {
+        "error": err, **samples.to_dict(), "fallback": fallback, "other_streams": other, "retried": retried,
+        "checked_count": len(checked), "launches": len(rec["launches"]), "aten": rec["aten"], "blocked": rec["blocked"],
+        "denials": rec["denials"]}
+    return out
 
 
 def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, threads0: int,
-         device: torch.device, allocators: tuple[Any, Any]) -> dict[str, Any]:
+         device: torch.device, allocators: tuple[Any, Any]) -> protocol.EndReply:
     t = [time.perf_counter()]
     block.remove()
     t.append(time.perf_counter())
@@ -480,7 +489,7 @@ def _end(job: dict, token: object, block: provenance.BackendBlock, snap: dict, t
         torch.cuda.synchronize(device)
         memplan.release(device)  # the job's cached blocks back to the GPU's other processes
     t.append(time.perf_counter())
-    out = _hygiene({}, token, snap, threads0)
+    out: protocol.EndReply = _hygiene({}, token, snap, threads0)
     # Candidate code at clean-up changes no verdict (every check is done) but may have left state
     # for the next candidate: the parent retires this worker.
     out["finalizers"] = out["hygiene"].pop("harness_code")
