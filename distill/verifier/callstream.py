@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from distill.verifier import tolerance
+from distill.verifier import protocol, tolerance
 from distill.verifier.compare import Finding, compare_outputs
 from distill.verifier.spill import Spill
 
@@ -51,31 +51,31 @@ def _without_values(outputs: Any) -> Any:
 class CallStream:
     """The worker's calls of one run, judged one at a time against `trials` (the reference's)."""
 
-    def __init__(self, trials: list[dict[str, Any]], device: str, keep_trial: int | None = None,
+    def __init__(self, trials: list[protocol.Trial], device: str, keep_trial: int | None = None,
                  spill: Spill | None = None) -> None:
         self.trials, self.device, self.keep_trial, self.spill = trials, device, keep_trial, spill
-        self.calls: list[dict[str, Any]] = []       # each call's report, without output values
+        self.calls: list[protocol.CallReport] = []  # each call's report, its outputs without `data` (unless kept)
         # Its comparison with the reference; an exception it raised (a malformed report) is raised where
         # the judge reads it, as when the comparison ran there.
         self.compared: list[Finding | Exception | None] = []
-        self._failed: dict[int, dict[str, Any]] = {}  # index -> the call with its values, compared again later
+        self._failed: dict[int, protocol.CallReport] = {}  # index -> the call with its values, compared again later
         self._picks: dict[int, slice | torch.Tensor] = {}  # output -> its secret subset
         self._subsets: dict[int, dict[int, torch.Tensor]] = {}  # trial -> output -> its values there
 
     @classmethod
-    def over(cls, calls: list[dict[str, Any]], trials: list[dict[str, Any]], device: str) -> "CallStream":
+    def over(cls, calls: list[protocol.CallReport], trials: list[protocol.Trial], device: str) -> "CallStream":
         """A stream over calls already in hand (a report judged whole: the unit tests, a recorded run)."""
         stream = cls(trials, device)
         for call in calls:
             stream.add(call)
         return stream
 
-    def add(self, call: dict[str, Any]) -> None:
+    def add(self, call: protocol.CallReport) -> None:
         """Judge one call's report (its `trial` an index of `trials`, the caller checked) and keep what
         later checks read; its output values are dropped unless kept (above)."""
         n, t = len(self.calls), call.get("trial")
         outs = call.get("outputs")
-        meta = {k: v for k, v in call.items() if k != "outputs"}
+        meta: protocol.CallReport = {k: v for k, v in call.items() if k != "outputs"}
         if "outputs" in call:
             meta["outputs"] = _without_values(outs)
         replay = str(call.get("kind", "")).startswith("replay")  # judged by the replay, not here
@@ -117,7 +117,7 @@ class CallStream:
             pick = self._picks.setdefault(i, _secret_subset(refs[i].numel()))
             got[i] = data.detach().reshape(-1)[pick].double().cpu()
 
-    def rejudge(self, trials: list[dict[str, Any]]) -> None:
+    def rejudge(self, trials: list[protocol.Trial]) -> None:
         """Compare the failed calls again against `trials` (each trial's bound widened, judge.widened)."""
         self.trials = trials
         for n, call in self._failed.items():
@@ -131,7 +131,7 @@ class CallStream:
         return _follows(ts, self.trials, lambda t, i: self._subsets.get(t, {}).get(i), self._picks, self._release)
 
 
-def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, Any]]) -> Finding | None:
+def follows_reference(calls: dict[int, protocol.CallReport], trials: list[protocol.Trial]) -> Finding | None:
     """A candidate must be closer to the reference than any input-independent answer could be (`calls`:
     trial -> the first call on it, with its output values)."""
     ts = sorted(t for t in calls if t < len(trials))
@@ -141,7 +141,7 @@ def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, A
     return stream.follows(ts)
 
 
-def _follows(ts: list[int], trials: list[dict[str, Any]], subset: Any, picks: dict[int, slice | torch.Tensor],
+def _follows(ts: list[int], trials: list[protocol.Trial], subset: Any, picks: dict[int, slice | torch.Tensor],
              release: Any) -> Finding | None:
     """Each trial passing its tolerance is not enough when the tolerance is wide next to how much the
     reference changes between input draws (a loss averaged over many elements, a near-constant

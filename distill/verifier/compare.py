@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from distill.verifier import tolerance
+from distill.verifier import protocol, tolerance
 
 
 @dataclass
@@ -19,7 +19,9 @@ class Finding:
     checks: dict[str, Any] = field(default_factory=dict)
 
 
-def compare_outputs(call: dict[str, Any], expected: dict[str, Any], device: str) -> Finding | None:
+def compare_outputs(call: protocol.CallReport | protocol.ReplayRun, expected: protocol.Trial, device: str) -> Finding | None:
+    """`call`: a worker's call report, a replayer's run, or a timed call's kept outputs (judge.judge_timing
+    builds those two keys of a report: `outputs`, `sequence`)."""
     outs = call.get("outputs")
     if call.get("bad_type"):
         return Finding("wrong_output", f"{call['bad_type']} (outputs must be plain torch.Tensor)")
@@ -50,7 +52,7 @@ def compare_outputs(call: dict[str, Any], expected: dict[str, Any], device: str)
     return None
 
 
-def bound_of(expected: dict[str, Any], i: int) -> tolerance.Tolerance | None:
+def bound_of(expected: protocol.Trial, i: int) -> tolerance.Tolerance | None:
     """Output `i`'s bound as the reference's screening set it (tolerance.fitted); None: the table."""
     tols = expected.get("tolerances") or []
     rec = tols[i] if i < len(tols) else None

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from distill.verifier import limits, procs
+from distill.verifier import limits, procs, protocol
 from distill.verifier.gate import TimingGate
 
 
@@ -126,7 +126,7 @@ class JobContext:
     memory: limits.MemoryGuard  # per-process host caps: whether a dead worker was killed at its cap
     budget: DeviceBudget  # host and device memory per worker
     gates: dict[int, TimingGate]  # per GPU: one timing at a time, the pool's other processes paused
-    peaks: dict[int, dict[str, float]]  # per GPU: the measured ceilings behind timing's physical floor
+    peaks: dict[int, protocol.PeaksReply]  # per GPU: the measured ceilings behind timing's physical floor
     ref_timings: RefTimings  # the reference's medians, shared by every job of the pool
     template: str  # the pool's warm Triton cache, which seeds each GPU candidate's own compile cache
     stream_inputs: bool | None  # None: each job's memory plan decides; True/False: always/never stream

@@ -91,7 +91,7 @@ class Fleet:
         self.gates = {g: TimingGate(lambda g=g: [pid for pid, (pr, gg) in list(self.live.items())
                                                  if gg == g and pr.alive()],
                                     core=timing_core(g) if device == "cuda" else None) for g in gpus}
-        self.peaks: dict[int, dict[str, float]] = {}
+        self.peaks: dict[int, protocol.PeaksReply] = {}
         self._lock = threading.Lock()
         self._started = False
         self.background: set[threading.Thread] = set()  # recycle and replace threads still running
@@ -141,7 +141,8 @@ class Fleet:
                 try:
                     with self.gates[g].quiet(keep=ref.pid):
                         ref.send(protocol.Peaks(cmd="peaks"))
-                        self.peaks[g] = ref.receive(300, "device peaks")
+                        peaks: protocol.PeaksReply = ref.receive(300, "device peaks")
+                        self.peaks[g] = peaks
                 finally:
                     self.release_reference(g, ref, False)
 
@@ -190,7 +191,7 @@ class Fleet:
         proc = procs.Proc(reference.reference_main, cfg, f"tritonforge-{role}-{gpu}", self.start_timeout)
         self._register(proc, gpu)
         try:
-            ready = proc.wait_ready(self.start_timeout)
+            ready: protocol.RefReady = proc.wait_ready(self.start_timeout)
             if isinstance(ready.get("device_total"), int):
                 self.budget.totals[gpu] = ready["device_total"]
         except BaseException:
@@ -215,7 +216,8 @@ class Fleet:
             proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout)
             self.memory.add(proc.pid, self.max_memory_mb)
             self._register(proc, slot.gpu)
-            slot.info = proc.wait_ready(self.start_timeout)
+            ready: protocol.SandboxReady = proc.wait_ready(self.start_timeout)
+            slot.info = ready
             slot.proc = proc
             self.stats["started"] += 1
         except _START_ERRORS as exc:

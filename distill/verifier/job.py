@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from distill.verifier import (callstream, codec, environ, inflight, judge, memfault, procs, protocol, reference, refwork,
                               replaycheck, running, timing)
@@ -22,15 +22,19 @@ from distill.verifier.jobspec import TIMING_CHECKS, TIMING_SETS, JobSpec
 from distill.verifier.spill import Spill
 from distill.verifier.verdict import Verdict
 
-def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[str, Any]:
-    """`reply` with its strings scrubbed (the names the candidate chose bounded to identifiers,
+Reply = TypeVar("Reply")  # one of protocol.py's replies from a worker or a replayer
+
+
+def _watched(ctx: JobContext, proc: procs.Proc, reply: Reply) -> Reply:
+    """`reply` (a protocol.py reply) with its strings scrubbed (the names the candidate chose bounded to identifiers,
     environ.scrub) and what its phase left running as the kernel counts it (running.py): threads
     over the worker's (or replayer's) start-up count and processes besides it (killed now) join its
     hygiene."""
     reply = environ.scrub(reply, keep=frozenset({"trace"}))  # the traced call's record goes to a replayer as data
-    left = running.left_running(proc.pid, int(proc.info.get("tasks") or 0), ctx.memory.cgroup(proc.pid))
+    ready: protocol.SandboxReady = proc.info
+    left = running.left_running(proc.pid, int(ready.get("tasks") or 0), ctx.memory.cgroup(proc.pid))
     if left:
-        hyg = reply.get("hygiene")
+        hyg: protocol.Hygiene = reply.get("hygiene")
         hyg = hyg if isinstance(hyg, dict) else {}
         claimed = hyg.get("threads")
         hyg["threads"] = max(left.threads, claimed if type(claimed) is int else 0)
@@ -39,10 +43,10 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: dict[str, Any]) -> dict[s
     return reply
 
 
-def _take_call(stream: callstream.CallStream, msg: dict[str, Any]) -> None:
+def _take_call(stream: callstream.CallStream, msg: protocol.CallSent | protocol.Progress) -> None:
     """One call's report, as the worker sent it when the call ended: judged now, its outputs dropped
     (callstream.py). A report that names no trial of the reference's is a tampered channel."""
-    call = msg.get("call")
+    call: protocol.CallReport | None = msg.get("call")
     if call is None:
         return
     trial = call.get("trial") if isinstance(call, dict) else None
@@ -51,7 +55,7 @@ def _take_call(stream: callstream.CallStream, msg: dict[str, Any]) -> None:
     stream.add(environ.scrub(call, keep=frozenset({"trace"})))
 
 
-def _per_trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any]) -> bool:
+def _per_trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply) -> bool:
     """A near miss: screening's bound comes from two draws of its own, and a trial's draw (a worker's,
     or the replay's secret one) may be one where an honest kernel errs more (every value tiny). Each
     trial's bound is measured on its own inputs and the wider kept in `ref["trials"]`, once a job;
@@ -86,7 +90,7 @@ def _replayer_killed(ctx: JobContext, proc: procs.Proc, exc: procs.ProcDied) -> 
         raise err from None
 
 
-def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found: judge.Finding,
+def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply, found: judge.Finding,
           verdict: dict[str, Any], grant: Grant, replayed: replaycheck.Prepared | None = None) -> judge.Finding:
     """Time the candidate: in its worker, or (`replayed`, the pool's `timing_in="replayer"`) its replayed
     record in a replayer, where none of its Python runs (replayer.time_replay)."""
@@ -103,6 +107,8 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
                                   check=checks, seeds={f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)})
     assert proc is not None
     broken, raised = True, replayed is not None and _replayer_cap(ctx, proc, grant)
+    rep: protocol.TimeReply | protocol.TimeReplayReply
+    early: protocol.TimeReplayReply | None  # the reply, where it came before the step waited for
     try:
         t0 = time.monotonic()
         if replayed is None:
@@ -125,7 +131,8 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
         if replayed is not None:
             verdict_phases["timing_setup"] = setup_s  # the record rebuilt and its kernels compiled, outside the gate
         if replayed is None and not rep.get("error"):
-            rep["checked"] = proc.request(protocol.TimedOutputs(cmd="timed_outputs"), spec.timeout, "timing").get("checked") or {}
+            kept: protocol.TimedOutputsReply = proc.request(protocol.TimedOutputs(cmd="timed_outputs"), spec.timeout, "timing")
+            rep["checked"] = kept.get("checked") or {}
         if replayed is not None:
             replaycheck.same_inputs(rep, ref["trials"], {f"t{k}": spec.trials + k for k in range(TIMING_SETS)})
         hyg = judge.hygiene(rep) or judge.left_behind(rep)
@@ -147,10 +154,10 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], found
     return res
 
 
-def _take_run(runs: list[Any], msg: dict[str, Any], spill: Spill) -> None:
+def _take_run(runs: list[protocol.ReplayRun], msg: protocol.RunSent | protocol.Progress, spill: Spill) -> None:
     """One replay run's report, as the replayer sent it when the run ended: its outputs kept at once
     (spill.py), so the parent holds one run's outputs as they arrive, not three."""
-    rep = msg.get("run")
+    rep: protocol.ReplayRun | None = msg.get("run")
     if rep is None:
         return
     rep = environ.scrub(rep)
@@ -159,7 +166,7 @@ def _take_run(runs: list[Any], msg: dict[str, Any], spill: Spill) -> None:
     runs.append(rep)
 
 
-def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run: dict[str, Any],
+def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply, run: protocol.RunReply,
             found: judge.Finding, stream: bool, grant: Grant, spill: Spill) -> tuple[judge.Finding, replaycheck.Prepared]:
     """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's
     module; and what was sent to it (the timing may send it again). It runs under the job's grant."""
@@ -172,9 +179,9 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: dict[str, Any], run
         prep.msg = {**prep.msg, "device_memory_fraction": grant.fraction}
     proc = ctx.handouts.replayer(slot.gpu)
     broken, checks, raised = True, prep.checks, _replayer_cap(ctx, proc, grant)
-    runs: list[Any] = []  # each run's report as it arrived, its outputs kept on disk when large
+    runs: list[protocol.ReplayRun] = []  # each run's report as it arrived, its outputs kept on disk when large
     try:
-        rep = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
+        rep: protocol.ReplayReply = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
                                                 total=spec.timeout * (len(replaycheck.RUNS) + 2),
                                                 on_data=lambda msg: _take_run(runs, msg, spill)))
         rep["runs"] = runs
@@ -246,13 +253,13 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             cmd="load", source=spec.candidate, problem=spec.source,
             seeds=spec.seeds[1:1 + spec.trials + (TIMING_SETS if worker_times else 0)], stream=stream,
             template_cache=ctx.template if spec.device == "cuda" else None, device_memory_fraction=grant.fraction))
-        ref = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed), spill)
+        ref: protocol.TrialsReply = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed), spill)
         phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
         base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
         if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
             base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}
         lap("reference_trials")
-        load = _watched(ctx, slot.proc, proc.finish(nonce, t, phase, on_progress=steps))
+        load: protocol.LoadReply = _watched(ctx, slot.proc, proc.finish(nonce, t, phase, on_progress=steps))
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
@@ -268,13 +275,14 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         # Each call's outputs are compared with the reference's as its report arrives (callstream.py).
         plan = spec.plan()  # draws the traced and the other trial, where not drawn yet
         judged = callstream.CallStream(ref["trials"], spec.device, keep_trial=spec.other, spill=spill)
-        run = proc.request(protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"],
-                                        init_seed=spec.seeds[0], call_seed=spec.seeds[-3], n_trials=spec.trials,
-                                        construct_ops=sorted(ref.get("construct_ops") or {}), plan=plan),
-                           t, phase, total=t * (len(plan) + 2), on_progress=steps,
-                           on_data=lambda msg: _take_call(judged, msg))
+        run: protocol.RunReply = proc.request(
+            protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"], init_seed=spec.seeds[0],
+                         call_seed=spec.seeds[-3], n_trials=spec.trials,
+                         construct_ops=sorted(ref.get("construct_ops") or {}), plan=plan),
+            t, phase, total=t * (len(plan) + 2), on_progress=steps, on_data=lambda msg: _take_call(judged, msg))
         run = _watched(ctx, slot.proc, run)
-        # A top-level error is the codec's: the run's reply could not be encoded, and no call counts.
+        # A top-level error is the codec's (a protocol.ErrorReply in the RunReply's place): the run's reply
+        # could not be encoded, and no call counts.
         run["calls"] = [] if run.get("error") else judged.calls
         lap("run")
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
@@ -292,8 +300,6 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                 err = memfault.device_oom(call, base["memory"].get("plan"), grant.device_bytes)
                 if err is not None:
                     raise err
-        if ref.get("insensitive_inputs"):  # a property of the problem, stated with every verdict on it
-            base["problem"] = {"insensitive_inputs": ref["insensitive_inputs"]}
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {},
                                                         judged)
         if found.status == "wrong_output" and (found.checks.get("compare") or {}).get("within_table"):
@@ -317,7 +323,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False
         phase = "clean-up"
-        end = _watched(ctx, slot.proc, proc.request(protocol.End(cmd="end"), max(t, 30.0), phase))
+        end: protocol.EndReply = _watched(ctx, slot.proc, proc.request(protocol.End(cmd="end"), max(t, 30.0), phase))
         lap("clean_up")
         for k, sec in (end.get("end_s") or {}).items():
             phases[f"clean_up.{k}"] = round(float(sec), 4)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from distill.verifier import callstream, policy, tolerance
+from distill.verifier import callstream, policy, protocol, tolerance
 from distill.verifier.compare import Finding, bound_of, compare_outputs
 
 
@@ -18,9 +18,9 @@ def _denial_reason(denials: list[dict]) -> str:
     return f"at run time: {d.get('detail', d.get('event'))} ({d.get('category')})"
 
 
-def left_behind(rec: dict[str, Any]) -> Finding | None:
+def left_behind(rec: protocol.Hygiene | protocol.CallReport | protocol.ReplayRun) -> Finding | None:
     """State the candidate left for the verifier's own steps, or its code run inside them (seal.py,
-    the guard's harness-step profile): `forbidden`."""
+    the guard's harness-step profile): `forbidden`. `rec`: a reply's hygiene, a call's or a replay run's report."""
     if rec.get("state"):
         return Finding("forbidden", f"at run time: left {rec['state'][0]} for the verifier's own steps "
                        "(state outlives its code)", {"state": rec["state"]})
@@ -31,9 +31,10 @@ def left_behind(rec: dict[str, Any]) -> Finding | None:
     return None
 
 
-def hygiene(report: dict[str, Any]) -> Finding | None:
-    """Denials, patched attributes or extra threads outside audited calls: all `forbidden`."""
-    hyg = report.get("hygiene") or {}
+def hygiene(report: Any) -> Finding | None:
+    """Denials, patched attributes or extra threads outside audited calls: all `forbidden`. `report`: a
+    worker's or a replayer's reply (each carries a protocol.Hygiene)."""
+    hyg: protocol.Hygiene = report.get("hygiene") or {}
     if hyg.get("denials"):
         return Finding("forbidden", _denial_reason(hyg["denials"]), {"denials": hyg["denials"]})
     if hyg.get("disk_bytes"):
@@ -55,12 +56,13 @@ def hygiene(report: dict[str, Any]) -> Finding | None:
     return None
 
 
-def compute_ops(call: dict[str, Any]) -> list[str]:
+def compute_ops(call: protocol.CallReport | protocol.TimeReply | protocol.TimeReplayReply) -> list[str]:
     ops = [op for op in (call.get("aten") or {}) if policy.is_compute(op)]
     return sorted(set(ops) | set(call.get("blocked") or {}))
 
 
-def error_status(err: dict[str, Any], call: dict[str, Any]) -> Finding:
+def error_status(err: protocol.Failure, call: Any) -> Finding:
+    """`err` as the worker (or a replayer's timing) reported it; `call`: the report beside it (its denials, ops)."""
     if call.get("denials") or err.get("denied"):
         denials = call.get("denials") or [{"detail": err.get("message")}]
         return Finding("forbidden", _denial_reason(denials), {"denials": denials})
@@ -77,7 +79,7 @@ def error_status(err: dict[str, Any], call: dict[str, Any]) -> Finding:
     return Finding("runtime_error", f"forward raised {msg}")
 
 
-def widened(trials: list[dict[str, Any]], bounds: list[list[Any]]) -> list[dict[str, Any]]:
+def widened(trials: list[protocol.Trial], bounds: list[list[Any]]) -> list[protocol.Trial]:
     """`trials` with each output's bound the wider, field by field, of the screening's and the one
     measured on that trial's own inputs (reference.trial_bounds); both are capped by the dtype table."""
     out = []
@@ -94,12 +96,12 @@ def widened(trials: list[dict[str, Any]], bounds: list[list[Any]]) -> list[dict[
     return out
 
 
-def follows_reference(calls: dict[int, dict[str, Any]], trials: list[dict[str, Any]]) -> Finding | None:
+def follows_reference(calls: dict[int, protocol.CallReport], trials: list[protocol.Trial]) -> Finding | None:
     """The bound on input-independent answers (callstream.py), over calls in hand."""
     return callstream.follows_reference(calls, trials)
 
 
-def inputs_changed(call: dict[str, Any]) -> str | None:
+def inputs_changed(call: protocol.CallReport) -> str | None:
     changed = call.get("inputs_changed")
     if changed is None:
         return "the worker did not report whether inputs changed"
@@ -116,7 +118,7 @@ def construct_compute(cand: dict[str, int], ref: dict[str, int]) -> list[str]:
     return out
 
 
-def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
+def judge_calls(run: protocol.RunReply, trials: list[protocol.Trial], device: str,
                 ref_construct: dict[str, int] | None = None, stream: Any = None) -> Finding:
     """Statuses in DESIGN §4 order for each call (the replay is judged after, `judge_replay`). `stream`
     (callstream.CallStream): the calls as judged when they arrived, their outputs compared then; without
@@ -157,7 +159,7 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
                        "(beyond creating the reference's parameters the reference's way)",
                        {"construct_ops": built, "import_ops": imported})
     per_trial: list[dict[str, Any]] = []
-    first: dict[int, dict] = {}
+    first: dict[int, protocol.CallReport] = {}
     checks: dict[str, Any] = {"trials": per_trial}
     if prints is not None:  # input sets the worker made from seeds: its trials' (timing sets go to the timer)
         checks["worker_input_sets"] = len(prints)
@@ -210,7 +212,7 @@ def judge_calls(run: dict[str, Any], trials: list[dict[str, Any]], device: str,
     return Finding(None, "", checks)
 
 
-def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, Any], own: dict[str, Any] | None,
+def judge_replay(rep: protocol.ReplayReply, secret: protocol.Trial, other: protocol.Trial, own: protocol.CallReport | None,
                  device: str, poisoned: list[str], checks: dict[str, Any]) -> Finding:
     """A replayer's runs of the traced call (replayer.py): on the secret trial (`secret`: the
     reference's outputs there) it must give the reference's outputs; on the worker's `other` trial
@@ -225,7 +227,7 @@ def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, A
         return hyg
     if rep.get("error"):
         return Finding("not_triton", f"{why} could not run: {rep['error']}"[:1000], checks)
-    runs = {r.get("name"): r for r in rep.get("runs") or [] if isinstance(r, dict)}
+    runs: dict[Any, protocol.ReplayRun] = {r.get("name"): r for r in rep.get("runs") or [] if isinstance(r, dict)}
     for r in runs.values():
         if r.get("denials"):
             return Finding("forbidden", _denial_reason(r["denials"]), {**checks, "denials": r["denials"]})
@@ -280,7 +282,7 @@ def judge_replay(rep: dict[str, Any], secret: dict[str, Any], other: dict[str, A
     return Finding(None, "", checks)
 
 
-def judge_timing(rep: dict[str, Any], sets: list[dict[str, Any]], device: str, min_launches: int,
+def judge_timing(rep: protocol.TimeReply | protocol.TimeReplayReply, sets: list[protocol.Trial], device: str, min_launches: int,
                  n_calls: int, floor_ms: float) -> tuple[Finding, dict[str, Any]]:
     from distill.verifier.timing import Samples
 

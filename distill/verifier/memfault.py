@@ -28,6 +28,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from distill.verifier import protocol
 from distill.verifier.problemio import ResourceError
 
 HARNESS_STEPS = ("inputs", "outputs", "replay")  # first word of a harness step's announcement
@@ -110,7 +111,7 @@ def harness_timeout(step: str, seconds: float, reference_s: float) -> ResourceEr
                          f"{seconds:g} s limit of its phase (VerifierPool timeout)", step=step, resource="time")
 
 
-def device_oom(call: dict[str, Any], plan: dict[str, Any] | None, budget: int) -> ResourceError | None:
+def device_oom(call: protocol.CallReport, plan: dict[str, Any] | None, budget: int) -> ResourceError | None:
     """A CUDA out-of-memory error raised in forward while the candidate's own allocations (the call's
     peak above what the harness held when it began, the worker's figures) were within what the plan
     leaves it of the device budget: the verifier's error. None: the candidate's (or not an OOM)."""

@@ -19,10 +19,11 @@ from distill.verifier.verdict import Verdict
 
 
 def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float,
-                   spill: Spill | None = None) -> dict[str, Any]:
-    """One command in a reference process. The expected outputs of a `trials` command arrive one trial
-    at a time, before the reply (reference.make_trials), and are kept as they come (`spill`: on disk
-    when large), so the parent never holds a reply with every trial's outputs at once."""
+                   spill: Spill | None = None) -> Any:
+    """One command in a reference process; its reply (protocol.PlanReply, TrialsReply or TrialBoundsReply:
+    a ProblemErrorReply is raised). The expected outputs of a `trials` command arrive one trial at a time
+    (protocol.TrialSent), before the reply (reference.make_trials), and are kept as they come (`spill`: on
+    disk when large), so the parent never holds a reply with every trial's outputs at once."""
     t0 = time.monotonic()
     ref = ctx.acquire_reference(gpu)
     waited = time.monotonic() - t0  # queued for a reference process: the pool's, not the problem's
@@ -30,9 +31,10 @@ def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: floa
     try:
         ref.send(msg)
         end = t0 + waited + seconds
-        out, trials = ref.receive(seconds, "reference"), []
+        out: Any = ref.receive(seconds, "reference")  # a protocol.TrialSent, or the command's reply
+        trials: list[protocol.Trial] = []
         while "trial" in out:
-            trial = out.pop("trial")
+            trial: protocol.Trial = out.pop("trial")
             trial["outputs"] = spill.keep(trial["outputs"]) if spill is not None else trial["outputs"]
             trials.append(trial)
             del out
@@ -53,7 +55,7 @@ def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: floa
     return out
 
 
-def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any], spill: Spill) -> dict[str, Any]:
+def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any], spill: Spill) -> protocol.TrialsReply:
     """The reference's expected outputs for this job's trials. The problem is screened in the first
     job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
     problem that failed screening fails them at once."""
@@ -66,7 +68,7 @@ def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[s
             known = ctx.screens.cache.get(key)
             if known is None:
                 try:
-                    out = reference_call(ctx, slot.gpu, msg, max(spec.timeout, 120), spill)
+                    out: protocol.TrialsReply = reference_call(ctx, slot.gpu, msg, max(spec.timeout, 120), spill)
                 except reference.ScreenFailed as exc:
                     ctx.screens.cache[key] = exc.report.to_dict()
                     raise
@@ -82,7 +84,7 @@ def trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec) -> list[list[Any]]:
     """Each reference trial's bounds measured on its own inputs (reference.trial_bounds), in the order of
     `spec.reference_seeds`: asked for only when a candidate missed the screening's bound but not the
     dtype table's (job.py), so a pass pays nothing for it."""
-    got = reference_call(ctx, slot.gpu, protocol.TrialBounds(cmd="trial_bounds", source=spec.source,
+    got: protocol.TrialBoundsReply = reference_call(ctx, slot.gpu, protocol.TrialBounds(cmd="trial_bounds", source=spec.source,
                                                             init_seed=spec.seeds[0], seeds=spec.reference_seeds),
                          max(spec.timeout, 120))
     return got["bounds"]
@@ -99,7 +101,7 @@ def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]
     share = adm.share(ctx.budget, slot.gpu) if adm is not None else Grant(
         ctx.budget.host_mb, ctx.budget.device_bytes(), None, False)
     sets = spec.trials + TIMING_SETS
-    got = reference_call(ctx, slot.gpu, protocol.Plan(cmd="plan", source=spec.source, init_seed=spec.seeds[0],
+    got: protocol.PlanReply = reference_call(ctx, slot.gpu, protocol.Plan(cmd="plan", source=spec.source, init_seed=spec.seeds[0],
                                                       seed=spec.seeds[1], calls=len(spec.plan()), sets=sets,
                                                       budgets=(most or share).budgets(timed)), max(spec.timeout, 120))
     plan = got.get("plan")
@@ -124,7 +126,7 @@ def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]
     return grant, memplan.streams(plan, spec.device, budgets)
 
 
-def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
+def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> protocol.MeasureReply:
     """Eager and torch.compile medians of the reference (torch.compile's only where the pool times both
     baselines), cached per problem and GPU."""
     key = (spec.key, gpu)
@@ -137,14 +139,14 @@ def ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> dict[str, Any]:
         try:
             ref.send(protocol.PrepareTiming(cmd="prepare_timing", source=spec.source, init_seed=spec.seeds[-1],
                                             seed=spec.seeds[-2], key=spec.key, compile=ctx.compile_reference))
-            prep = ref.receive(600, "reference compile")
+            prep: protocol.PrepareTimingReply = ref.receive(600, "reference compile")
             with ctx.gates[gpu].quiet(keep=ref.pid):
                 ref.send(protocol.Measure(cmd="measure", key=spec.key, warmup=spec.warmup, trials=spec.timing_trials))
-                out = ref.receive(600, "reference timing")
+                out: protocol.MeasureReply = ref.receive(600, "reference timing")
             out["compile_error"] = out.get("compile_error") or prep.get("compile_error")
         except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
             broken = True
-            out = {"eager_ms": None, "compile_ms": None, "error": str(exc)}
+            out = protocol.MeasureReply(eager_ms=None, compile_ms=None, error=str(exc))
         finally:
             ctx.handouts.release_timer(gpu, ref, broken)
         cached.cache[key] = out
@@ -158,7 +160,7 @@ def prefetch_ref_timing(ctx: JobContext, spec: JobSpec, gpu: int) -> None:
     threading.Thread(target=ref_timing, args=(ctx, spec, gpu), name="tritonforge-ref-timing", daemon=True).start()
 
 
-def apply_ref_timing(v: Verdict, reft: dict[str, Any]) -> Verdict:
+def apply_ref_timing(v: Verdict, reft: protocol.MeasureReply) -> Verdict:
     """Fill the reference medians and speedups of a timed verdict (after its worker is released)."""
     eager, comp = reft.get("eager_ms"), reft.get("compile_ms")
     v.ref_eager_ms, v.ref_compile_ms = eager, comp

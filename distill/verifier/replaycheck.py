@@ -29,14 +29,14 @@ RUNS = [{"name": "secret", "inputs": "secret"}, {"name": "other", "inputs": "oth
         {"name": "ablate", "inputs": "secret", "ablate": True}]
 
 
-def _traced(run: dict[str, Any], trial: int) -> dict[str, Any] | None:
+def _traced(run: protocol.RunReply, trial: int) -> protocol.CallReport | None:
     for call in run.get("calls") or []:
         if isinstance(call, dict) and call.get("trial") == trial and isinstance(call.get("trace"), dict):
             return call
     return None
 
 
-def _own_call(run: dict[str, Any], trial: int) -> dict[str, Any] | None:
+def _own_call(run: protocol.RunReply, trial: int) -> protocol.CallReport | None:
     return next((c for c in run.get("calls") or [] if isinstance(c, dict) and c.get("trial") == trial), None)
 
 
@@ -85,7 +85,7 @@ class Prepared:
         return len(_launched_steps(self.msg["trace"])) if self.msg else 0
 
 
-def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, params: dict[str, Any],
+def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, params: dict[str, Any],
             seeds: dict[str, int], byte_limit: int, checks: dict[str, Any], stream: bool = False) -> Prepared:
     """The `replay` command for the record of trial `traced` in the worker's `run` report; `seeds`:
     the secret trial's and the other trial's; `stream`: the job's input sets are made per call."""
@@ -113,8 +113,8 @@ def prepare(candidate: str, problem: str, run: dict[str, Any], traced: int, para
                     skipped=source.skipped)
 
 
-def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], secret: int, other: int,
-           run: dict[str, Any], device: str) -> judge.Finding:
+def decide(rep: protocol.ReplayReply, prep: Prepared, trials: list[protocol.Trial], secret: int, other: int,
+           run: protocol.RunReply, device: str) -> judge.Finding:
     """The replayer's report judged (judge.judge_replay), after the inputs it made are checked."""
     same_inputs(rep, trials, {"secret": secret, "other": other})
     short = rep.get("problem_memory") or next((r.get("out_of_memory") for r in rep.get("runs") or []
@@ -139,7 +139,8 @@ def decide(rep: dict[str, Any], prep: Prepared, trials: list[dict[str, Any]], se
     return found
 
 
-def same_inputs(rep: dict[str, Any], trials: list[dict[str, Any]], index: dict[str, int]) -> None:
+def same_inputs(rep: protocol.ReplayReply | protocol.TimeReplayReply, trials: list[protocol.Trial],
+                index: dict[str, int]) -> None:
     """The replayer made its input sets (by name; `index`: the reference's trial of each) from the
     same seeds as the reference, both trusted: a problem whose `get_inputs` ignores the seed is the
     problem's fault, as in judge_calls."""
