@@ -32,7 +32,7 @@ from typing import Any
 
 from distill.verifier.verdict import STATUSES, Verdict
 
-__all__ = ["STATUSES", "Verdict", "VerifierPool", "verify", "ProblemError", "ResourceError"]
+__all__ = ["STATUSES", "Verdict", "VerifierPool", "verify", "ProblemError", "ResourceError", "LaneError"]
 
 
 def __getattr__(name: str) -> Any:
@@ -52,4 +52,8 @@ def __getattr__(name: str) -> Any:
         from distill.verifier.problemio import ResourceError
 
         return ResourceError
+    if name == "LaneError":
+        from distill.verifier.lanegap import LaneError
+
+        return LaneError
     raise AttributeError(f"module 'distill.verifier' has no attribute {name!r}")

@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tritonforge verify: error: {exc}", file=sys.stderr)
         return 2
     from distill.verifier.handout import PoolError
+    from distill.verifier.lanegap import LaneError
     from distill.verifier.pool import VerifierPool
     from distill.verifier.reference import ProblemError
 
@@ -111,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
         with VerifierPool(workers=1, device=args.device, timeout=args.timeout, max_memory_mb=args.max_memory,
                           device_memory_mb=args.device_memory, timing=args.timing) as pool:
             verdict = pool.verify(problem, candidate, seeds=args.seeds)
+    except LaneError as exc:  # the interpreter cannot run what the candidate uses: no verdict, nothing charged
+        print(f"tritonforge verify: error: --candidate {args.candidate}: no verdict on this lane: {exc}", file=sys.stderr)
+        return 2
     except ProblemError as exc:  # refused by screening, or its reference failed: no verdict, nothing charged
         print(f"tritonforge verify: error: --problem {args.problem}: no verdict, the problem is at fault, not the "
               f"candidate: {exc}", file=sys.stderr)

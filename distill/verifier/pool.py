@@ -28,7 +28,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
-from distill.verifier import procs, sizing, twins
+from distill.verifier import lanegap, procs, sizing, twins
 from distill.verifier.context import Handouts, JobContext, RefTimings, Slot
 from distill.verifier.fleet import Fleet
 from distill.verifier.handout import PoolError
@@ -143,7 +143,8 @@ class VerifierPool:
         The verdict records its trials' seeds in `checks["replay"]` once judged (the candidate has
         finished by then); passing them back as `seeds` replays the same inputs and weights.
         Raises ProblemError when the problem is broken (its reference failed, on a fresh process
-        too), PoolError when the pool could not serve the pair in time or closed meanwhile."""
+        too), or, as its LaneError, when the CPU lane's interpreter cannot run a construct the candidate
+        uses (lanegap.py); PoolError when the pool could not serve the pair in time or closed meanwhile."""
         self.start()
         problem, lane_twin = twins.lane_problem(problem, self.device)
         spec = JobSpec.make(problem, candidate_source, self.device, timeout or self.timeout,
@@ -170,6 +171,7 @@ class VerifierPool:
             # is for a retry after a reference failed, and would retire a warm one for every twin.
             verdict = twins.check_resized(lambda tspec: self._attempt(tspec, last=True, fresh=False)[0], problem,
                                           candidate_source, spec, verdict, required=self.resized == "required")
+        lanegap.check(verdict, candidate_source, self.device)   # the interpreter's gap is no verdict on the candidate
         return verdict
 
     def _attempt(self, spec: JobSpec, last: bool, fresh: bool | None = None) -> tuple[Verdict | None, Slot, str]:

@@ -44,7 +44,10 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   stayed patched for the worker's life and a later GPU compile ran on the interpreter's semantic.
   The shim records them in the launch's scope, which undoes them with the rest. A `@triton.jit`
   function called outside a kernel raises, as on a GPU (the interpreter ran it, leaving its patches
-  behind for the jobs that follow on the same worker). Not covered (left
+  behind for the jobs that follow on the same worker). A builtin bound to a name of the kernel's
+  module (`from triton.language import maximum`, an alias, `tl_max = tl.maximum`) is patched there
+  too, for the launch: the interpreter patched only `triton.language`'s attributes, so such a kernel,
+  which a GPU compiles, failed asking for a `_semantic`. Not covered (left
   as Triton does it): the interpreter also copies its own module globals (`np`, `inspect`, ...)
   into a kernel's module the first time it rewrites the kernel; the GPU compile check refuses
   kernels that use them.
@@ -275,11 +278,43 @@ def _constexpr_attribute(self: Any, name: str) -> Any:
 
 
 # -- one scope per launch ------------------------------------------------------------------------------
+class _Globals:
+    """A function's module globals seen as attributes, so a patch scope can swap a name there and put it back."""
+
+    def __init__(self, names: dict[str, Any]) -> None:
+        object.__setattr__(self, "names", names)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.names[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.names[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        del self.names[name]
+
+
+def _patch_bound_builtins(fn: Any, scope: Any) -> None:
+    """Patch the Triton builtins bound to names of `fn`'s module (`from triton.language import maximum`,
+    `from triton.language.math import exp as texp`, `tl_max = tl.maximum`), as the interpreter patches them
+    as attributes of `triton.language`: a GPU compile resolves such a name to the builtin, where the
+    interpreter called the unpatched function, which fails for want of a `_semantic`."""
+    names = fn.__globals__
+    bound = [(name, value) for name, value in list(names.items())
+             if not isinstance(value, type) and not inspect.ismodule(value) and tl.core.is_builtin(value)]
+    for name, value in bound:
+        interpreter._patch_attr(_Globals(names), name, value, interpreter.interpreter_builder, scope)
+
+
 def _install_launch_scope() -> None:
     real_patch_lang = interpreter._patch_lang
 
     def patch_lang(fn: Any) -> Any:
         scope = real_patch_lang(fn)
+        _patch_bound_builtins(fn, scope)
         outer = _ACTIVE.scope
         if outer is not None:
             # A device-function call inside a launch. Triton drops this scope, so what it patched and
