@@ -25,7 +25,7 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   semantic, and evaluates the `__nv_*` symbol with numpy (`libdevice_np.SYMBOLS`; an unknown symbol
   raises an error naming it). Outside a launch a call fails as it does on a GPU. The wrappers keep
   their module and name, so a GPU compile maps them exactly as before. Not covered: the HIP
-  (`__ocml_*`) library, `tl.inline_asm_elementwise` (both no verdict on this lane: lanegap.py).
+  (`__ocml_*`) library; `tl.inline_asm_elementwise`, which is no verdict on this lane (lanegap.py).
 * **Scalar arguments.** A GPU passes a Python float as an fp32 scalar and a bool as an i1 scalar;
   the interpreter passed a float through as a Python number (no `.to()`, no `.dtype`, and
   `fp16 * alpha` stayed fp16 where the GPU promotes to fp32) and failed on bools. The shim converts
