@@ -150,45 +150,51 @@ def test_the_checker_finds_an_undeclared_key_a_missing_one_and_a_wrong_kind():
     assert kind is None and "CallSent.call: required key 'trial' of CallReport is missing" in wrong
 
 
+# (problem, candidate, its status): together they send every message of the CPU lane
+CASES = [
+    ("add", honest("add"), "pass"),                            # load, run, replay, end; plan, trials
+    ("add", hostile("import_error"), "compile_error"),         # a LoadReply with its error
+    ("add", hostile("init_error"), "compile_error"),           # a RunReply that ends at construction
+    ("add", hostile("store_past_end"), "runtime_error"),       # a call's report with its findings
+    ("add", hostile("decoy_kernel"), "not_triton"),            # the replay's ablation run
+    ("small_term", hostile("drop_small_term"), "wrong_output"),  # a near miss: trial_bounds
+]
+IDS = ["honest", "import_error", "init_error", "store_past_end", "decoy_kernel", "drop_small_term"]
+BROKEN = "import torch\nclass Model(torch.nn.Module):\n    pass\n"  # no get_inputs: a ProblemErrorReply
+
+
 @pytest.fixture(scope="module")
-def tapped():
-    """A CPU pool whose every message is checked as the parent decodes it (its start-up's included)."""
+def sent():
+    """Every case verified once, and a broken problem, on a CPU pool whose every message is checked as the
+    parent decodes it (its start-up's included): (each case's status, then the broken problem's error; the tap)."""
     with pytest.MonkeyPatch.context() as mp:
         tap = Wiretap(mp)
         with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, max_memory_mb=2048, resized="off") as pool:
-            yield pool, tap
+            got: list[Any] = [pool.verify(problem(name), candidate) for name, candidate, _ in CASES]
+            try:
+                got.append(pool.verify(BROKEN, honest("add")))
+            except ProblemError as exc:
+                got.append(exc)
+    return got, tap
 
 
-@pytest.mark.parametrize("name, candidate, static, status", [
-    ("add", honest("add"), True, "pass"),                             # load, run, replay, end; plan, trials
-    ("add", hostile("import_error"), True, "compile_error"),          # a LoadReply with its error
-    ("add", hostile("init_error"), True, "compile_error"),            # a RunReply that ends at construction
-    ("add", hostile("store_past_end"), True, "runtime_error"),        # a call's report with its findings
-    ("add", hostile("decoy_kernel"), True, "not_triton"),             # the replay's ablation run
-    ("small_term", hostile("drop_small_term"), True, "wrong_output"),  # a near miss: trial_bounds
-])
-def test_every_message_of_a_verification_is_its_declared_type(tapped, name, candidate, static, status):
-    pool, tap = tapped
-    v = pool.verify(problem(name), candidate, static_checks=static)
-    assert v.status == status, v.reason
+@pytest.mark.parametrize("k", range(len(CASES)), ids=IDS)
+def test_each_case_got_its_status(sent, k):
+    v = sent[0][k]
+    assert v.status == CASES[k][2], v.reason
+
+
+def test_every_message_was_its_declared_type(sent):
+    tap = sent[1]
+    assert isinstance(sent[0][-1], ProblemError)
     assert not tap.wrong, "\n".join(tap.wrong)
 
 
-def test_a_problem_error_is_its_declared_type(tapped):
-    pool, tap = tapped
-    with pytest.raises(ProblemError):
-        pool.verify("import torch\nclass Model(torch.nn.Module):\n    pass\n", honest("add"))
-    assert not tap.wrong, "\n".join(tap.wrong)
-    assert tap.seen.get("ProblemErrorReply")
-
-
-def test_the_cpu_lane_sent_every_kind_but_the_timings(tapped):
-    """Run last in this module: what the verifications above sent, each kind checked at least once."""
-    _, tap = tapped
+def test_every_kind_the_cpu_lane_sends_was_checked(sent):
+    """All but the timing's (`-m gpu`), each at least once."""
     want = {"SandboxReady", "RefReady", "PlanReply", "TrialSent", "TrialsReply", "TrialBoundsReply", "Progress",
             "CallSent", "LoadReply", "RunReply", "RunSent", "ReplayReply", "EndReply", "ProblemErrorReply"}
-    assert want <= set(tap.seen), sorted(want - set(tap.seen))
-    assert not tap.wrong, "\n".join(tap.wrong)
+    assert want <= set(sent[1].seen), sorted(want - set(sent[1].seen))
 
 
 @pytest.mark.gpu
