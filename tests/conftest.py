@@ -49,7 +49,9 @@ def umask():
 # whole, so its module fixtures (a pool, a build) start once, and the files that use a costly session
 # fixture (SHARED) go to one lane together, so it is made once. Every lane computes the same packing
 # from the same collection, so the lanes split the suite exactly: no test runs twice or never.
-SHARED = ("built_dataset", "honest_verdict")
+# vllm_teacher (tests/distill/teacher/conftest.py) is an offline vLLM engine: the offline tests and the
+# server test that compares against it started one each when they fell into two lanes.
+SHARED = ("built_dataset", "honest_verdict", "vllm_teacher")
 TIMES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "test_times.json")
 
 
