@@ -186,8 +186,8 @@ def sampling_params_json(sampling: SamplingConfig, **extra: Any) -> str:
     return json.dumps({**sampling.to_dict(), **extra}, sort_keys=True)
 
 
-# name -> module exposing from_spec(arg, options). Imported only when used: `replay` must not pay
-# for vLLM, and `lowering` is another engineer's module that may not exist yet.
+# name -> module exposing from_spec(arg, options). Imported only when used: `replay` and `lowering`
+# must not pay for vLLM's import.
 BACKENDS: dict[str, str] = {
     "vllm": "distill.teacher.vllm_backend",
     "openai": "distill.teacher.openai_backend",
@@ -220,11 +220,7 @@ def make_teacher(spec: str, options: TeacherOptions | None = None) -> Teacher:
     name, arg = parse_spec(spec)
     try:
         module = importlib.import_module(BACKENDS[name])
-    except ModuleNotFoundError as exc:
-        if exc.name == BACKENDS[name]:
-            raise TeacherSpecError(
-                f"teacher backend {name!r} is not available: module {BACKENDS[name]} is missing"
-            ) from exc
+    except ModuleNotFoundError as exc:   # an optional dependency of the backend (vllm, openai)
         raise TeacherSpecError(
             f"teacher backend {name!r} needs the package {exc.name!r}; "
             + ("install it with: pip install -e '.[vllm]'" if name in ("vllm", "openai") else "install it")

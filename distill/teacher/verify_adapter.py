@@ -53,12 +53,8 @@ def as_verifier(obj: Any, workers: int = 2) -> Verifier:
 @contextmanager
 def default_verifier(device: str = "cpu", workers: int = 2, timing: str = "eager+compile") -> Iterator[Verifier]:
     """The project's verifier pool (distill.verifier), imported only when verification is wanted."""
-    try:
-        from distill.verifier import VerifierPool
-    except ImportError as exc:
-        raise RuntimeError(
-            "distill.verifier is not available in this checkout; run with --no-verify to only collect answers"
-        ) from exc
+    from distill.verifier import VerifierPool
+
     with VerifierPool(workers=workers, device=device, timing=timing) as pool:
         adapter = as_verifier(pool, workers)
         try:
