@@ -44,15 +44,6 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _load(module: str):
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            return None
-        raise
-
-
 def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, dict]:
     parser = argparse.ArgumentParser(prog="tritonforge", description="Training data for honest, fast Triton kernels.",
                                      formatter_class=_Help)
@@ -67,22 +58,17 @@ def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser
     modules = {}
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Help)
-        if name == wanted:
-            mod = _load(module)
-            if mod is not None:
-                mod.add_arguments(p)
-            modules[name] = mod
+        if name == wanted:   # only the command asked for is imported: `--help` stays fast
+            modules[name] = importlib.import_module(module)
+            modules[name].add_arguments(p)
     return parser, modules
 
 
 def main(argv: list[str] | None = None) -> int:
     parser, modules = build_parser(argv)
     args = parser.parse_args(argv)
-    mod = modules.get(args.command)
-    if mod is None:
-        parser.exit(2, f"tritonforge {args.command}: not available in this installation\n")
     try:
-        return int(mod.run(args) or 0)
+        return int(modules[args.command].run(args) or 0)
     except KeyboardInterrupt:
         return 130
 
