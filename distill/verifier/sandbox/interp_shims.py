@@ -303,8 +303,10 @@ def _patch_bound_builtins(fn: Any, scope: Any) -> None:
     as attributes of `triton.language`: a GPU compile resolves such a name to the builtin, where the
     interpreter called the unpatched function, which fails for want of a `_semantic`."""
     names = fn.__globals__
+    # Only plain functions: Triton's builtins are functions, and reading an attribute of one runs no code
+    # (an object of the candidate's class could answer `__triton_builtin__` with a `__getattr__`).
     bound = [(name, value) for name, value in list(names.items())
-             if not isinstance(value, type) and not inspect.ismodule(value) and tl.core.is_builtin(value)]
+             if isinstance(value, types.FunctionType) and tl.core.is_builtin(value)]
     for name, value in bound:
         interpreter._patch_attr(_Globals(names), name, value, interpreter.interpreter_builder, scope)
 
