@@ -123,6 +123,9 @@ class Wiretap:
         cmd = getattr(proc, "_tap_cmd", None)
         if cmd is None:
             kinds = getattr(proc, "_tap_ready", (protocol.SandboxReady, protocol.RefReady))
+        elif cmd not in EXPECT:
+            self.wrong.append(f"{cmd}: a reply to a command EXPECT does not list")
+            return
         else:
             before, replies = EXPECT[cmd]
             interim = "progress" in msg or "trial" in msg
