@@ -286,6 +286,8 @@ def judge_timing(rep: protocol.TimeReply | protocol.TimeReplayReply, sets: list[
                  n_calls: int, floor_ms: float) -> tuple[Finding, dict[str, Any]]:
     from distill.verifier.timing import Samples
 
+    if isinstance(rep.get("error"), str):  # a replayer that could not rebuild the record it had just replayed
+        return Finding("timing_invalid", f"the timing replay did not start: {rep['error'][:300]}"), {}
     if rep.get("error"):
         return error_status(rep["error"], rep), {}
     if rep.get("denials"):

@@ -195,6 +195,9 @@ def test_timing_judge_floor_replay_instability_and_timed_outputs():
     assert judge.judge_timing(_timing_rep(unstable, 20, [ref]), sets, "cuda", 1, 20, 0.5)[0].status == "timing_invalid"
     assert judge.judge_timing(_timing_rep([1.0] * 20, 20, [ref + 1]), sets, "cuda", 1, 20, 0.5)[0].status \
         == "wrong_output"
+    unbuilt = {**_timing_rep([], 0, []), "error": "not replayable: loading the kernels module failed: ..."}
+    found = judge.judge_timing(unbuilt, sets, "cuda", 1, 20, 0.5)[0]   # a replayer's text, not a failure dict
+    assert found.status == "timing_invalid" and "did not start" in found.reason
 
 
 def test_reference_timing_fills_speedups_and_flags_big_ones():
