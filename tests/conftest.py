@@ -50,8 +50,9 @@ def umask():
 # fixture (SHARED) go to one lane together, so it is made once. Every lane computes the same packing
 # from the same collection, so the lanes split the suite exactly: no test runs twice or never.
 # vllm_teacher (tests/distill/teacher/conftest.py) is an offline vLLM engine: the offline tests and the
-# server test that compares against it started one each when they fell into two lanes.
-SHARED = ("built_dataset", "honest_verdict", "vllm_teacher")
+# server test that compares against it started one each when they fell into two lanes; tiny_llama
+# (tests/pipelines/grpo/conftest.py, 4 CPU-s a build, its tokenizer too) was built in three lanes.
+SHARED = ("built_dataset", "honest_verdict", "vllm_teacher", "tiny_llama")
 TIMES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "test_times.json")
 
 
