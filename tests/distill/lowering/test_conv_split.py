@@ -15,16 +15,19 @@ from distill.lowering import lower
 from distill.lowering.selfcheck import check
 from synth.profiles import OpTarget, load_profile
 
-# C = 1024 in-channels and at most 8 outputs of a few positions: RED = (C / groups) x taps > 2 x 512,
-# one or two output tiles; each case has a bias and a relu after it (the combine kernel's epilogue)
+# C = 512 in-channels and at most 8 outputs of a few positions: RED = (C / groups) x taps (a transposed
+# conv's taps of one stride phase) is 2560, 768 and 768 in these draws, two chunks of 512 (kernels/conv.py's
+# MIN_R_CHUNK) or more, in one or two output tiles; each case has a bias and a relu after it (the combine
+# kernel's epilogue). The interpreter's time grows with the reduction: at C = 1024 (the same draws, each
+# reduction twice as long) the file took 45 CPU-s.
 LONG = {
-    "conv1d": ("C == 1024", "out_channels <= 8", "groups == 1", "depthwise == 0", "kernel_size >= 3", "L <= 8"),
-    "conv2d": ("C == 1024", "out_channels == 8", "groups == 4", "depthwise == 0", "kernel_size_h * kernel_size_w >= 4",
+    "conv1d": ("C == 512", "out_channels <= 8", "groups == 1", "depthwise == 0", "kernel_size >= 3", "L <= 8"),
+    "conv2d": ("C == 512", "out_channels == 8", "groups == 4", "depthwise == 0", "kernel_size_h * kernel_size_w >= 5",
                "H <= 5", "W <= 5"),
-    "conv_transpose1d": ("C == 1024", "out_channels <= 8", "groups == 2", "depthwise == 0", "stride >= 2",
+    "conv_transpose1d": ("C == 512", "out_channels <= 8", "groups == 2", "depthwise == 0", "stride >= 2",
                          "kernel_size >= 4", "L <= 6"),
 }
-DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 1024)
+DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 512)
 RESIZE = {"conv1d": ("L", 40), "conv2d": ("H", 9), "conv_transpose1d": ("L", 9)}
 
 
