@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 from triton import knobs
 from triton.runtime import interpreter
+from triton.runtime.jit import _normalize_ty   # the JIT's own reading of an annotation
 from triton.runtime.errors import InterpreterError
 
 from distill.verifier.sandbox import gpu_compile
@@ -165,8 +166,16 @@ def _run_programs(self: Any, args: dict, grid: tuple[int, int, int]) -> list:
     return done
 
 
+def _constexprs(fn: Any) -> set[str]:
+    """The constexpr parameters as a GPU compile finds them (`KernelParam.is_constexpr`: "constexpr" in the
+    normalized annotation). The interpreter wanted it equal to "constexpr", and reads the annotation as
+    text, so `BLOCK: triton.language.constexpr` (or any alias but `tl`) was an argument and
+    `tl.arange(0, BLOCK)` failed ("arange's arguments must be of type tl.constexpr")."""
+    return {name for name, ty in fn.__annotations__.items() if "constexpr" in _normalize_ty(ty)}
+
+
 def _call(self: Any, *args_dev: Any, **kwargs: Any) -> None:
-    """GridExecutor.__call__ (Triton 3.6) with the grid loop above."""
+    """GridExecutor.__call__ (Triton 3.6) with the grid loop above, and constexprs found as a GPU finds them."""
     argspec = inspect.getfullargspec(self.fn)
     kwargs = {k: v for k, v in kwargs.items() if k in argspec.args}
     args_hst, kwargs_hst = self._init_args_hst(args_dev, kwargs)
@@ -175,7 +184,8 @@ def _call(self: Any, *args_dev: Any, **kwargs: Any) -> None:
     patch_scope = interpreter._patch_lang(self.fn)
     try:
         args = inspect.getcallargs(self.fn, *args_hst, **kwargs_hst)
-        args = {name: arg if name in self.constexprs else interpreter._implicit_cvt(arg) for name, arg in args.items()}
+        constexprs = _constexprs(self.fn)
+        args = {name: arg if name in constexprs else interpreter._implicit_cvt(arg) for name, arg in args.items()}
         grid = self.grid(args) if callable(self.grid) else self.grid
         assert len(grid) <= 3, "grid must have at most 3 dimensions"
         done = _run_programs(self, args, tuple(grid) + (1,) * (3 - len(grid)))

@@ -47,7 +47,8 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   behind for the jobs that follow on the same worker). A builtin bound to a name of the kernel's
   module (`from triton.language import maximum`, an alias, `tl_max = tl.maximum`) is patched there
   too, for the launch: the interpreter patched only `triton.language`'s attributes, so such a kernel,
-  which a GPU compiles, failed asking for a `_semantic`. Not covered (left
+  which a GPU compiles, failed asking for a `_semantic`; so did a kernel whose module reaches the
+  language only as `triton.language.x`. Not covered (left
   as Triton does it): the interpreter also copies its own module globals (`np`, `inspect`, ...)
   into a kernel's module the first time it rewrites the kernel; the GPU compile check refuses
   kernels that use them.
@@ -315,7 +316,11 @@ def _install_launch_scope() -> None:
     real_patch_lang = interpreter._patch_lang
 
     def patch_lang(fn: Any) -> Any:
-        scope = real_patch_lang(fn)
+        # A kernel that reaches the language only as `triton.language.x` (its module binds `triton`, not
+        # `tl`) failed Triton's assertion "triton.language must be visible"; a GPU compiles it. Its
+        # builtins are attributes of the same module, so the patch is the same.
+        visible = any(value is tl or value is tl.core for value in fn.__globals__.values())
+        scope = real_patch_lang(fn if visible else types.SimpleNamespace(__globals__={"tl": tl}))
         _patch_bound_builtins(fn, scope)
         outer = _ACTIVE.scope
         if outer is not None:

@@ -1,7 +1,7 @@
 """The CPU lane's own gaps: closed where the interpreter can be taught, else no verdict on the candidate.
 
 Through the session pool: a Triton builtin bound to a name of the kernel's module (a from-import, an
-alias) runs as on a GPU (interp_shims.py); an honest kernel that uses PTX inline assembly, or a libdevice function
+alias), or reached only as `triton.language.x`, runs as on a GPU (interp_shims.py); an honest kernel that uses PTX inline assembly, or a libdevice function
 with no numpy twin, runs on a GPU but not in Triton's interpreter; the pool raises LaneError (a
 ProblemError: no verdict) instead of charging a `runtime_error`. In this process: the mapping needs
 both the interpreter's refusal in the reason and the construct in the source, so a forged reason or
@@ -96,10 +96,36 @@ class ModelNew(nn.Module):
         return y
 '''
 CLAMPED_EXP = TANH.replace("torch.tanh(x)", "torch.exp(x).clamp(0.5, 2.0)")
+# Style: the language reached only through `triton.` (the module never binds `tl`).
+FULL_PATH = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language
 
 
-def test_builtins_bound_to_module_names_run_as_on_a_gpu(pool):
-    v = pool.verify(CLAMPED_EXP, BOUND_BUILTINS)
+@triton.jit
+def kernel(x_ptr, y_ptr, n, BLOCK: triton.language.constexpr):
+    offs = triton.language.program_id(0) * BLOCK + triton.language.arange(0, BLOCK)
+    mask = offs < n
+    x = triton.language.load(x_ptr + offs, mask=mask)
+    triton.language.store(y_ptr + offs, triton.language.minimum(triton.language.exp(x), 2.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+'''
+
+
+@pytest.mark.parametrize("problem_src,candidate", [(CLAMPED_EXP, BOUND_BUILTINS),
+                                                   (TANH.replace("torch.tanh(x)", "torch.exp(x).clamp(max=2.0)"),
+                                                    FULL_PATH)], ids=["bound-names", "full-path"])
+def test_kernels_that_reach_builtins_by_other_names_run_as_on_a_gpu(pool, problem_src, candidate):
+    v = pool.verify(problem_src, candidate)
     assert v.status == "pass", v.reason
 
 
