@@ -33,7 +33,7 @@ def tasks(pid: int) -> int:
         return 0
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether `pid` exists and is not a zombie (an exited child not yet reaped holds nothing)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -77,7 +77,7 @@ def members(pid: int, cgroup: str | None) -> list[int]:
             found = None
     if found is None:  # no cgroup (or it is gone): the process tree, one pass over /proc
         found = set(descendants(pid))
-    return sorted(p for p in found if p != pid and _alive(p))
+    return sorted(p for p in found if p != pid and alive(p))
 
 
 def kill(pids: list[int], pid: int, cgroup: str | None, seconds: float = 2.0) -> None:

@@ -36,16 +36,6 @@ def test_processes_are_found_below_a_worker_and_killed():
         child.wait()
 
 
-def _running(pid: int) -> bool:
-    """Not a zombie: a killed process that its parent has not reaped yet holds nothing."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
-
-
 def test_a_child_started_through_the_c_level_fork_exec_helper_is_forbidden_and_killed():
     """seccomp off (the GPU lane's workers may start children): the fork/exec helper makes a child
     in a session of its own, which spins; the parent finds it after the phase and kills it."""
@@ -71,7 +61,7 @@ def test_a_child_started_through_the_c_level_fork_exec_helper_is_forbidden_and_k
         # the wait only lets a killed process (or a retired worker) finish dying on a busy box.
         deadline = time.monotonic() + 30
         while True:
-            left = {p for p in forks_of(cmdline) - before - set(pool.fleet.live) if running.tasks(p) and _running(p)}
+            left = {p for p in forks_of(cmdline) - before - set(pool.fleet.live) if running.alive(p)}
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
