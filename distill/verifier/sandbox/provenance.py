@@ -211,4 +211,17 @@ def install_patches() -> tuple[dict[str, Callable], tuple[type, ...]]:
     for cls in kinds:
         real["launch:" + cls.__name__] = cls.__dict__["run"]
         cls.run = guard.launch_wrapper
+    _eager_wrap_triton()
     return real, kinds
+
+
+def _eager_wrap_triton() -> None:
+    """`torch.library.wrap_triton(kernel)[grid](...)` (PyTorch's documented style) launches through a
+    higher-order operator, which a dispatch mode like `AuditMode` cannot serve: on a GPU an honest
+    kernel in that style was `runtime_error` (NotImplementedError). Eager PyTorch needs no operator for
+    it (torch's own `triton_op` switches it off the same way), and the CPU lane never went through one
+    (`wrap_triton` returns an interpreted kernel as it is), so the launch goes straight to the kernel's
+    `run`, which the guard sees like any other. Thread-local: this is the thread every command runs on."""
+    import torch._library.triton as library_triton
+
+    library_triton.wrap_triton_enabled.value = False

@@ -7,6 +7,8 @@ test_verifier_memory_limits.py); these run them where the budget is CUDA memory.
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.distill.verifier.test_verifier_admission import RELU, RELU_PROBLEM
@@ -25,15 +27,19 @@ def pool():
         pytest.skip("no CUDA device")
     from distill.verifier import VerifierPool
 
-    # 16 workers: each one's share is 0.05 of the GPU (4 GB of an 80 GB H100)
+    # 16 workers: each one's share is the floor of 0.1 of the GPU (8 GB of an 80 GB H100, 14 GB of an H200)
     with VerifierPool(workers=16, device="cuda", timeout=300, timing="eager", resized="off") as p:
         yield p
 
 
 def test_a_problem_over_a_workers_device_share_runs_alone(pool):
-    """1 GiB in and out: the timed worker's plan (3 input sets and 4 outputs on the device, ~7 GiB) is
-    over one worker's share and within the GPU's: the job holds the GPU alone and passes."""
-    v = pool.verify(RELU_PROBLEM.format(n=1 << 28), RELU)
+    """A ReLU whose input is a quarter of one worker's device share, rounded up to a power of two: the
+    timed worker's plan (3 input sets and 4 outputs on the device, ~7x the input) is over the share and
+    within the GPU's, on any GPU: the job holds the GPU alone and passes. (Sized from the pool: a fixed
+    1 GiB problem fit an H200 worker's 14 GB share and ran shared.)"""
+    share = pool.fleet.budget.device_bytes()
+    n = 1 << max(20, math.ceil(math.log2(share / 16)))  # float32: 4n bytes >= share / 4
+    v = pool.verify(RELU_PROBLEM.format(n=n), RELU)
     assert v.status == "pass", v.reason
     mem = v.checks["memory"]
     assert mem["alone"] is True, mem

@@ -647,3 +647,31 @@ def test_a_gpu_refusing_a_plain_python_function_is_a_compile_error():
 
     assert calls.describe_error(RuntimeError("Unsupported function referenced: <function f at 0x1>"))["compile"]
     assert not calls.describe_error(RuntimeError("something else"))["compile"]
+
+
+def _jit_body(x_ptr):  # a JITFunction is built from this source below, whatever the lane
+    pass
+
+
+def test_a_sandbox_launches_wrap_triton_kernels_without_the_higher_order_operator():
+    """On a GPU `wrap_triton(k)[grid](...)` goes through torch's `triton_kernel_wrapper_mutation`
+    operator, which the audit's dispatch mode cannot serve (the GPU run of `wrap_triton_colsum` was
+    `runtime_error`: NotImplementedError). A sandbox switches that routing off before any candidate code:
+    `wrap_triton` hands back the kernel itself, whose launches the guard sees like any other."""
+    import torch._library.triton as library_triton
+    from triton.runtime.jit import JITFunction
+
+    from distill.verifier.sandbox import provenance
+
+    kernel = JITFunction(_jit_body)
+    before = getattr(library_triton.wrap_triton_enabled, "value", None)
+    try:
+        library_triton.wrap_triton_enabled.value = True
+        assert torch.library.wrap_triton(kernel) is not kernel  # the operator's wrapper: what failed on the GPU
+        provenance._eager_wrap_triton()
+        assert torch.library.wrap_triton(kernel) is kernel
+    finally:
+        if before is None:
+            del library_triton.wrap_triton_enabled.value
+        else:
+            library_triton.wrap_triton_enabled.value = before
