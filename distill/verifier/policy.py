@@ -59,7 +59,22 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
 # `triton.tools.tensor_descriptor` holds TensorDescriptor, the host-side TMA descriptor Hopper kernels
 # take (a tensor, its shape, strides and block shape: data, no code); the rest of triton.tools
 # (compile, link, disasm) stays refused.
-ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"})
+# The active driver's read-only queries that Triton's own tutorials make: since Triton 3.2 each opens
+# with `DEVICE = triton.runtime.driver.active.get_active_torch_device()`, the fused softmax sizes its
+# grid from `utils.get_device_properties`, the matmul asks `get_current_target().backend`. They answer
+# which GPU this is; the rest of triton.runtime (launchers, caches, hooks, `load_binary`) stays refused.
+DRIVER_QUERIES: frozenset[str] = frozenset(
+    "triton.runtime.driver.active." + q
+    for q in ("get_active_torch_device", "get_current_target", "get_current_device", "utils.get_device_properties"))
+ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"}
+                                                | DRIVER_QUERIES)
+# Names a module may bind (`from triton.runtime import driver`) although they are not allowed names
+# themselves: every use of the bound name is still checked in full (`driver.active.get_current_target()`
+# is allowed, `driver.active.launch_enter_hook` is not).
+ALLOWED_BINDINGS: frozenset[str] = frozenset({"triton.runtime.driver"})
+# Private attributes public kernels use: the fused-softmax tutorial loads a kernel it compiled with
+# `warmup` to read its registers (`k._init_handles()`; sandbox/compiled.py keeps its launches seen).
+ALLOWED_PRIVATE_ATTRIBUTES: frozenset[str] = frozenset({"_init_handles"})
 
 
 def allowed_name(dotted: str) -> bool:

@@ -115,7 +115,8 @@ class _Walker(ast.NodeVisitor):
             self.flag(node, "import", "relative import")
             return
         base = node.module or ""
-        if not all(policy.allowed_name(f"{base}.{a.name}") for a in node.names):
+        if not all(policy.allowed_name(f"{base}.{a.name}") or f"{base}.{a.name}" in policy.ALLOWED_BINDINGS
+                   for a in node.names):
             self._check_module(node, base)   # `from torch.library import wrap_triton` binds the name alone
         for a in node.names:
             if a.name == "*":
@@ -125,7 +126,7 @@ class _Walker(ast.NodeVisitor):
             if a.name.startswith("_") or a.name in policy.REFERENCE_NAMES:
                 self.flag(node, "introspection" if a.name.startswith("_") else "reference reuse",
                           f"import of {full}")
-            else:
+            elif full not in policy.ALLOWED_BINDINGS:  # a binding's uses are checked where they appear
                 self._check_module(node, full)
             self.aliases[a.asname or a.name] = full
 
@@ -140,6 +141,9 @@ class _Walker(ast.NodeVisitor):
             self.flag(node, "reference reuse", f"use of the reference name {node.id}")
         elif node.id.startswith("__") and node.id.endswith("__") and node.id not in policy.ALLOWED_DUNDERS:
             self.flag(node, "introspection", f"use of {node.id}")
+        elif self.aliases.get(node.id) in policy.ALLOWED_BINDINGS:  # reached here only outside an allowed name
+            dotted = self.aliases[node.id]
+            self.flag(node, policy.module_category(dotted) or "harness", f"use of {dotted} beyond its allowed queries")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
@@ -148,7 +152,8 @@ class _Walker(ast.NodeVisitor):
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in policy.ALLOWED_DUNDERS:
                 self.flag(node, "introspection", f"attribute {attr}")
-        elif attr.startswith("_") and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+        elif attr.startswith("_") and attr not in policy.ALLOWED_PRIVATE_ATTRIBUTES and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
             self.flag(node, "introspection", f"private attribute .{attr}")
         dotted = _dotted(node, self.aliases)
         if dotted is not None:

@@ -15,6 +15,10 @@ Also answered so: `x.device` (`cuda:0` for a CPU tensor, so `x.device.type == "c
 `current_device()`. A wrapper that falls back to torch where they say "no GPU" took that path here and
 was judged on torch code (`not_triton`), though the GPU runs its kernel.
 
+Triton's driver queries that its tutorials make (`triton.runtime.driver.active.get_active_torch_device()`,
+`get_current_target()`, `utils.get_device_properties(i)`: the only parts of triton.runtime the static policy
+lets a candidate name) describe the same H100; a process without a GPU has no active driver otherwise.
+
 Not covered: streams and events (`torch.cuda.Stream`, `current_stream()`), `torch.cuda.set_device`.
 """
 from __future__ import annotations
@@ -35,9 +39,10 @@ def install() -> None:
     _install_is_cuda()
     if torch.cuda.is_available():  # a CPU lane in a process that has a GPU: its tensors' devices are real
         return
-    candidate = _candidate_caller()
+    candidate = candidate_caller()
     _install_device(candidate)
     _install_availability(candidate)
+    _install_driver(candidate)
 
 
 _STANDIN = torch.device("cuda", 0)
@@ -86,7 +91,7 @@ def _install_is_cuda() -> None:
     real = torch._C.TensorBase.is_cuda
     if getattr(torch.Tensor.__dict__.get("is_cuda"), "fget", None) is not None:
         return
-    candidate = _candidate_caller()
+    candidate = candidate_caller()
 
     def is_cuda(self: torch.Tensor) -> bool:
         if real.__get__(self):
@@ -177,7 +182,7 @@ def _install_cuda_placement(candidate: Callable[[Any], bool]) -> None:
     torch.nn.Module.to, torch.nn.Module.cuda = module_to_, module_cuda_
 
 
-def _candidate_caller() -> Callable[[Any], bool]:
+def candidate_caller() -> Callable[[Any], bool]:
     """Whether a frame runs code outside the trusted roots (the candidate's, or its problem's)."""
     roots = tuple(r.rstrip(os.sep) + os.sep for r in trusted.code_roots())
 
@@ -255,3 +260,55 @@ def _install_device_context() -> None:
     device.__qualname__ = real.__qualname__
     device.__module__ = real.__module__
     torch.cuda.device = device
+
+
+# Triton's CUDA driver's `utils.get_device_properties` for the H100 above (its keys, the driver's units).
+H100_TRITON = types.MappingProxyType({
+    "max_shared_mem": H100["shared_memory_per_block_optin"], "max_num_regs": H100["regs_per_multiprocessor"],
+    "multiprocessor_count": H100["multi_processor_count"], "warpSize": H100["warp_size"],
+    "sm_clock_rate": 1_980_000, "mem_clock_rate": 2_619_000, "mem_bus_width": 5120})
+
+
+def _install_driver(candidate: Callable[[Any], bool]) -> None:
+    """The read-only driver queries of Triton's tutorials (policy.DRIVER_QUERIES) raised "0 active drivers"
+    here, so every tutorial-style module (`DEVICE = triton.runtime.driver.active.get_active_torch_device()`
+    at its top) failed at import. Made active in Triton's driver config, a stand-in answers them for the
+    candidate's frames as the H100 above; trusted code, and any other attribute, get Triton's own error,
+    as before."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    try:
+        driver.active  # noqa: B018 - a process with a real driver keeps it
+        return
+    except RuntimeError as exc:
+        error = str(exc)
+
+    def asked(frame: Any) -> None:
+        if not candidate(frame):
+            raise RuntimeError(error)
+
+    class Utils:
+        def get_device_properties(self, device: Any = 0) -> dict[str, int]:
+            asked(sys._getframe(1))
+            return dict(H100_TRITON)
+
+    class StandinDriver:
+        utils = Utils()
+
+        def get_active_torch_device(self) -> torch.device:
+            asked(sys._getframe(1))
+            return _STANDIN
+
+        def get_current_target(self) -> Any:
+            asked(sys._getframe(1))
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self) -> int:
+            asked(sys._getframe(1))
+            return 0
+
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(error)
+
+    driver.set_active(StandinDriver())

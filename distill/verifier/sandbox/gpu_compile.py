@@ -100,6 +100,7 @@ class _State:
     compile_s: float = 0.0
     compiles: int = 0
     lowering_skipped: int = 0
+    shared: int = 0  # the last launch checked: its block's shared memory (compiled.py's `warmup` reads it)
 
 
 _STATE = _State()
@@ -209,6 +210,11 @@ def install(scratch: str = "") -> None:
     InterpretedFunction.run = run
 
 
+def last_shared() -> int:
+    """The shared memory a block of the last checked launch is given, in bytes (as `metadata.shared`)."""
+    return _STATE.shared
+
+
 def spent() -> dict[str, float]:
     """What this job's GPU compiles cost so far: seconds, count, and lowerings skipped for the budget."""
     return {"gpu_compile_s": _STATE.compile_s, "gpu_compiles": _STATE.compiles,
@@ -257,6 +263,7 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> froze
     if hit is not None:
         if hit[0] is not None:
             raise hit[0]
+        _STATE.shared = hit[2]
         return hit[1]
     # An unknown keyword raises KeyError here, as at a GPU launch.
     options, signature, constexprs, attrs = twin._pack_args(backend, kwargs, bound, specialization, options)
@@ -265,16 +272,16 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> froze
     inflight.mark(_STATE.scratch, twin.__name__)
     try:
         _dependencies(twin)
-        compiled = _compile(ASTSource(twin, signature, constexprs, attrs), options)
-        twin.checked[key] = (None, compiled)
+        compiled, _STATE.shared = _compile(ASTSource(twin, signature, constexprs, attrs), options)
+        twin.checked[key] = (None, compiled, _STATE.shared)
         return compiled
     except (CompileTimeAssertionFailure, OutOfResources) as exc:  # Triton's autotuner skips such a config
-        twin.checked[key] = (exc, frozenset())
+        twin.checked[key] = (exc, frozenset(), 0)
         raise
     except Exception as exc:  # noqa: BLE001 - the code generator, an MLIR pass or LLVM refused it
         failure = exc if isinstance(exc, GpuCompileError) else GpuCompileError(
             f"kernel {twin.__name__} does not compile for a GPU (sm_90): {_explain(exc)}")
-        twin.checked[key] = (failure, frozenset())
+        twin.checked[key] = (failure, frozenset(), 0)
         raise failure from exc
     finally:
         inflight.clear(_STATE.scratch)
@@ -316,9 +323,10 @@ def _explain(exc: BaseException) -> str:
     return where + (reason or "the code generator refused it")
 
 
-def _compile(src: ASTSource, options: Any) -> frozenset:
+def _compile(src: ASTSource, options: Any) -> tuple[frozenset, int]:
     """Triton's `compile` pipeline to TTGIR and its resource checks (then the LLVM dialect, within the
-    budget), without its on-disk cache; returns the code generator's visits."""
+    budget), without its on-disk cache; returns the code generator's visits and the shared memory a
+    block is given."""
     backend = _STATE.backend
     context = ir.context()
     ir.load_dialects(context)
@@ -333,11 +341,10 @@ def _compile(src: ASTSource, options: Any) -> frozenset:
     backend.add_stages(stages, options, src.language)
     for ext in STAGES:
         module = stages[ext](module, metadata)
-    _resources(module, options)
-    return frozenset(visited)
+    return frozenset(visited), _resources(module, options)
 
 
-def _resources(module: Any, options: Any) -> None:
+def _resources(module: Any, options: Any) -> int:
     """`make_llir`'s passes, in its order: shared memory allocated and checked against an H100's
     limits, then (within the budget) the lowering to the LLVM dialect."""
     capability, ptx = TARGET.arch, _STATE.ptx_version
@@ -356,7 +363,7 @@ def _resources(module: Any, options: Any) -> None:
         raise OutOfResources(threads, MAX_THREADS, "threads")
     if _STATE.compile_s > LOWER_BUDGET_S:
         _STATE.lowering_skipped += 1
-        return
+        return shared
     pm = ir.pass_manager(module.context)
     nvidia.passes.ttnvgpuir.add_allocate_tensor_memory(pm)
     passes.ttgpuir.add_allocate_global_scratch_memory(pm)
@@ -368,3 +375,4 @@ def _resources(module: Any, options: Any) -> None:
     nvidia.passes.ttnvgpuir.add_warp_specialize_to_llvm(pm)
     passes.convert.add_nvvm_to_llvm(pm)
     pm.run(module, "tritonforge-lowering")
+    return shared

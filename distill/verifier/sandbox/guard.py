@@ -227,7 +227,13 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                 return _box[-1]
         st["in_launch"] += 1
         try:
-            box.append(real["launch:" + cls.__name__](kernel, *largs, grid=grid, warmup=warmup, **kwargs))
+            out = real["launch:" + cls.__name__](kernel, *largs, grid=grid, warmup=warmup, **kwargs)
+            if warmup and type(out).__name__ == "CompiledKernel":
+                # Loaded here, inside the launch, as a launch would load it: Triton builds its C
+                # launcher and loads the binary (the fused-softmax tutorial asks for `_init_handles()`
+                # itself, from its own frames, where starting the C compiler is refused: compiled.py).
+                out._init_handles()
+            box.append(out)
         finally:
             st["in_launch"] -= 1
             if st.pop("spawned", False) and "signal.signal" in real:  # caps.py: a full file fails, not kills

@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from distill.verifier import policy
-from distill.verifier.sandbox import guard
+from distill.verifier.sandbox import compiled, cuda_standin, guard
 from distill.verifier.sandbox.bands import Bands
 
 # The op tables and the rule that names an op by what it does to values live in policy.py; the
@@ -198,7 +198,7 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
     return [t for t in out if hasattr(t[0], t[1])]
 
 
-def install_patches() -> tuple[dict[str, Callable], tuple[type, ...]]:
+def install_patches(gpu: bool) -> tuple[dict[str, Callable], tuple[type, ...]]:
     """Swap guarded callables and the Triton launchers for stand-ins; returns what the hook needs."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
@@ -212,6 +212,7 @@ def install_patches() -> tuple[dict[str, Callable], tuple[type, ...]]:
         real["launch:" + cls.__name__] = cls.__dict__["run"]
         cls.run = guard.launch_wrapper
     _eager_wrap_triton()
+    compiled.install(gpu, cuda_standin.candidate_caller())
     return real, kinds
 
 

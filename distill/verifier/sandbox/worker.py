@@ -112,7 +112,7 @@ def worker_main(conn: Any, cfg: dict[str, Any]) -> None:
     gpu_compile.forget()
     sync = (lambda: timing._SYNC(device)) if device.type == "cuda" else (lambda: None)
     guard.install_import_guard()
-    real, kinds = provenance.install_patches()
+    real, kinds = provenance.install_patches(gpu=device.type == "cuda")
     token = guard.install(cfg["trusted_roots"], cfg["scratch"], cfg.get("exec_files", []), real, kinds,
                           stop_at=(worker_main.__code__,),
                           stream_of=(lambda: _RAW_STREAM(device.index)) if device.type == "cuda" else None,

@@ -27,16 +27,17 @@ def pool():
         pytest.skip("no CUDA device")
     from distill.verifier import VerifierPool
 
-    # 16 workers: each one's share is the floor of 0.1 of the GPU (8 GB of an 80 GB H100, 14 GB of an H200)
-    with VerifierPool(workers=16, device="cuda", timeout=300, timing="eager", resized="off") as p:
+    # 16 workers of 4 GiB each, given: the same shares on any GPU (a share of the GPU's own has a floor
+    # of 0.1, 14 GB of an H200, over which a problem took minutes to verify)
+    with VerifierPool(workers=16, device="cuda", timeout=300, timing="eager", resized="off", device_memory_mb=4096) as p:
         yield p
 
 
 def test_a_problem_over_a_workers_device_share_runs_alone(pool):
     """A ReLU whose input is a quarter of one worker's device share, rounded up to a power of two: the
     timed worker's plan (3 input sets and 4 outputs on the device, ~7x the input) is over the share and
-    within the GPU's, on any GPU: the job holds the GPU alone and passes. (Sized from the pool: a fixed
-    1 GiB problem fit an H200 worker's 14 GB share and ran shared.)"""
+    within what the pool holds altogether: the job holds the GPU alone and passes. (Sized from the pool: a
+    fixed 1 GiB problem fit an H200 worker's 14 GB share of its own and ran shared.)"""
     share = pool.fleet.budget.device_bytes()
     n = 1 << max(20, math.ceil(math.log2(share / 16)))  # float32: 4n bytes >= share / 4
     v = pool.verify(RELU_PROBLEM.format(n=n), RELU)

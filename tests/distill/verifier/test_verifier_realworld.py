@@ -675,3 +675,15 @@ def test_a_sandbox_launches_wrap_triton_kernels_without_the_higher_order_operato
             del library_triton.wrap_triton_enabled.value
         else:
             library_triton.wrap_triton_enabled.value = before
+
+
+def test_a_warmed_up_kernel_reports_its_shared_memory_and_launches_under_the_guard(pool):
+    """The fused-softmax tutorial's occupancy code on the CPU lane: `warmup` returns the GPU compile's
+    shared memory (a softmax's reductions need some) and registers to divide by, and the compiled
+    kernel's launch is seen like any other (else the verdict would be `not_triton`)."""
+    name = "tutorial_warmup_softmax"
+    strict = honest(name).replace("    if size_smem > 0:\n", "    assert size_smem > 0 and n_regs > 0, (size_smem, n_regs)\n"
+                                  "    if True:\n")
+    assert strict != honest(name)
+    v = pool.verify(problem(name), strict)
+    assert v.status == "pass", v.reason

@@ -68,3 +68,35 @@ def test_manifest_static_statuses(case):
 def test_torch_namespaces_named_like_stdlib_modules_are_fine(use):
     # torch.cuda is not the `cuda` package; torch.select/signal are torch's own (a GPU-run regression)
     assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status is None
+
+
+@pytest.mark.parametrize("use", [
+    "DEVICE = triton.runtime.driver.active.get_active_torch_device()",
+    "from triton.runtime import driver\np = driver.active.utils.get_device_properties(0)['multiprocessor_count']",
+    "c = triton.runtime.driver.active.get_current_target().backend == 'cuda'",
+    "i = triton.runtime.driver.active.get_current_device()"])
+def test_the_drivers_read_only_queries_of_tritons_tutorials_are_fine(use):
+    assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status is None
+
+
+@pytest.mark.parametrize("use", [
+    "x = triton.runtime.driver.active", "y = triton.runtime.driver.active.utils.load_binary",
+    "z = triton.runtime.driver.active.get_benchmarker()", "triton.runtime.driver.set_active(None)",
+    "from triton.runtime import driver\ndriver.active.launch_enter_hook = print",
+    "from triton.runtime import driver\nd = driver", "from triton.runtime import driver\nf = getattr(driver, 'active')",
+    "from triton.runtime import driver, jit", "from triton.runtime import driver as d\nu = d.active.utils"])
+def test_the_rest_of_the_driver_stays_harness(use):
+    """The allowed queries are names, not the driver: reaching anything else, or the driver itself under
+    another name (which no dotted walk can follow), is refused."""
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert rep.status == "forbidden" and any(f.category in ("harness", "torch patching") for f in rep.findings), rep
+
+
+def test_init_handles_is_the_one_private_name_a_compiled_kernel_is_read_through():
+    """The fused-softmax tutorial loads its warmed-up kernel (`k._init_handles()`) to read `n_regs`;
+    every other private name stays introspection."""
+    use = "kk = k.warmup(1, BLOCK=4, grid=(1,))\nkk._init_handles()\nr = kk.n_regs\n"
+    assert check_source(HEAD + KERNEL + use + MODEL).status is None
+    for other in ("kk._run", "kk._init_handles_x", "kk.__dict__"):
+        rep = check_source(HEAD + KERNEL + use + f"z = {other}\n" + MODEL)
+        assert rep.status == "forbidden" and rep.findings[0].category == "introspection", (other, rep)
