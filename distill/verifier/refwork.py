@@ -14,7 +14,8 @@ from distill.verifier import codec, memfault, memplan, procs, protocol, referenc
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_SETS, JobSpec
-from distill.verifier.spill import SPILL_BYTES, Spill
+from distill.verifier import spill as spills  # the module; `spill` below is a job's Spill
+from distill.verifier.spill import Spill
 from distill.verifier.verdict import Verdict
 
 
@@ -113,7 +114,7 @@ def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]
         base["memory"]["plan"] = plan
         # The scratch disk is the verifier's: a job it cannot hold ends here, before minutes of work and
         # a child's SIGBUS on a full disk (memfault.disk_fault), and never as the candidate's verdict.
-        need = memplan.job_disk(plan, SPILL_BYTES)
+        need = memplan.job_disk(plan, spills.SPILL_BYTES)
         full = memfault.disk_full(ctx.scratch or codec.overflow_dir(), need) if need else None
         if full is not None:
             full.args = (f"{full} for the job's spill (the expected outputs of {plan['sets']} input sets and three "

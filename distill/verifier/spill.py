@@ -28,8 +28,10 @@ import torch
 from distill.verifier import codec, memfault
 
 # What a job keeps in memory at most; the rest goes to disk. Small next to a workload problem's outputs
-# (hundreds of MiB), large next to a CPU-lane fixture's.
-SPILL_BYTES = 16 << 20
+# (GiBs), large next to a GPU-sized bench problem's (16 MiB outputs, 7 input sets: ~150 MiB a job).
+# At 16 MiB those jobs wrote every expected output to a file, and the write() calls were most of the
+# parent's system time (bench/bench_parent_cpu.py; RESULTS, 2026-11-29 third session).
+SPILL_BYTES = 256 << 20
 
 
 def nbytes(tensors: list[Any]) -> int:

@@ -40,7 +40,8 @@ def test_a_problem_refused_for_its_calls_outputs_is_now_planned(monkeypatch):
         memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=8 * gib, timed=True)
 
 
-def test_large_kept_outputs_are_files_removed_with_the_job(tmp_path):
+def test_large_kept_outputs_are_files_removed_with_the_job(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "SPILL_BYTES", 16 << 20)
     big = torch.randn(1 << 23)  # 32 MiB: over SPILL_BYTES
     small = torch.randn(16)
     with spill.Spill(str(tmp_path)) as s:
@@ -94,6 +95,7 @@ def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed(monkeypatch
     at most 8x. Before, every call's outputs and every trial's expected outputs were held to the end:
     16.5x and 31.5x (bench/bench_judge_memory.py, 2026-11-28); after, 2.5-3.7x and 6.0-7.3x, the same at
     5 trials as at 12."""
+    monkeypatch.setattr(spill, "SPILL_BYTES", 16 << 20)  # what a job keeps in memory before it spills
     n = 1 << 23
     problem_bytes = 2 * 4 * n
     closed = []

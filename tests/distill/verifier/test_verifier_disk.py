@@ -139,6 +139,7 @@ def test_the_plan_counts_the_disk_a_job_spills():
 def test_a_job_whose_spill_cannot_fit_the_disk_is_refused_before_it_starts(monkeypatch):
     """2 MiB outputs, 7 input sets: 20 MiB to spill; on a full disk the plan refuses the job (a
     ResourceError naming the bytes) before the worker makes anything."""
+    monkeypatch.setattr(spill, "SPILL_BYTES", 16 << 20)  # what a job keeps in memory before it spills
     with VerifierPool(workers=1, device="cpu", timeout=120, resized="off") as pool:
         _full(monkeypatch)
         with pytest.raises(ResourceError, match=r"20\.0 MiB needed for the job's spill") as exc:
