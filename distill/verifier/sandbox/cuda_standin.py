@@ -19,10 +19,14 @@ Triton's driver queries that its tutorials make (`triton.runtime.driver.active.g
 `get_current_target()`, `utils.get_device_properties(i)`: the only parts of triton.runtime the static policy
 lets a candidate name) describe the same H100; a process without a GPU has no active driver otherwise.
 
-Not covered: streams and events (`torch.cuda.Stream`, `current_stream()`), `torch.cuda.set_device`.
+The current stream (`torch.cuda.current_stream()`, `default_stream()`, `with torch.cuda.stream(s):` around
+a launch) is a stand-in the interpreter's synchronous launches never need to wait on.
+
+Not covered: new streams and events (`torch.cuda.Stream`, `current_stream()`), `torch.cuda.set_device`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import types
@@ -42,6 +46,7 @@ def install() -> None:
     candidate = candidate_caller()
     _install_device(candidate)
     _install_availability(candidate)
+    _install_current_stream(candidate)
     _install_driver(candidate)
 
 
@@ -80,6 +85,45 @@ def _install_availability(candidate: Callable[[Any], bool]) -> None:
 
     torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device = (is_available, device_count,
                                                                                    current_device)
+
+
+class _CurrentStream:
+    """The one stream of the stand-in GPU: every interpreted launch has finished when it returns, so
+    there is nothing to wait for."""
+    cuda_stream = 0
+    device_index = 0
+    device = _STANDIN
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+
+def _install_current_stream(candidate: Callable[[Any], bool]) -> None:
+    """`stream = torch.cuda.current_stream()` and `with torch.cuda.stream(stream):` around a launch (public
+    wrappers that pin a launch to the caller's stream) raised "Torch not compiled with CUDA enabled" here
+    (measured: an honest add in that style was runtime_error). From the candidate's frames the current and
+    default streams are the stand-in GPU's one stream, and entering it selects nothing. A new
+    `torch.cuda.Stream()` still raises: work put on a second stream could race on a GPU, which this lane,
+    running every launch in order, would never show."""
+    real_current, real_default, real_context = torch.cuda.current_stream, torch.cuda.default_stream, torch.cuda.stream
+    one = _CurrentStream()
+
+    def current_stream(device: Any = None) -> Any:
+        return one if candidate(sys._getframe(1)) else real_current(device)
+
+    def default_stream(device: Any = None) -> Any:
+        return one if candidate(sys._getframe(1)) else real_default(device)
+
+    def stream(s: Any) -> Any:
+        return contextlib.nullcontext() if s is one else real_context(s)
+
+    torch.cuda.current_stream, torch.cuda.default_stream, torch.cuda.stream = current_stream, default_stream, stream
 
 
 def _install_is_cuda() -> None:
