@@ -16,7 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Top-level modules a candidate may import. Everything else is refused with the category below.
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     {"torch", "triton", "math", "typing", "functools", "itertools", "collections", "dataclasses",
-     "numbers", "enum", "__future__", "abc"}
+     "numbers", "enum", "__future__", "abc",
+     "warnings"}  # `warnings.warn` in a wrapper's edge case: public kernels' style; it warns, nothing else
 )
 
 # Modules refused with a category a person can act on (others: "import of <name> is not allowed").
@@ -102,7 +103,8 @@ FORBIDDEN_CALLS: dict[str, str] = {
 }
 
 # Dunder attributes a candidate may touch; all others are introspection.
-ALLOWED_DUNDERS: frozenset[str] = frozenset({"__init__", "__name__", "__doc__", "__future__"})
+# `__version__`: public wrappers pick a path by Triton's or torch's version (a string).
+ALLOWED_DUNDERS: frozenset[str] = frozenset({"__init__", "__name__", "__doc__", "__future__", "__version__"})
 
 # Names of the reference problem that a candidate must not reuse.
 REFERENCE_NAMES: frozenset[str] = frozenset({"Model"})
@@ -124,7 +126,7 @@ def module_category(dotted: str) -> str | None:
             return cat
     top = dotted.split(".", 1)[0]
     if top in ALLOWED_IMPORTS:
-        if any(part.startswith("_") and part != "__future__" for part in dotted.split(".")[1:]):
+        if any(part.startswith("_") and part not in ("__future__", "__version__") for part in dotted.split(".")[1:]):
             return "introspection"
         return None
     return MODULE_CATEGORY.get(top, "import")

@@ -100,3 +100,14 @@ def test_init_handles_is_the_one_private_name_a_compiled_kernel_is_read_through(
     for other in ("kk._run", "kk._init_handles_x", "kk.__dict__"):
         rep = check_source(HEAD + KERNEL + use + f"z = {other}\n" + MODEL)
         assert rep.status == "forbidden" and rep.findings[0].category == "introspection", (other, rep)
+
+
+@pytest.mark.parametrize("use", ["v = int(triton.__version__.split('.')[0]) >= 3", "w = torch.__version__",
+                                 "import warnings\nwarnings.warn('empty input')"])
+def test_version_checks_and_warnings_of_public_wrappers_are_fine(use):
+    assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status is None
+
+
+@pytest.mark.parametrize("use", ["x = torch.__init__", "y = triton.__file__", "z = torch.__dict__"])
+def test_other_module_dunders_stay_introspection(use):
+    assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status == "forbidden"
