@@ -9,7 +9,8 @@ a cast or a dtype reinterpretation included: `policy.op_name`):
 * `BackendBlock` replaces the CPU/CUDA kernels of every ATen compute op with one that raises, for the
   whole job: compute then fails even if the candidate pops or disables the dispatch mode;
 * `install_patches` routes Triton launches, value reads (numpy, tolist, dlpack), torch.compile and
-  raw-memory ctypes calls through the guard's hook.
+  raw-memory ctypes calls through the guard's hook; launches of a kernel compiled with `warmup`
+  (compiled.py) and through `torch.library.wrap_triton` reach the same launch path.
 """
 from __future__ import annotations
 
