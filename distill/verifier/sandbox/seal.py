@@ -4,7 +4,7 @@ Candidate code runs at import, construction and forward; the harness's own steps
 copying outputs, the replay, the timing loop) run in between, in the same process. State the
 candidate leaves behind would run inside those steps: a dispatch or function mode still on its
 stack, a trace or profile function, a gc callback, global module hooks, a changed default dtype or
-device, dispatch-key TLS, Triton's knobs (launch hooks, cache and override folders). The worker takes `snapshot()` before any candidate
+device, dispatch-key TLS, Triton's knobs (launch hooks, cache and override folders), the warnings filters. The worker takes `snapshot()` before any candidate
 code and calls `changed()` at each step boundary; any difference is `forbidden`. The other half is
 the guard's profile hook over the harness's steps, which records candidate code entered by any path
 (finalizers, `__del__`, dispatcher kernels); `integrity.py` covers replaced attributes.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import warnings
 from typing import Any
 
 import torch
@@ -56,6 +57,10 @@ def snapshot() -> dict[str, Any]:
         "gc callbacks": tuple(gc.callbacks),
         "gc enabled": gc.isenabled(),
         "recursion limit": sys.getrecursionlimit(),
+        # `warnings.simplefilter("error")` left behind would turn a harness step's warning into an
+        # exception (`warnings` is importable, and reachable through torch's modules anyway).
+        "warnings filters": tuple(warnings.filters),
+        "warnings hooks": (warnings.showwarning, warnings.formatwarning),
     }
     for name in _HOOK_DICTS:
         state[f"torch.nn global hooks {name}"] = tuple(vars(_module)[name].values())
