@@ -27,6 +27,8 @@ import sys
 import types
 from typing import Any, Callable
 
+import torch
+
 # What the CPU lane answers for `n_regs`: registers are unknown without ptxas. Honest code sizes a grid
 # from it; 32 a thread gives the tutorial's occupancy formula 8 programs an SM at 8 warps.
 N_REGS = 32
@@ -59,11 +61,8 @@ def _install_compiled_launch(candidate: Callable[[Any], bool]) -> None:
         options = _options(fn.arg_names, {k: getattr(self.metadata, k, None) for k in _OPTIONS})
 
         def runner(*args: Any, stream: Any = None) -> Any:
-            if stream is not None:
-                import torch
-
-                if stream != torch.cuda.current_stream().cuda_stream:
-                    raise RuntimeError("a compiled kernel launched on a stream other than the current one")
+            if stream is not None and stream != torch.cuda.current_stream().cuda_stream:
+                raise RuntimeError("a compiled kernel launched on a stream other than the current one")
             return fn.run(*args, grid=grid, warmup=False, **options)
 
         return runner
@@ -81,13 +80,13 @@ class Warmed:
     """What `warmup` returns on the CPU lane: as much of a CompiledKernel as public code reads."""
 
     def __init__(self, fn: Any, options: dict[str, Any], shared: int) -> None:
-        from triton.backends.compiler import GPUTarget
+        from distill.verifier.sandbox import gpu_compile
 
         self.fn, self.options, self.name = fn, options, fn.__name__
         self.n_regs, self.n_spills, self.n_max_threads = N_REGS, 0, 1024
         self.metadata = types.SimpleNamespace(shared=shared, name=fn.__name__, num_warps=options.get("num_warps", 4),
                                               num_stages=options.get("num_stages", 3), num_ctas=options.get("num_ctas", 1),
-                                              target=GPUTarget("cuda", 90, 32))
+                                              target=gpu_compile.TARGET)
 
     def _init_handles(self) -> None:
         """Nothing to load: the interpreter runs the kernel's source."""

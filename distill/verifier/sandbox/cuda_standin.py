@@ -319,8 +319,9 @@ def _install_driver(candidate: Callable[[Any], bool]) -> None:
     at its top) failed at import. Made active in Triton's driver config, a stand-in answers them for the
     candidate's frames as the H100 above; trusted code, and any other attribute, get Triton's own error,
     as before."""
-    from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
+
+    from distill.verifier.sandbox import gpu_compile  # the H100 target every CPU-lane launch compiles for
 
     try:
         driver.active  # noqa: B018 - a process with a real driver keeps it
@@ -346,7 +347,7 @@ def _install_driver(candidate: Callable[[Any], bool]) -> None:
 
         def get_current_target(self) -> Any:
             asked(sys._getframe(1))
-            return GPUTarget("cuda", 90, 32)
+            return gpu_compile.TARGET
 
         def get_current_device(self) -> int:
             asked(sys._getframe(1))
