@@ -187,7 +187,7 @@ class Fleet:
     def _start_reference(self, gpu: int, role: str) -> procs.Proc:
         own = os.path.join(self.root, f"{role}-{gpu}-{os.urandom(4).hex()}")
         os.mkdir(own)  # not makedirs: after close() the root is gone and stays gone
-        cfg = {"device": self.device, "gpu": gpu, "template_cache": self.template, "own_cache": own}
+        cfg = {"device": self.device, "gpu": gpu, "template_cache": self.template, "own_cache": own, "role": role}
         proc = procs.Proc(reference.reference_main, cfg, f"tritonforge-{role}-{gpu}", self.start_timeout)
         self._register(proc, gpu)
         try:

@@ -43,6 +43,14 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: Reply) -> Reply:
     return reply
 
 
+def _handled(phases: dict[str, float], name: str, proc: procs.Proc, before: list[float]) -> None:
+    """The parent's seconds on the messages of `proc` it acknowledged since `before` (procs.Proc.handled):
+    `{name}.handled` in wall time (what the child waited for its acks, less the pipe), `.handled_cpu`
+    of that in this thread's CPU; the rest is waiting for the GIL or torch's threads."""
+    phases[f"{name}.handled"] = round(proc.handled[0] - before[0], 4)
+    phases[f"{name}.handled_cpu"] = round(proc.handled[1] - before[1], 4)
+
+
 def _take_call(stream: callstream.CallStream, msg: protocol.CallSent | protocol.Progress) -> None:
     """One call's report, as the worker sent it when the call ended: judged now, its outputs dropped
     (callstream.py). A report that names no trial of the reference's is a tampered channel."""
@@ -100,8 +108,10 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply,
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
     msg: dict[str, Any] = protocol.Time(cmd="time", warmup=spec.warmup, trials=spec.timing_trials, check=checks)
     proc, launches = slot.proc, found.checks.get("launches_per_call", 1)
+    waited = time.monotonic()
     if replayed is not None:
         proc, launches = ctx.handouts.replayer(slot.gpu), replayed.launches
+        waited = time.monotonic() - waited
         record = {k: v for k, v in replayed.msg.items() if k not in ("cmd", "runs", "seeds")}
         msg = protocol.TimeReplay(**record, cmd="time_replay", warmup=spec.warmup, trials=spec.timing_trials,
                                   check=checks, seeds={f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)})
@@ -129,6 +139,7 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply,
                 rep = _watched(ctx, proc, early if early is not None else proc.finish(nonce, spec.timeout, "timing"))
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
         if replayed is not None:
+            verdict_phases["timing.wait"] = waited  # queued for a replayer
             verdict_phases["timing_setup"] = setup_s  # the record rebuilt and its kernels compiled, outside the gate
         if replayed is None and not rep.get("error"):
             kept: protocol.TimedOutputsReply = proc.request(protocol.TimedOutputs(cmd="timed_outputs"), spec.timeout, "timing")
@@ -167,9 +178,11 @@ def _take_run(runs: list[protocol.ReplayRun], msg: protocol.RunSent | protocol.P
 
 
 def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply, run: protocol.RunReply,
-            found: judge.Finding, stream: bool, grant: Grant, spill: Spill) -> tuple[judge.Finding, replaycheck.Prepared]:
+            found: judge.Finding, stream: bool, grant: Grant, spill: Spill,
+            phases: dict[str, float]) -> tuple[judge.Finding, replaycheck.Prepared]:
     """Provenance from a replayer (replaycheck.py), a process that never imported the candidate's
-    module; and what was sent to it (the timing may send it again). It runs under the job's grant."""
+    module; and what was sent to it (the timing may send it again). It runs under the job's grant.
+    `phases` gets the wait for a replayer and the replayer's own seconds (`replay.*`)."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
                                {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
                                grant.device_bytes, found.checks, stream)
@@ -177,14 +190,20 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsRepl
         return prep.finding, prep
     if grant.fraction is not None:  # the job's device cap, set by the replayer's harness before the record runs
         prep.msg = {**prep.msg, "device_memory_fraction": grant.fraction}
+    waited = time.monotonic()
     proc = ctx.handouts.replayer(slot.gpu)
+    phases["replay.wait"] = round(time.monotonic() - waited, 4)
     broken, checks, raised = True, prep.checks, _replayer_cap(ctx, proc, grant)
+    handled = list(proc.handled)
     runs: list[protocol.ReplayRun] = []  # each run's report as it arrived, its outputs kept on disk when large
     try:
         rep: protocol.ReplayReply = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
                                                 total=spec.timeout * (len(replaycheck.RUNS) + 2),
                                                 on_data=lambda msg: _take_run(runs, msg, spill)))
         rep["runs"] = runs
+        _handled(phases, "replay", proc, handled)
+        phases["replay.setup"] = round(float(rep.get("setup_s") or 0.0), 4)  # the replayer's claims: figures only
+        phases["replay.calls"] = round(sum(float(r.get("call_s") or 0.0) for r in runs if isinstance(r, dict)), 4)
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
         spill.release()
         near = found.checks.get("kernel_replay") if found.status == "not_triton" else None
@@ -274,6 +293,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         steps(phase)
         # Each call's outputs are compared with the reference's as its report arrives (callstream.py).
         plan = spec.plan()  # draws the traced and the other trial, where not drawn yet
+        handled = list(proc.handled)
         judged = callstream.CallStream(ref["trials"], spec.device, keep_trial=spec.other, spill=spill)
         run: protocol.RunReply = proc.request(
             protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"], init_seed=spec.seeds[0],
@@ -285,6 +305,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         # could not be encoded, and no call counts.
         run["calls"] = [] if run.get("error") else judged.calls
         lap("run")
+        _handled(phases, "run", proc, handled)
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
             base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
         run_s = run.get("run_s")
@@ -314,7 +335,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         replayed = None
         if found.status is None:  # provenance, from a process that never ran the candidate's module
             phase = "replay"
-            found, replayed = _replay(ctx, slot, spec, ref, run, found, stream, grant, spill)
+            found, replayed = _replay(ctx, slot, spec, ref, run, found, stream, grant, spill, phases)
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"

@@ -245,10 +245,18 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
         worker._warm_up(device)
         os.environ["TRITON_CACHE_DIR"] = cfg["own_cache"]
         flush = timing.flush_buffer(device)
-        try:  # import inductor now, at pool start, not at the first problem's timing
-            torch.compile(lambda x: x * 2.0 + 1.0)(torch.ones(8, device=device))
-        except Exception:  # noqa: BLE001 - then references are timed eagerly only
-            pass
+        # Inductor compiles a graph's kernels in a pool of subprocesses (one per core), each importing
+        # torch afresh; every reference process warmed one up at its start. On the 16-core H200 box
+        # that was 168 processes and 44% of the host's CPU samples during bench_verifier (py-spy,
+        # 2026-11-29), taken from the workers. A reference graph has a few kernels: they compile here.
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = 1
+        if cfg.get("role", "timer") == "timer":  # plain references never compile on a pool with timers
+            try:  # import inductor now, at pool start, not at the first problem's timing
+                torch.compile(lambda x: x * 2.0 + 1.0)(torch.ones(8, device=device))
+            except Exception:  # noqa: BLE001 - then references are timed eagerly only
+                pass
     arena = codec.open_arena(cfg)
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     conn.send_bytes(codec.encode(protocol.RefReady(ready=True, pid=os.getpid(), device_total=total)))

@@ -17,7 +17,8 @@ was judged on torch code (`not_triton`), though the GPU runs its kernel.
 
 Triton's driver queries that its tutorials make (`triton.runtime.driver.active.get_active_torch_device()`,
 `get_current_target()`, `utils.get_device_properties(i)`: the only parts of triton.runtime the static policy
-lets a candidate name) describe the same H100; a process without a GPU has no active driver otherwise.
+lets a candidate name) describe the same H100 (`StandinDriver`, behind driver_view's view on this lane); a
+process without a GPU has no active driver otherwise.
 
 The current stream (`torch.cuda.current_stream()`, `default_stream()`, `with torch.cuda.stream(s):` around
 a launch) is a stand-in the interpreter's synchronous launches never need to wait on.
@@ -47,7 +48,6 @@ def install() -> None:
     _install_device(candidate)
     _install_availability(candidate)
     _install_current_stream(candidate)
-    _install_driver(candidate)
 
 
 _STANDIN = torch.device("cuda", 0)
@@ -313,47 +313,26 @@ H100_TRITON = types.MappingProxyType({
     "sm_clock_rate": 1_980_000, "mem_clock_rate": 2_619_000, "mem_bus_width": 5120})
 
 
-def _install_driver(candidate: Callable[[Any], bool]) -> None:
-    """The read-only driver queries of Triton's tutorials (policy.DRIVER_QUERIES) raised "0 active drivers"
-    here, so every tutorial-style module (`DEVICE = triton.runtime.driver.active.get_active_torch_device()`
-    at its top) failed at import. Made active in Triton's driver config, a stand-in answers them for the
-    candidate's frames as the H100 above; trusted code, and any other attribute, get Triton's own error,
-    as before."""
-    from triton.runtime import driver
+class StandinDriver:
+    """What Triton's driver queries answer on the CPU lane, which has no driver: the H100 above. Reached
+    only through driver_view's view, from the candidate's frames; trusted code still gets Triton's own
+    "0 active drivers"."""
 
-    from distill.verifier.sandbox import gpu_compile  # the H100 target every CPU-lane launch compiles for
-
-    try:
-        driver.active  # noqa: B018 - a process with a real driver keeps it
-        return
-    except RuntimeError as exc:
-        error = str(exc)
-
-    def asked(frame: Any) -> None:
-        if not candidate(frame):
-            raise RuntimeError(error)
-
-    class Utils:
-        def get_device_properties(self, device: Any = 0) -> dict[str, int]:
-            asked(sys._getframe(1))
+    class utils:  # noqa: N801 - Triton's attribute name
+        @staticmethod
+        def get_device_properties(device: Any = 0) -> dict[str, int]:
             return dict(H100_TRITON)
 
-    class StandinDriver:
-        utils = Utils()
+    @staticmethod
+    def get_active_torch_device() -> torch.device:
+        return _STANDIN
 
-        def get_active_torch_device(self) -> torch.device:
-            asked(sys._getframe(1))
-            return _STANDIN
+    @staticmethod
+    def get_current_target() -> Any:
+        from distill.verifier.sandbox import gpu_compile  # the H100 target every CPU-lane launch compiles for
 
-        def get_current_target(self) -> Any:
-            asked(sys._getframe(1))
-            return gpu_compile.TARGET
+        return gpu_compile.TARGET
 
-        def get_current_device(self) -> int:
-            asked(sys._getframe(1))
-            return 0
-
-        def __getattr__(self, name: str) -> Any:
-            raise RuntimeError(error)
-
-    driver.set_active(StandinDriver())
+    @staticmethod
+    def get_current_device() -> int:
+        return 0

@@ -21,14 +21,16 @@ MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.testing", "torch
            "distill.verifier.sandbox.interp_shims", "distill.verifier.sandbox.gpu_compile",
            "distill.verifier.sandbox.libdevice_np", "distill.verifier.sandbox.interp_grid",
            "distill.verifier.sandbox.interp_rewrite", "distill.verifier.sandbox.interp_scan",
-           "distill.verifier.sandbox.gpu_deps", "distill.verifier.sandbox.compiled")
+           "distill.verifier.sandbox.gpu_deps", "distill.verifier.sandbox.compiled",
+           "distill.verifier.sandbox.driver_view")
 CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream",
            "triton.runtime.jit.JITFunction", "triton.runtime.interpreter.InterpretedFunction",
            "triton.runtime.jit.KernelInterface", "torch.utils._python_dispatch.TorchDispatchMode",
            "triton.runtime.autotuner.Autotuner", "triton.runtime.interpreter.InterpreterBuilder",
            "triton.runtime.interpreter.GridExecutor", "triton.runtime.interpreter.ScanOps",
            "triton.runtime.interpreter.ReduceOps", "triton.compiler.code_generator.CodeGenerator",
-           "triton.compiler.compiler.CompiledKernel")  # reachable as type(kernel.warmup(...)) (compiled.py)
+           "triton.compiler.compiler.CompiledKernel",  # reachable as type(kernel.warmup(...)) (compiled.py)
+           "distill.verifier.sandbox.driver_view.CandidateDriverConfig")  # type(triton.runtime.driver)
 # Attributes that legitimately change while code runs (caches, counters, lazily built state).
 _VOLATILE = frozenset({"modules", "path_importer_cache", "last_exc", "last_value", "last_type",
                        "last_traceback", "_current_frames", "dont_write_bytecode", "ps1", "ps2",

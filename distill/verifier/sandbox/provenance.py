@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from distill.verifier import policy
-from distill.verifier.sandbox import compiled, cuda_standin, guard
+from distill.verifier.sandbox import compiled, cuda_standin, driver_view, guard
 from distill.verifier.sandbox.bands import Bands
 
 # The op tables and the rule that names an op by what it does to values live in policy.py; the
@@ -214,6 +214,7 @@ def install_patches(gpu: bool) -> tuple[dict[str, Callable], tuple[type, ...]]:
         cls.run = guard.launch_wrapper
     _eager_wrap_triton()
     compiled.install(gpu, cuda_standin.candidate_caller())
+    driver_view.install(cuda_standin.candidate_caller())
     return real, kinds
 
 
