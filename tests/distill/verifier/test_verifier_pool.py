@@ -68,6 +68,39 @@ def pool2():
         yield pool
 
 
+def test_an_open_pool_holds_the_gil_switch_interval_short(pool):
+    """The parent's comparisons wait for the GIL at every torch call (pool.SWITCH_INTERVAL_S says why)."""
+    import sys
+
+    from distill.verifier import pool as pool_module
+
+    assert sys.getswitchinterval() == pytest.approx(pool_module.SWITCH_INTERVAL_S)
+
+
+def test_the_switch_interval_goes_back_when_the_last_pool_closes():
+    import sys
+
+    from distill.verifier.pool import SWITCH_INTERVAL_S, _switch_held, _switch_interval
+
+    before, held = sys.getswitchinterval(), dict(_switch_held)
+    _switch_held.update(pools=0)
+    try:
+        sys.setswitchinterval(0.004)
+        a, b = SimpleNamespace(_holds_switch=False), SimpleNamespace(_holds_switch=False)
+        _switch_interval(a, True)
+        _switch_interval(a, True)  # a second start holds nothing more
+        _switch_interval(b, True)
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+        _switch_interval(a, False)
+        _switch_interval(a, False)  # nor does a second close let go of b's hold
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+        _switch_interval(b, False)
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+    finally:
+        _switch_held.update(held)
+        sys.setswitchinterval(before)
+
+
 def test_verify_many_is_concurrent_and_keeps_order(pool2):
     names = ["add", "relu_pos", "softmax", "transpose_add"]
     pairs = [(problem(n), honest(n)) for n in names]
