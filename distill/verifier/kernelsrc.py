@@ -4,7 +4,7 @@ The replayer (replayer.py) runs a traced forward's launches without ever importi
 module. It gets this text instead: the candidate's module-level `@triton.jit` functions, with every
 other decorator (`triton.autotune`, `triton.heuristics`, ...) dropped, since a recorded launch
 carries the constexprs and options its config resolved to; the imports of `triton`, `math` and
-their submodules (libdevice included); and module-level constants whose right-hand side is a
+their submodules (libdevice included; from `import torch, triton` only `triton`); and module-level constants whose right-hand side is a
 literal, arithmetic on constants, an attribute of an imported module (`tl.float16`,
 `libdevice.tanh`) or a call of `tl.constexpr`, `triton.cdiv`, `triton.next_power_of_2`, `math.*`
 and a few pure builtins on such values. Nothing else of the candidate runs: no class, no plain
@@ -65,6 +65,7 @@ class _Extractor:
         self.constants: set[str] = set()
         self.kernels: list[str] = []
         self.skipped: dict[str, str] = {}
+        self.rewritten: ast.stmt | None = None  # the part of the last kept statement that goes in, when not all
 
     # -- expressions ----------------------------------------------------------------------------------
     def expr_ok(self, node: ast.AST) -> str:
@@ -133,12 +134,16 @@ class _Extractor:
             for a in node.names:
                 self.aliases[a.asname or a.name] = f"{base}.{a.name}"
             return True
-        if not all(_module_ok(a.name) for a in node.names):
-            for a in node.names:
+        kept = [a for a in node.names if _module_ok(a.name)]
+        for a in node.names:
+            if a not in kept:
                 name = a.asname or a.name.split(".", 1)[0]
                 self.skipped[name] = f"it is the module {a.name}, which the replay does not import"
+        if not kept:
             return False
-        for a in node.names:
+        if len(kept) < len(node.names):  # `import torch, triton.language as tl`: the names the replay imports
+            self.rewritten = ast.Import(names=kept)
+        for a in kept:
             if a.asname:
                 self.aliases[a.asname] = a.name
             else:
@@ -213,10 +218,11 @@ def extract(source: str) -> KernelSource:
     shared = {ln for i, (a, b) in enumerate(spans) for j, (c, d) in enumerate(spans)
               if i != j for ln in (a, b) if c <= ln <= d}
     for node, (first, last) in zip(tree.body, spans):
+        ex.rewritten = None
         if not ex.keep(node):
             continue
-        if first in shared or last in shared:  # `A = 1; B = 2`: a simple statement sharing its line
-            text = ast.unparse(node)
+        if ex.rewritten is not None or first in shared or last in shared:  # `A = 1; B = 2`: sharing its line
+            text = ast.unparse(ex.rewritten or node)
             out[first - 1] = f"{out[first - 1]}; {text}" if out[first - 1] else text
             continue
         for ln in range(first, last + 1):

@@ -189,6 +189,22 @@ def test_jit_options_are_checked_not_the_call_of_triton_jit():
     assert kernelsrc.extract(SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(*OPTS)\ndef scaled")).kernels == []
 
 
+def test_one_import_statement_of_several_modules_keeps_the_ones_the_replay_imports():
+    """`import torch, triton, triton.language as tl` (valid, seen in public code) was dropped whole for
+    its torch: `triton` then named nothing and every kernel read as a plain function (not_triton)."""
+    src = ("import torch, torch.nn as nn, triton, triton.language as tl\nimport os, math; X = 2\n\n"
+           "@triton.jit\ndef k(x_ptr, n, B: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, B), X * math.pi)\n")
+    ks = kernelsrc.extract(src)
+    assert ks.kernels == ["k"] and not ks.error
+    lines = ks.text.splitlines()
+    assert lines[0] == "import triton, triton.language as tl" and lines[1] == "import math; X = 2"
+    assert lines[4] == "def k(x_ptr, n, B: tl.constexpr):"  # the kernel keeps its line
+    assert "which the replay does not import" in ks.skipped["torch"] and "os" in ks.skipped and "nn" in ks.skipped
+    namespace: dict = {}
+    exec(compile(ks.text, "<kernels>", "exec"), namespace)  # noqa: S102 - imports of triton and math only
+    assert "torch" not in namespace and "os" not in namespace and "k" in namespace
+
+
 def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     model = torch.nn.Linear(8, 5)
     ref = statecheck.summary(model)
