@@ -4,12 +4,14 @@ The replayer (replayer.py) runs a traced forward's launches without ever importi
 module. It gets this text instead: the candidate's module-level `@triton.jit` functions, with every
 other decorator (`triton.autotune`, `triton.heuristics`, ...) dropped, since a recorded launch
 carries the constexprs and options its config resolved to; the imports of `triton`, `math` and
-their submodules (libdevice included; from `import torch, triton` only `triton`); and module-level constants whose right-hand side is a
-literal, arithmetic on constants, an attribute of an imported module (`tl.float16`,
-`libdevice.tanh`) or a call of `tl.constexpr`, `triton.cdiv`, `triton.next_power_of_2`, `math.*`
-and a few pure builtins on such values. Nothing else of the candidate runs: no class, no plain
-function, no statement with a side effect. Each kept statement keeps its line number (the rest of
-the text is blank lines), so an error in a kernel names the line of the candidate's own file.
+their submodules (libdevice included; of `import torch, triton`, only `triton`); and module-level
+constants whose right-hand side is a literal, arithmetic on constants, an attribute of an imported
+module (`tl.float16`, `libdevice.tanh`) or a call of `tl.constexpr`, `triton.cdiv`,
+`triton.next_power_of_2`, `math.*` and a few pure builtins on such values, also when bound together
+(`BM, BN = tl.constexpr(64), tl.constexpr(32)`, `A = B = 1`). Nothing else of the candidate runs: no
+class, no plain function, no statement with a side effect. Each kept statement keeps its line number
+(the rest of the text is blank lines), so an error in a kernel names the line of the candidate's own
+file.
 
 Simplifies: a kernel is found by the name its `def` gives it; a kernel made by calling
 `triton.jit(f)`, defined inside a function or class, or using a global that is not such a constant
@@ -175,28 +177,43 @@ class _Extractor:
             targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
             targets, value = [node.target], node.value
-        names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if value is None or len(names) != len(targets):
+        pairs = _pairs(targets, value) if value is not None else None
+        if pairs is None:
             for name in _bound_names(node):
                 self.skipped[name] = f"it is bound by a {type(node).__name__} statement, not a constant assignment"
             return False
-        why = self.expr_ok(value)
+        why = next((w for w in (self.expr_ok(v) for _, v in pairs) if w), "")
         if isinstance(node, ast.AnnAssign) and not why and _dotted(node.annotation, {**self.aliases}) is None \
                 and not (isinstance(node.annotation, ast.Name) and node.annotation.id in _BUILTINS | {"str"}):
             why = "its annotation is not a type the replay knows"
-        for name in names:
+        for name, v in pairs:
             if why:
                 self.skipped[name] = f"its value is not a constant the replay can rebuild ({why})"
                 self.constants.discard(name)
                 self.aliases.pop(name, None)
             else:
                 self.skipped.pop(name, None)
-                dotted = _dotted(value, self.aliases) if isinstance(value, (ast.Name, ast.Attribute)) else None
+                dotted = _dotted(v, self.aliases) if isinstance(v, (ast.Name, ast.Attribute)) else None
                 if dotted:
                     self.aliases[name] = dotted
                 else:
                     self.constants.add(name)
         return not why
+
+
+def _pairs(targets: list[ast.AST], value: ast.AST) -> list[tuple[str, ast.AST]] | None:
+    """(name, the expression it gets) for `A = B = v` and `BM, BN = 64, 32`; None for any other target."""
+    out: list[tuple[str, ast.AST]] = []
+    for t in targets:
+        if isinstance(t, ast.Name):
+            out.append((t.id, value))
+        elif (isinstance(t, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))
+              and len(t.elts) == len(value.elts) and all(isinstance(e, ast.Name) for e in t.elts)
+              and not any(isinstance(e, ast.Starred) for e in value.elts)):
+            out += [(e.id, v) for e, v in zip(t.elts, value.elts)]
+        else:
+            return None
+    return out
 
 
 def _bound_names(node: ast.stmt) -> list[str]:

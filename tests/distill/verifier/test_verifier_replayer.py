@@ -205,6 +205,22 @@ def test_one_import_statement_of_several_modules_keeps_the_ones_the_replay_impor
     assert "torch" not in namespace and "os" not in namespace and "k" in namespace
 
 
+def test_constants_bound_by_unpacking_are_kept_when_every_value_is_one():
+    """`BM, BN = tl.constexpr(64), tl.constexpr(32)` was refused as "not a constant assignment": a kernel
+    using BM was not replayable."""
+    src = ("import triton\nimport triton.language as tl\nBM, BN = tl.constexpr(64), tl.constexpr(32)\n(A, B) = (1, tl.float16)\nC = D = 3\n"
+           "X, Y = range(2)\nP, Q = [1, open]\n\n@triton.jit\ndef k(x_ptr):\n"
+           "    tl.store(x_ptr + tl.arange(0, BM), (BN + A + C + D).to(B))\n")
+    ks = kernelsrc.extract(src)
+    assert ks.kernels == ["k"]
+    assert "BM, BN = tl.constexpr(64), tl.constexpr(32)" in ks.text and "(A, B) = (1, tl.float16)" in ks.text and "C = D = 3" in ks.text
+    assert "range(2)" not in ks.text and "open" not in ks.text
+    assert "not a constant assignment" in ks.skipped["X"] and "open" in ks.skipped["Q"] and "open" in ks.skipped["P"]
+    namespace: dict = {}
+    exec(compile(ks.text, "<kernels>", "exec"), namespace)  # noqa: S102 - imports of triton and math only
+    assert (namespace["BM"], namespace["BN"], namespace["D"]) == (64, 32, 3)
+
+
 def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     model = torch.nn.Linear(8, 5)
     ref = statecheck.summary(model)
