@@ -153,7 +153,11 @@ VIEWS = frozenset({
 COPIES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
                     "aten::_copy_from_and_resize", "aten::to", "aten::record_stream", "aten::_pin_memory",
                     "aten::is_pinned", "aten::pin_memory"})
-ALLOWED_OPS = ALLOCATION | VIEWS | COPIES
+# A profiler's marks (`with torch.profiler.record_function("name"):` around a launch): a name and a
+# handle, no tensor; the record leaves them out (record.py), the replay has nothing to run.
+ANNOTATIONS = frozenset({"profiler::_record_function_enter", "profiler::_record_function_enter_new",
+                         "profiler::_record_function_exit"})
+ALLOWED_OPS = ALLOCATION | VIEWS | COPIES | ANNOTATIONS
 # Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
 POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                       "aten::new_empty_strided"})

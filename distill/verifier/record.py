@@ -148,6 +148,8 @@ class _Writer:
                 "padding": d.padding}
 
     def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if isinstance(func, _OpOverload) and func._schema.name in policy.ANNOTATIONS:
+            return  # a profiler's mark (its exit takes the handle, a TorchBind object): nothing to replay
         if type(func) is not _OpOverload:
             raise NotReplayable("a traced op is not an ATen operator")
         name = func._schema.name

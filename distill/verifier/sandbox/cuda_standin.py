@@ -21,7 +21,8 @@ lets a candidate name) describe the same H100 (`StandinDriver`, behind driver_vi
 process without a GPU has no active driver otherwise.
 
 The current stream (`torch.cuda.current_stream()`, `default_stream()`, `with torch.cuda.stream(s):` around
-a launch) is a stand-in the interpreter's synchronous launches never need to wait on.
+a launch) is a stand-in the interpreter's synchronous launches never need to wait on. NVTX ranges and
+marks (`torch.cuda.nvtx`) do nothing, as they compute nothing on a GPU either.
 
 Not covered: new streams and events (`torch.cuda.Stream`, `current_stream()`), `torch.cuda.set_device`.
 """
@@ -48,6 +49,7 @@ def install() -> None:
     _install_device(candidate)
     _install_availability(candidate)
     _install_current_stream(candidate)
+    _install_nvtx()
 
 
 _STANDIN = torch.device("cuda", 0)
@@ -311,6 +313,38 @@ H100_TRITON = types.MappingProxyType({
     "max_shared_mem": H100["shared_memory_per_block_optin"], "max_num_regs": H100["regs_per_multiprocessor"],
     "multiprocessor_count": H100["multi_processor_count"], "warpSize": H100["warp_size"],
     "sm_clock_rate": 1_980_000, "mem_clock_rate": 2_619_000, "mem_bus_width": 5120})
+
+
+class _Nvtx:
+    """NVTX ranges and marks (`torch.cuda.nvtx.range_push("add")`, `with torch.cuda.nvtx.range(...)`): a
+    profiler's annotations, nothing a kernel computes. A CPU build of torch raises "NVTX functions not
+    installed" for each, so a wrapper that marks its launches failed here and passes on a GPU."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def rangePushA(self, msg: str) -> int:  # noqa: N802 - torch._C._nvtx's names
+        self.depth += 1
+        return self.depth - 1
+
+    def rangePop(self) -> int:  # noqa: N802
+        self.depth = max(0, self.depth - 1)
+        return self.depth
+
+    def rangeStartA(self, msg: str) -> int:  # noqa: N802
+        return 0
+
+    def rangeEnd(self, range_id: int) -> None:  # noqa: N802
+        return None
+
+    def markA(self, msg: str) -> None:  # noqa: N802
+        return None
+
+
+def _install_nvtx() -> None:
+    import torch.cuda.nvtx as nvtx
+
+    nvtx._nvtx = _Nvtx()
 
 
 class StandinDriver:

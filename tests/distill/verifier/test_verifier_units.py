@@ -172,7 +172,9 @@ def test_verdict_has_the_design_fields_and_rejects_unknown_statuses():
 
 @pytest.mark.parametrize("op,compute", [("aten::empty_like", False), ("aten::view", False), ("aten::clone", False),
                                         ("aten::add", True), ("aten::mm", True), ("aten::_to_copy", False),
-                                        ("aten::_to_copy(float32->float16)", True), ("aten::_local_scalar_dense", True)])
+                                        ("aten::_to_copy(float32->float16)", True), ("aten::_local_scalar_dense", True),
+                                        ("profiler::_record_function_enter_new", False),
+                                        ("profiler::_record_function_exit", False), ("profiler::_bad", True)])
 def test_op_classification(op, compute):
     assert policy.is_compute(op) is compute
 
