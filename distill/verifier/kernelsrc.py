@@ -153,10 +153,27 @@ class _Extractor:
                 self.aliases[top] = top
         return True
 
+    def keep_guarded_imports(self, node: ast.Try) -> bool:
+        """`try: from triton.language.extra.libdevice import tanh` / `except ModuleNotFoundError: ...`:
+        kept whole when every import in it is one the replay makes (the body's names bind first)."""
+        inner = [s for s in (*node.body, *node.orelse, *node.finalbody, *(x for h in node.handlers for x in h.body))
+                 if not isinstance(s, ast.Pass)]
+        bound = dict(self.aliases)
+        if all(self.keep_import(s) and self.rewritten is None for s in inner):
+            for s in node.body:  # the body's binding is the one that usually holds
+                self.keep_import(s)
+            return True
+        self.aliases, self.rewritten = bound, None
+        for name in _bound_names(node):
+            self.skipped[name] = "it is imported in a try statement that also imports what the replay does not"
+        return False
+
     def keep(self, node: ast.stmt) -> bool:
         """Whether a top-level statement goes into the kernels module (and the names it binds)."""
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             return self.keep_import(node)
+        if isinstance(node, ast.Try) and static.import_guard(node):
+            return self.keep_guarded_imports(node)
         if isinstance(node, ast.FunctionDef):
             dec = self.jit_decorator(node)
             # `@triton.jit(do_not_specialize=[...], noinline=True)`: the options are checked, not the call of

@@ -12,6 +12,24 @@ from dataclasses import dataclass, field
 from distill.verifier import policy
 
 
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
+
+
+def import_guard(node: ast.Try) -> bool:
+    """A `try` that only picks where a name is imported from (`try: from triton.language.extra.libdevice
+    import tanh` / `except ModuleNotFoundError: from triton.language.extra.cuda.libdevice import tanh`, as
+    libraries that span Triton versions write it): imports and `pass` only, in every branch, and handlers
+    that catch import errors alone. No fallback around compute fits in one; the imports are checked as any."""
+    def names(t: ast.AST | None) -> list[ast.AST]:
+        return list(t.elts) if isinstance(t, ast.Tuple) else [t] if t is not None else []
+
+    handlers_ok = all(h.type is not None and names(h.type)
+                      and all(isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS for n in names(h.type))
+                      for h in node.handlers)
+    stmts = [*node.body, *node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)]
+    return handlers_ok and all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) for s in stmts)
+
+
 @dataclass
 class Finding:
     line: int
@@ -210,7 +228,7 @@ class _Walker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Try(self, node: ast.Try) -> None:
-        if node.handlers:
+        if node.handlers and not import_guard(node):
             self.flag(node, "try/except fallback", "try/except (a fallback around compute is not allowed)")
         self.generic_visit(node)
 

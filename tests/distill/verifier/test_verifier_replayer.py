@@ -221,6 +221,20 @@ def test_constants_bound_by_unpacking_are_kept_when_every_value_is_one():
     assert (namespace["BM"], namespace["BN"], namespace["D"]) == (64, 32, 3)
 
 
+def test_a_try_that_picks_an_import_path_goes_in_whole_when_the_replay_makes_its_imports():
+    src = ("import triton\nimport triton.language as tl\ntry:\n    from triton.language.extra.libdevice import tanh\n"
+           "except ModuleNotFoundError:\n    from triton.language.extra.cuda.libdevice import tanh\n"
+           "try:\n    import torch\nexcept ImportError:\n    pass\n\n@triton.jit\ndef k(x_ptr):\n"
+           "    tl.store(x_ptr, tanh(tl.load(x_ptr)))\n")
+    ks = kernelsrc.extract(src)
+    assert ks.kernels == ["k"]
+    lines = ks.text.splitlines()
+    assert lines[2:6] == src.splitlines()[2:6] and "torch" not in ks.text  # the second try stays out
+    namespace: dict = {}
+    exec(compile(ks.text, "<kernels>", "exec"), namespace)  # noqa: S102 - imports of triton only
+    assert callable(namespace["tanh"])
+
+
 def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     model = torch.nn.Linear(8, 5)
     ref = statecheck.summary(model)

@@ -92,6 +92,30 @@ def test_the_rest_of_the_driver_stays_harness(use):
     assert rep.status == "forbidden" and any(f.category in ("harness", "torch patching") for f in rep.findings), rep
 
 
+GUARD = ("try:\n    from triton.language.extra.libdevice import tanh\n"
+         "except {caught}:\n    {fallback}\n")
+
+
+@pytest.mark.parametrize("caught,fallback", [
+    ("ModuleNotFoundError", "from triton.language.extra.cuda.libdevice import tanh"),
+    ("(ImportError, ModuleNotFoundError)", "from triton.language.extra.cuda.libdevice import tanh"),
+    ("ImportError", "pass")])
+def test_a_try_that_only_picks_an_import_path_is_fine(caught, fallback):
+    """Libraries spanning Triton versions import libdevice this way; DESIGN refuses a fallback around
+    compute, and none fits in imports alone."""
+    assert check_source(HEAD + GUARD.format(caught=caught, fallback=fallback) + KERNEL + MODEL).status is None
+
+
+@pytest.mark.parametrize("caught,fallback", [
+    ("Exception", "from triton.language.extra.cuda.libdevice import tanh"),  # more than import errors
+    ("ImportError", "tanh = torch.tanh"),                                    # a fallback that binds compute
+    ("ImportError", "from triton.language.extra.cuda.libdevice import tanh\n    y = torch.ones(2) + 1"),
+    ("ModuleNotFoundError", "import numpy as tanh")])                        # the import checked as any
+def test_a_try_with_anything_but_imports_stays_refused(caught, fallback):
+    rep = check_source(HEAD + GUARD.format(caught=caught, fallback=fallback) + KERNEL + MODEL)
+    assert rep.status == "forbidden", rep
+
+
 def test_init_handles_is_the_one_private_name_a_compiled_kernel_is_read_through():
     """The fused-softmax tutorial loads its warmed-up kernel (`k._init_handles()`) to read `n_regs`;
     every other private name stays introspection."""
