@@ -11,8 +11,8 @@ CPU tensors were on the H100 the lane compiles every launch for (gpu_compile.py:
 code and before the integrity snapshot, which then holds these as the baseline.
 
 Also answered so: `x.device` (`cuda:0` for a CPU tensor, so `x.device.type == "cuda"` holds and
-`device=x.device` allocates on the lane's CPU), `torch.cuda.is_available()`, `device_count()` and
-`current_device()`. A wrapper that falls back to torch where they say "no GPU" took that path here and
+`device=x.device` allocates on the lane's CPU), `torch.cuda.is_available()`, `device_count()`,
+`current_device()` and `mem_get_info()`. A wrapper that falls back to torch where they say "no GPU" took that path here and
 was judged on torch code (`not_triton`), though the GPU runs its kernel.
 
 Triton's driver queries that its tutorials make (`triton.runtime.driver.active.get_active_torch_device()`,
@@ -71,8 +71,8 @@ def _install_device(candidate: Callable[[Any], bool]) -> None:
 
 
 def _install_availability(candidate: Callable[[Any], bool]) -> None:
-    """`torch.cuda.is_available()` (a wrapper's fallback test), `device_count()`, `current_device()`:
-    from the candidate's frames, one GPU, the one its tensors stand for."""
+    """`torch.cuda.is_available()` (a wrapper's fallback test), `device_count()`, `current_device()`,
+    `mem_get_info()`: from the candidate's frames, one GPU, the one its tensors stand for."""
     real_available, real_count, real_current = (torch.cuda.is_available, torch.cuda.device_count,
                                                 torch.cuda.current_device)
 
@@ -85,8 +85,17 @@ def _install_availability(candidate: Callable[[Any], bool]) -> None:
     def current_device() -> int:
         return 0 if candidate(sys._getframe(1)) else real_current()
 
+    real_mem_get_info = torch.cuda.mem_get_info
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        """(free, total) bytes: the stand-in H100's, all of it free (a wrapper sizing chunks from it)."""
+        if candidate(sys._getframe(1)):
+            return H100["total_memory"], H100["total_memory"]
+        return real_mem_get_info(device)
+
     torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device = (is_available, device_count,
                                                                                    current_device)
+    torch.cuda.mem_get_info = mem_get_info
 
 
 class _CurrentStream:
