@@ -1,9 +1,12 @@
 """What the CPU lane cannot judge: a construct Triton's interpreter cannot run is the lane's gap, not the candidate's error.
 
-Keeps: one check, made by the parent after a CPU-lane verification. A `runtime_error` whose reason is the
-interpreter refusing a construct that the candidate's source really uses becomes `LaneError`: PTX inline
-assembly (`tl.inline_asm_elementwise`, which only a GPU can run) or a libdevice function with no numpy
-twin (`NO_TWIN`: the Bessel functions, `rcp64h`). A GPU compiles and runs both, so a
+Keeps: one check, made by the parent after a CPU-lane verification. A `runtime_error` (or a
+`compile_error`: the construct reached in the constructor) whose reason is the lane refusing a
+construct that the candidate's source really uses becomes `LaneError`: PTX inline assembly
+(`tl.inline_asm_elementwise`, which only a GPU can run), a libdevice function with no numpy twin
+(`NO_TWIN`: the Bessel functions, `rcp64h`), or a second stream (`torch.cuda.Stream()`: work on it may
+race with the current stream on a GPU, which this lane, running every launch in order, could never
+show, so the stand-in GPU of cuda_standin.py has one stream only). A GPU runs all three, so a
 `runtime_error` there would charge an honest kernel for the verifier's limit (in RL, a zero reward that
 teaches the policy to avoid a correct construct; in refinement, a reason that tells the teacher its
 kernel is wrong). `LaneError` is a ProblemError, so every caller treats it as no verdict: verify_many
@@ -33,7 +36,11 @@ NO_TWIN = frozenset({"j0", "j1", "y0", "y1", "jn", "yn", "cyl_bessel_i1", "rcp64
 _REFUSALS = {
     "inline assembly": "inline_asm not supported in interpreter mode",
     "libdevice": "has no CPU-interpreter implementation",
+    "stream": "torch.cuda.Stream requires CUDA support",
 }
+STREAM = "torch.cuda.Stream"
+# The statuses a refusal arrives as: in forward, or in the constructor (`self.stream = torch.cuda.Stream()`).
+_STATUSES = frozenset({"runtime_error", "compile_error"})
 
 
 class LaneError(ProblemError):
@@ -66,6 +73,8 @@ def lane_gap(source: str, reason: str) -> str | None:
     names = _names(source)
     if _REFUSALS["inline assembly"] in reason and INLINE_ASM in names:
         return INLINE_ASM
+    if _REFUSALS["stream"] in reason and "Stream" in names:
+        return STREAM
     if _REFUSALS["libdevice"] in reason:
         for name in sorted(NO_TWIN & names):
             if f"__nv_{name}" in reason:   # the shim names the symbol: __nv_j0f, __nv_jn, __nv_rcp64h
@@ -74,10 +83,11 @@ def lane_gap(source: str, reason: str) -> str | None:
 
 
 def check(verdict: Verdict, source: str, device: str) -> None:
-    """Raise LaneError where a CPU-lane `runtime_error` is the interpreter refusing what the source uses."""
-    if device != "cpu" or verdict.status != "runtime_error":
+    """Raise LaneError where a CPU-lane `runtime_error` or `compile_error` is the lane refusing what the
+    source uses."""
+    if device != "cpu" or verdict.status not in _STATUSES:
         return
     construct = lane_gap(source, verdict.reason)
     if construct is not None:
-        raise LaneError(f"the CPU lane's Triton interpreter cannot run {construct}, which the candidate uses; "
+        raise LaneError(f"the CPU lane cannot judge {construct}, which the candidate uses; "
                         "no verdict here: verify it on a GPU (--device cuda)", construct)

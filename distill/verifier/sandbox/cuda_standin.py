@@ -121,7 +121,8 @@ def _install_current_stream(candidate: Callable[[Any], bool]) -> None:
     (measured: an honest add in that style was runtime_error). From the candidate's frames the current and
     default streams are the stand-in GPU's one stream, and entering it selects nothing. A new
     `torch.cuda.Stream()` still raises: work put on a second stream could race on a GPU, which this lane,
-    running every launch in order, would never show."""
+    running every launch in order, would never show; the parent reads that refusal as the lane's gap
+    (lanegap.py: no verdict), not the candidate's error."""
     real_current, real_default, real_context = torch.cuda.current_stream, torch.cuda.default_stream, torch.cuda.stream
     one = _CurrentStream()
 

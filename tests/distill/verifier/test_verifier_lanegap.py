@@ -157,13 +157,44 @@ def test_the_refusal_alone_or_the_construct_alone_is_the_candidates():
     assert lane_gap("def f(:\n", ASM_REFUSAL) is None                # unparsable source: nothing to map
 
 
-def test_only_a_cpu_lane_runtime_error_is_mapped():
+def test_only_a_cpu_lane_runtime_or_construction_error_is_mapped():
     failing = Verdict("runtime_error", ASM_REFUSAL)
     with pytest.raises(LaneError):
         check(failing, ASM_TANH, "cpu")
+    with pytest.raises(LaneError):                                   # reached in the constructor
+        check(Verdict("compile_error", "constructing ModelNew failed: " + ASM_REFUSAL), ASM_TANH, "cpu")
     check(failing, ASM_TANH, "cuda")                                 # a GPU runs inline assembly: its verdict stands
     check(Verdict("wrong_output", ASM_REFUSAL), ASM_TANH, "cpu")     # it ran: the output is the candidate's
     check(Verdict("pass"), ASM_TANH, "cpu")
+
+
+STREAM_REFUSAL = "forward raised builtins.RuntimeError: torch.cuda.Stream requires CUDA support"
+
+
+def test_a_second_stream_is_the_lanes_gap_not_the_candidates_error(pool):
+    """An honest kernel launched on its own stream, waited for both ways, passes on a GPU; the CPU lane
+    runs every launch in order and could not show a race, so it gives no verdict rather than charging it."""
+    source = honest("add").replace("class ModelNew(nn.Module):", SIDE_STREAM_MODEL + "\n\nclass Unused(nn.Module):")
+    assert "torch.cuda.Stream" in source
+    with pytest.raises(LaneError) as err:
+        pool.verify(problem("add"), source)
+    assert err.value.construct == "torch.cuda.Stream", err.value
+    assert lane_gap("s = torch.cuda.Stream()\n", STREAM_REFUSAL) == "torch.cuda.Stream"
+    assert lane_gap("s = torch.cuda.current_stream()\n", STREAM_REFUSAL) is None   # a forged refusal
+
+
+SIDE_STREAM_MODEL = '''class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stream = torch.cuda.Stream()
+
+    def forward(self, a, b):
+        out = torch.empty_like(a)
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            add_kernel[(triton.cdiv(a.numel(), 256),)](a, b, out, a.numel(), BLOCK=256)
+        torch.cuda.current_stream().wait_stream(self.stream)
+        return out'''
 
 
 def test_no_twin_is_exactly_the_libdevice_functions_the_interpreter_lacks():
