@@ -43,12 +43,12 @@ def _watched(ctx: JobContext, proc: procs.Proc, reply: Reply) -> Reply:
     return reply
 
 
-def _handled(phases: dict[str, float], name: str, proc: procs.Proc, before: list[float]) -> None:
-    """The parent's seconds on the messages of `proc` it acknowledged since `before` (procs.Proc.handled):
-    `{name}.handled` in wall time (what the child waited for its acks, less the pipe), `.handled_cpu`
-    of that in this thread's CPU; the rest is waiting for the GIL or torch's threads."""
-    phases[f"{name}.handled"] = round(proc.handled[0] - before[0], 4)
-    phases[f"{name}.handled_cpu"] = round(proc.handled[1] - before[1], 4)
+def _handled(phases: dict[str, float], name: str, proc: procs.Proc, before: tuple[float, float]) -> None:
+    """The parent's seconds on the messages of `proc` it acknowledged since `before` (procs.Proc.handled_s,
+    handled_cpu_s): `{name}.handled` in wall time (what the child waited for its acks, less the pipe),
+    `.handled_cpu` of that in this thread's CPU; the rest is waiting for the GIL or torch's threads."""
+    phases[f"{name}.handled"] = round(proc.handled_s - before[0], 4)
+    phases[f"{name}.handled_cpu"] = round(proc.handled_cpu_s - before[1], 4)
 
 
 def _take_call(stream: callstream.CallStream, msg: protocol.CallSent | protocol.Progress) -> None:
@@ -194,7 +194,7 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsRepl
     proc = ctx.handouts.replayer(slot.gpu)
     phases["replay.wait"] = round(time.monotonic() - waited, 4)
     broken, checks, raised = True, prep.checks, _replayer_cap(ctx, proc, grant)
-    handled = list(proc.handled)
+    handled = (proc.handled_s, proc.handled_cpu_s)
     runs: list[protocol.ReplayRun] = []  # each run's report as it arrived, its outputs kept on disk when large
     try:
         rep: protocol.ReplayReply = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
@@ -293,7 +293,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         steps(phase)
         # Each call's outputs are compared with the reference's as its report arrives (callstream.py).
         plan = spec.plan()  # draws the traced and the other trial, where not drawn yet
-        handled = list(proc.handled)
+        handled = (proc.handled_s, proc.handled_cpu_s)
         judged = callstream.CallStream(ref["trials"], spec.device, keep_trial=spec.other, spill=spill)
         run: protocol.RunReply = proc.request(
             protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"], init_seed=spec.seeds[0],

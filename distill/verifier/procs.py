@@ -136,9 +136,10 @@ class Proc:
         `seconds` (each try on the zygote under that deadline, then one by `spawn`)."""
         ctx = zygote_context(cfg["device"])
         # The parent's handling of the messages it acknowledges (decoding, judging, the ack), from the
-        # message's arrival: [wall s, this thread's CPU s]. The child waits all of the wall; the part
-        # that is not CPU is this thread waiting for the GIL or torch's threads (job.py's `*.handled`).
-        self.handled = [0.0, 0.0]
+        # message's arrival: wall seconds, and this thread's CPU seconds in them. The child waits all of
+        # the wall; the part that is not CPU is this thread waiting for the GIL or torch's threads
+        # (job.py's `*.handled`).
+        self.handled_s, self.handled_cpu_s = 0.0, 0.0
         self._arrived = (0.0, 0.0)
         # The reply arena and its overflow (codec.reply_arena): created here, opened by the child before it
         # runs anything untrusted, unlinked once the child is ready so no other process can open them by name.
@@ -340,8 +341,8 @@ class Proc:
                     on_data(reply)
                 if reply.get("ack") is True:  # copied out: the child may write its next message over this one
                     self.send(protocol.Ack(cmd="ack", nonce=nonce))
-                    self.handled[0] += time.monotonic() - self._arrived[0]
-                    self.handled[1] += time.thread_time() - self._arrived[1]
+                    self.handled_s += time.monotonic() - self._arrived[0]
+                    self.handled_cpu_s += time.thread_time() - self._arrived[1]
                 del reply  # a call's outputs: gone before the next message is read
                 if current == until:
                     return {}
