@@ -77,6 +77,16 @@ def test_an_open_pool_holds_the_gil_switch_interval_short(pool):
     assert sys.getswitchinterval() == pytest.approx(pool_module.SWITCH_INTERVAL_S)
 
 
+def test_the_parents_share_of_each_wait_is_in_the_phases(pool):
+    """`run.handled` is what a worker waited on the parent's acknowledgements (docs/verifier.md, Throughput);
+    its CPU part can only be smaller; the replay's likewise."""
+    phases = pool.verify(problem("add"), honest("add")).checks["phase_s"]
+    for name in ("run", "replay"):
+        assert phases[f"{name}.handled"] > 0
+        assert 0 <= phases[f"{name}.handled_cpu"] <= phases[f"{name}.handled"] + 1e-3
+    assert phases["run.handled"] <= phases["run"] and {"replay.wait", "replay.setup", "replay.calls"} <= set(phases)
+
+
 def test_the_switch_interval_goes_back_when_the_last_pool_closes():
     import sys
 
