@@ -49,6 +49,16 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
     "torch.overrides": "torch patching", "torch.backends": "torch patching", "torch.hub": "network",
     "triton.testing": "timer", "triton.runtime": "harness", "triton.knobs": "harness",
     "triton.compiler": "harness", "triton.backends": "harness", "triton.tools": "harness",
+    # CUDA by raw handle, address or shared library (the runtime's bindings, allocations outside any
+    # tensor, a stream by its handle, an allocator loaded from a .so) and the worker's memory cap: no
+    # kernel needs them, and the run-time layers catch their effects only later (replay, the guard).
+    "torch.cuda.cudart": "ctypes", "torch.cuda.caching_allocator_alloc": "ctypes",
+    "torch.cuda.caching_allocator_delete": "ctypes", "torch.cuda.memory.caching_allocator_alloc": "ctypes",
+    "torch.cuda.memory.caching_allocator_delete": "ctypes", "torch.cuda.ExternalStream": "ctypes",
+    "torch.cuda.streams.ExternalStream": "ctypes", "torch.cuda.memory.CUDAPluggableAllocator": "ctypes",
+    "torch.cuda.memory.change_current_allocator": "ctypes", "torch.cuda.change_current_allocator": "ctypes",
+    "torch.cuda.set_per_process_memory_fraction": "harness",
+    "torch.cuda.memory.set_per_process_memory_fraction": "harness",
 }
 
 # Names inside a forbidden prefix that launch the candidate's own kernels and nothing else. PyTorch's

@@ -92,6 +92,23 @@ def test_the_rest_of_the_driver_stays_harness(use):
     assert rep.status == "forbidden" and any(f.category in ("harness", "torch patching") for f in rep.findings), rep
 
 
+@pytest.mark.parametrize("use", [
+    "torch.cuda.cudart().cudaHostRegister(0, 8, 0)", "from torch.cuda import cudart",
+    "p = torch.cuda.caching_allocator_alloc(1024)", "torch.cuda.memory.caching_allocator_delete(0)",
+    "s = torch.cuda.ExternalStream(0)", "from torch.cuda.streams import ExternalStream",
+    "a = torch.cuda.memory.CUDAPluggableAllocator('x.so', 'a', 'f')", "torch.cuda.memory.change_current_allocator(a)",
+    "torch.cuda.set_per_process_memory_fraction(1.0)", "torch.cuda.memory.set_per_process_memory_fraction(1.0)"])
+def test_cuda_by_raw_handle_and_the_workers_memory_cap_are_refused(use):
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert rep.status == "forbidden" and {f.category for f in rep.findings} <= {"ctypes", "harness"}, rep
+
+
+@pytest.mark.parametrize("use", ["s = torch.cuda.Stream()", "m = torch.cuda.mem_get_info()",
+                                 "torch.cuda.synchronize()", "e = torch.cuda.memory.empty_cache()"])
+def test_the_rest_of_torch_cuda_stays_open(use):
+    assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status is None
+
+
 GUARD = ("try:\n    from triton.language.extra.libdevice import tanh\n"
          "except {caught}:\n    {fallback}\n")
 
