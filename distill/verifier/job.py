@@ -51,6 +51,11 @@ def _handled(phases: dict[str, float], name: str, proc: procs.Proc, before: tupl
     phases[f"{name}.handled_cpu"] = round(proc.handled_cpu_s - before[1], 4)
 
 
+def _seconds(claim: Any) -> float:
+    """A duration a child reported, for the phases only: a number, else 0."""
+    return round(float(claim), 4) if type(claim) in (int, float) else 0.0
+
+
 def _take_call(stream: callstream.CallStream, msg: protocol.CallSent | protocol.Progress) -> None:
     """One call's report, as the worker sent it when the call ended: judged now, its outputs dropped
     (callstream.py). A report that names no trial of the reference's is a tampered channel."""
@@ -107,11 +112,11 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply,
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
     checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
     msg: dict[str, Any] = protocol.Time(cmd="time", warmup=spec.warmup, trials=spec.timing_trials, check=checks)
-    proc, launches = slot.proc, found.checks.get("launches_per_call", 1)
-    waited = time.monotonic()
+    proc, launches, waited = slot.proc, found.checks.get("launches_per_call", 1), 0.0
     if replayed is not None:
+        asked = time.monotonic()
         proc, launches = ctx.handouts.replayer(slot.gpu), replayed.launches
-        waited = time.monotonic() - waited
+        waited = time.monotonic() - asked
         record = {k: v for k, v in replayed.msg.items() if k not in ("cmd", "runs", "seeds")}
         msg = protocol.TimeReplay(**record, cmd="time_replay", warmup=spec.warmup, trials=spec.timing_trials,
                                   check=checks, seeds={f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)})
@@ -202,8 +207,8 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsRepl
                                                 on_data=lambda msg: _take_run(runs, msg, spill)))
         rep["runs"] = runs
         _handled(phases, "replay", proc, handled)
-        phases["replay.setup"] = round(float(rep.get("setup_s") or 0.0), 4)  # the replayer's claims: figures only
-        phases["replay.calls"] = round(sum(float(r.get("call_s") or 0.0) for r in runs if isinstance(r, dict)), 4)
+        phases["replay.setup"] = _seconds(rep.get("setup_s"))  # the replayer's claims: figures only
+        phases["replay.calls"] = round(sum(_seconds(r.get("call_s")) for r in runs if isinstance(r, dict)), 4)
         found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
         spill.release()
         near = found.checks.get("kernel_replay") if found.status == "not_triton" else None

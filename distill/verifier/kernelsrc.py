@@ -164,8 +164,9 @@ class _Extractor:
                 self.keep_import(s)
             return True
         self.aliases, self.rewritten = bound, None
-        for name in _bound_names(node):
-            self.skipped[name] = "it is imported in a try statement that also imports what the replay does not"
+        for a in (a for s in inner for a in s.names):
+            self.skipped.setdefault(a.asname or a.name.split(".", 1)[0],
+                                    "it is imported in a try statement that also imports what the replay does not")
         return False
 
     def keep(self, node: ast.stmt) -> bool:

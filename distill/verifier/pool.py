@@ -46,8 +46,8 @@ DEFAULT_TIMEOUT = {"cpu": 60.0, "cuda": 60.0}
 # a comparison is a series of torch calls, each giving the GIL back, and CPython hands it back only every
 # switch interval (5 ms) while another thread runs Python (decoding, judging, the memory watchdog). On the
 # H200 a worker waited ~65 ms an acknowledgement for ~6.5 ms of comparison; on the 2-core box a 2^22-value
-# comparison beside two busy threads took a median 88.6 ms at 5 ms and 24.4 ms at 0.5 ms
-# (bench/bench_parent_gil.py). Open pools hold the interval at this; the last one closed puts it back.
+# comparison beside two busy threads took a median 97.6 ms at 5 ms and 23.3 ms at 0.5 ms
+# (bench/bench_parent_gil.py, bench/RESULTS.md). Open pools hold the interval at this; the last one closed puts it back.
 SWITCH_INTERVAL_S = 0.0005
 _switch = threading.Lock()
 _switch_held = {"pools": 0, "before": 0.0}

@@ -12,8 +12,8 @@ code and before the integrity snapshot, which then holds these as the baseline.
 
 Also answered so: `x.device` (`cuda:0` for a CPU tensor, so `x.device.type == "cuda"` holds and
 `device=x.device` allocates on the lane's CPU), `torch.cuda.is_available()`, `device_count()`,
-`current_device()` and `mem_get_info()`. A wrapper that falls back to torch where they say "no GPU" took that path here and
-was judged on torch code (`not_triton`), though the GPU runs its kernel.
+`current_device()` and `mem_get_info()`. A wrapper that falls back to torch where they say "no GPU" took
+that path here and was judged on torch code (`not_triton`), though the GPU runs its kernel.
 
 Triton's driver queries that its tutorials make (`triton.runtime.driver.active.get_active_torch_device()`,
 `get_current_target()`, `utils.get_device_properties(i)`: the only parts of triton.runtime the static policy
@@ -24,7 +24,8 @@ The current stream (`torch.cuda.current_stream()`, `default_stream()`, `with tor
 a launch) is a stand-in the interpreter's synchronous launches never need to wait on. NVTX ranges and
 marks (`torch.cuda.nvtx`) do nothing, as they compute nothing on a GPU either.
 
-Not covered: new streams and events (`torch.cuda.Stream`, `current_stream()`), `torch.cuda.set_device`.
+Not covered: new streams (`torch.cuda.Stream()` raises; the parent reads it as the lane's gap, lanegap.py),
+events, `torch.cuda.set_device`.
 """
 from __future__ import annotations
 
