@@ -17,16 +17,21 @@ from distill.lowering.sizes import Sym, is_unit, next_pow2, smin
 
 # head dims wider than this are chunked (E) or split across programs (EV)
 HEAD_MAX = 128
-# Short queries (one 16-row block) over a value dim wider than HEAD_MAX: one program takes the whole
-# value dim, up to this wide, instead of splitting it across programs that each recompute the scores.
-# On an H100, sdpa with L = S = 4 or 11 and E = EV = 860-1024 ran 2.3-2.4x faster so (5.56 -> 2.44 ms
-# and 4.20 -> 1.73 ms for the whole problems, bench/candidate_variants_gpu.py); a [16, 1024] fp32
-# accumulator is 64 registers a thread at 8 warps, and a 16-key block of values 64 KiB a stage.
+# Short queries (one or two 16-row blocks) over a value dim wider than HEAD_MAX: a program takes the
+# whole value dim, up to this wide, instead of splitting it across programs that each recompute the
+# scores. On an H100, sdpa with L = S = 4 or 11 and E = EV = 860-1024 ran 2.3-2.4x faster so (5.56 ->
+# 2.44 ms and 4.20 -> 1.73 ms for the whole problems, bench/candidate_variants_gpu.py); a [16, 1024]
+# fp32 accumulator is 64 registers a thread at 8 warps, and a 16-key block of values 64 KiB a stage.
 WIDE_V_MAX = 1024
+# Up to this many queries take the short form as 16-row blocks. The split form would give them one
+# 32-row block: below wgmma's 64 rows, mma.sync, which spilled at 256-wide heads (128 + 128); on an
+# H200 sdpa at L = 19, S = 38, E = 152, V = 256 so ran 126.8 ms against eager's 1.23 (issue 34). Two
+# 16-row blocks of one head are neighbouring programs, so the second one's keys and values come from L2.
+WIDE_L_MAX = 32
 
 
 def wide_values(seq_l: int, ev: int) -> bool:
-    return int(seq_l) <= 16 and int(ev) > HEAD_MAX
+    return int(seq_l) <= WIDE_L_MAX and int(ev) > HEAD_MAX
 
 
 class Attention(Family):
