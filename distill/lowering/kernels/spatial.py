@@ -13,6 +13,7 @@ from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec, coord_lines, coord_names,
                                            operand_lines, pow2, render, store_offset)
+from distill.lowering.kernels.pool_rows import row_walk, window_bound
 from distill.lowering.kernels.split import SMS, cdiv
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import Sym
@@ -25,8 +26,13 @@ def col(c: str | None, axis: str) -> str | None:
     return None if c is None else f"{c}{axis}"
 
 
+def is_single(size_out: int) -> bool:
+    """One output along a dim, for good: its adaptive window is the whole input dim."""
+    return size_out == 1 and not isinstance(size_out, Sym)
+
+
 def _adaptive_window(size_in: int, size_out: int) -> int:
-    if size_out == 1 and not isinstance(size_out, Sym):
+    if is_single(size_out):
         return size_in
     if isinstance(size_in, Sym) or isinstance(size_out, Sym):
         # read at run time: a bound on every window, ceil(in / out) + 1 (the mask trims each one)
@@ -131,7 +137,21 @@ class Pool(Family):
             consts |= {f"DIL_{d}": dil for d in dims}
         if not adaptive and math.prod(windows) <= TAPS_MAX:
             return self._emit_taps(k, name, launch, dims, windows, pad, dil, consts)
-        launch.scalar("WINDOW", math.prod(windows))
+        # windows of up to 1024 taps in one tile; longer ones (adaptive pools of long dims: 7038 taps
+        # made [16, 8192] tiles that spilled, 13 ms against eager's 3.9 ms on an H100) are looped over,
+        # without software pipelining (num_stages=1): the first looped form returned wrong maxima and
+        # means on the H100 where the interpreter agreed with torch, so the loop stays the simplest one
+        looped = int(math.prod(windows)) > 1024
+        bp = looped_positions(int(math.prod(out_shape))) if looped else 0
+        rows = adaptive and looped
+        pre: list[str] = []
+        total = math.prod(windows)
+        if rows:
+            # looped adaptive windows walk whole rows of the innermost dim (kernels/pool_rows.py)
+            bounds_in = tuple(windows[j] if is_single(out_shape[2 + j]) else window_bound(x_shape[2 + j], out_shape[2 + j])
+                              for j in range(nd))
+            windows, total, bw, pre = row_walk(bounds_in, bp, fwd)
+        launch.scalar("WINDOW", total)
         p = coord_names(out_shape, "rp", "p")
         w = coord_names(windows, "rw", "w")
         in_lines: list[str] = []
@@ -146,6 +166,8 @@ class Pool(Family):
                 # a single output along this dim: its window is the whole input dim
                 if kd:
                     in_lines.append(f"in_{low} = {kd}")
+                    if rows and j == nd - 1:
+                        valid.append(f"(in_{low} < {size})")  # the row's padding past the dim
                 divisor.append(size)
                 if not kd:
                     ins.append(None)
@@ -186,20 +208,16 @@ class Pool(Family):
         used = "\n".join(bounds + in_lines + load + epi + [off, div])
         p_lines = coord_lines(out_shape, "rp", "p", launch, used) + bounds
         w_lines = coord_lines(windows, "rw", "w", launch, used)
-        # windows of up to 1024 taps in one tile; longer ones (adaptive pools of long dims: 7038 taps
-        # made [16, 8192] tiles that spilled, 13 ms against eager's 3.9 ms on an H100) are looped over,
-        # without software pipelining (num_stages=1): the first looped form returned wrong maxima and
-        # means on the H100 where the interpreter agreed with torch, so the loop stays the simplest one
-        looped = int(math.prod(windows)) > 1024
-        bw = pow2(math.prod(windows), hi=1024) if looped else pow2(math.prod(windows))
-        bp = looped_positions(int(math.prod(out_shape))) if looped else \
-            max(1, min(pow2(math.prod(out_shape)), max(16, 4096 // bw)))
+        if not rows:
+            bw = pow2(math.prod(windows), hi=1024) if looped else pow2(math.prod(windows))
+        if not looped:
+            bp = max(1, min(pow2(math.prod(out_shape)), max(16, 4096 // bw)))
         src = render("pool.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_W"]),
                      comment=self.describe(k), p_lines=p_lines, w_lines=w_lines, in_lines=in_lines, load=load,
-                     is_max=is_max, looped=looped, taps=False, divisor=div, padded=bool(pad), epilogue=epi, out=out,
+                     is_max=is_max, looped=looped, rows=rows, taps=False, divisor=div, padded=bool(pad), epilogue=epi, out=out,
                      out_off=off, value=value)
         grid = f"(triton.cdiv({math.prod(out_shape)}, BLOCK_P),)"
-        return src, launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_W": bw} | ({"num_stages": 1} if looped else {}))
+        return src, pre + launch.call(name, grid, {**consts, "BLOCK_P": bp, "BLOCK_W": bw} | ({"num_stages": 1} if looped else {}))
 
 
     def _emit_taps(self, k: Kernel, name: str, launch: Launch, dims: tuple[str, ...], windows: tuple[int, ...],
