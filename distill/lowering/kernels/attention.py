@@ -28,6 +28,10 @@ WIDE_V_MAX = 1024
 # H200 sdpa at L = 19, S = 38, E = 152, V = 256 so ran 126.8 ms against eager's 1.23 (issue 34). Two
 # 16-row blocks of one head are neighbouring programs, so the second one's keys and values come from L2.
 WIDE_L_MAX = 32
+# The short form sums a head past HEAD_MAX in chunks this wide. Compiled for sm_90 (Triton 3.6, PTX and
+# ptxas -v, 8 warps, 16-row and 16-key blocks), 128-wide chunks spilled 484 bytes a thread at a
+# 256-wide value dim and 1500 at 1024; 64-wide chunks none and 484; the same padded E in all.
+WIDE_E_CHUNK = 64
 
 
 def wide_values(seq_l: int, ev: int) -> bool:
@@ -60,13 +64,14 @@ class Attention(Family):
         (64 KiB a stage at 128 + 128). Compiled for sm_90 (Triton 3.6, to PTX and ptxas): 128 KiB of
         shared memory and no spills for both; E = EV = 512 (chunked and split), 80 KiB and a few
         hundred bytes of spills. The whole-head tiles before took 384 KiB there."""
-        be = pow2(e, 16, HEAD_MAX)
+        wide = wide_values(seq_l, ev)
+        be = pow2(e, 16, WIDE_E_CHUNK if wide and int(e) > HEAD_MAX else HEAD_MAX)
         ne = named(be, "BLOCK_E")
         chunked = int(be) < int(e)
         e_chunked = chunked if literal(be, e) else Sym(chunked, f"{ne} < {e}", 0)
         tiles = f"triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V)"
         one_pair = f"({tiles}{'' if is_unit(bh) else f' * {bh}'},)"  # a (batch, head) pair a program
-        if wide_values(seq_l, ev):
+        if wide:
             consts = {"BLOCK_E": be, "BLOCK_V": pow2(ev, 16, WIDE_V_MAX), "BLOCK_L": 16, "BLOCK_S": 16,
                       "E_CHUNKED": e_chunked, "num_warps": 8, "num_stages": 2}
             return TileForm(False), consts, one_pair
