@@ -23,10 +23,11 @@ HEAD_MAX = 128
 # 2.44 ms and 4.20 -> 1.73 ms for the whole problems, bench/candidate_variants_gpu.py); a [16, 1024]
 # fp32 accumulator is 64 registers a thread at 8 warps, and a 16-key block of values 64 KiB a stage.
 WIDE_V_MAX = 1024
-# Up to this many queries take the short form as 16-row blocks. The split form would give them one
-# 32-row block: below wgmma's 64 rows, mma.sync, which spilled at 256-wide heads (128 + 128); on an
-# H200 sdpa at L = 19, S = 38, E = 152, V = 256 so ran 126.8 ms against eager's 1.23 (issue 34). Two
-# 16-row blocks of one head are neighbouring programs, so the second one's keys and values come from L2.
+# Up to this many queries take the short form as 16-row blocks when the value dim or the head is past
+# HEAD_MAX. The split form would give them one 32-row block, below wgmma's 64 rows: with E chunked it
+# spilled 5.7-6.4 KB a thread compiled for sm_90 (BLOCK_V 64 or 128; Triton 3.6, PTX and ptxas -v),
+# and on an H200 sdpa at L = 19, S = 38, E = 152, V = 256 so ran 126.8 ms against eager's 1.23 (issue
+# 34). Two 16-row blocks of one head are neighbouring programs: the second reads keys and values from L2.
 WIDE_L_MAX = 32
 # The short form sums a head past HEAD_MAX in chunks this wide. Compiled for sm_90 (Triton 3.6, PTX and
 # ptxas -v, 8 warps, 16-row and 16-key blocks), 128-wide chunks spilled 484 bytes a thread at a
@@ -34,8 +35,13 @@ WIDE_L_MAX = 32
 WIDE_E_CHUNK = 64
 
 
-def wide_values(seq_l: int, ev: int) -> bool:
-    return int(seq_l) <= WIDE_L_MAX and int(ev) > HEAD_MAX
+def wide_values(seq_l: int, ev: int, e: int = 0) -> bool:
+    """The short form: up to 16 queries over a value dim past HEAD_MAX, or up to WIDE_L_MAX over a
+    value dim or a head past it (16 or fewer with a wide head and narrow values keep the split form,
+    whose 16-row tiles did not spill)."""
+    if int(seq_l) <= 16:
+        return int(ev) > HEAD_MAX
+    return int(seq_l) <= WIDE_L_MAX and max(int(ev), int(e)) > HEAD_MAX
 
 
 class Attention(Family):
@@ -64,7 +70,7 @@ class Attention(Family):
         (64 KiB a stage at 128 + 128). Compiled for sm_90 (Triton 3.6, to PTX and ptxas): 128 KiB of
         shared memory and no spills for both; E = EV = 512 (chunked and split), 80 KiB and a few
         hundred bytes of spills. The whole-head tiles before took 384 KiB there."""
-        wide = wide_values(seq_l, ev)
+        wide = wide_values(seq_l, ev, e)
         be = pow2(e, 16, WIDE_E_CHUNK if wide and int(e) > HEAD_MAX else HEAD_MAX)
         ne = named(be, "BLOCK_E")
         chunked = int(be) < int(e)
@@ -116,7 +122,7 @@ class Attention(Family):
         out = launch.pointer(target, hint="out")
         off = store_offset(launch, target, out_coords, None, full)
         src = render("attention.py.j2", name=name, signature=launch.signature(constexprs(consts)),
-                     batched=form.batched, wide_values=wide_values(seq_l, ev), comment=self.describe(k), batch_lines=batch, load_q=load_q[0],
+                     batched=form.batched, wide_values=wide_values(seq_l, ev, e), comment=self.describe(k), batch_lines=batch, load_q=load_q[0],
                      load_k=load_k[0], load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
                      epilogue=epi, out=out, out_off=off, value=value)
         return src, launch.call(name, grid, consts)

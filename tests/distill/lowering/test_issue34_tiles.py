@@ -90,11 +90,17 @@ def test_short_queries_with_a_wide_value_dim_take_16_row_blocks_and_the_whole_va
     assert consts["E_CHUNKED"] and consts["num_warps"] == 8
     # two query blocks, one value slice: the scores are computed once per query
     assert grid == f"(triton.cdiv(19, BLOCK_L) * triton.cdiv(256, BLOCK_V) * {bh},)"
-    # past 32 queries, and at value dims within HEAD_MAX, the split form stays as it was
+    # a wide head over narrow values: 16-row blocks too (one 32-row block spilled with E chunked)
+    _, consts, _ = Attention.tiles(bh, 19, 38, 152, 100)
+    assert (consts["BLOCK_L"], consts["BLOCK_E"], consts["BLOCK_V"], consts["E_CHUNKED"]) == (16, 64, 128, True)
+    # past 32 queries, within HEAD_MAX, and a wide head over narrow values at 16 queries or fewer, the
+    # split form stays as it was
     _, consts, _ = Attention.tiles(bh, 40, 38, 152, 256)
     assert (consts["BLOCK_L"], consts["BLOCK_V"]) == (64, HEAD_MAX)
     _, consts, _ = Attention.tiles(bh, 19, 38, 64, 64)
     assert (consts["BLOCK_L"], consts["BLOCK_V"]) == (32, 64)
+    _, consts, _ = Attention.tiles(bh, 8, 40, 200, 100)
+    assert (consts["BLOCK_L"], consts["BLOCK_S"], consts["BLOCK_E"]) == (16, 32, HEAD_MAX)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -107,7 +113,7 @@ def test_issue_shape_twin_matches_torch(causal):
     res = check(src, new)
     assert res.ok, res.message
     # the same module at other sizes: one query block, a value dim split in two, a narrow head
-    for sizes in ({"l": 7, "v": 1100}, {"l": 40, "e": 40, "v": 64}):
+    for sizes in ({"l": 7, "v": 1100}, {"l": 40, "e": 40, "v": 64}, {"v": 100}):
         args = {"b": 1, "h": 2, "l": 19, "e": 152, "s": 38, "v": 256, "causal": causal} | sizes
         res = check(SDPA.format(**args), new)
         assert res.ok, (sizes, res.message)
