@@ -82,9 +82,16 @@ test-slow: $(STAMP)
 LANES ?= 4
 LANE_IDS := $(shell seq 1 $(LANES))
 
+# A lane whose log lacks tests/conftest.py's "# session finished" line ended before pytest did (a test
+# ended the process): it fails whatever pytest's exit status was.
+TEST_TIMES_DIR ?= $(CURDIR)/out/test-times
+
 test-lane-%: $(STAMP)
-	mkdir -p out/test-times && rm -f out/test-times/lane-$*.log
-	export TRITONFORGE_TEST_TIMES=$(CURDIR)/out/test-times/lane-$*.log; $(call run_pytest,-q -m "not gpu" --lane $*/$(LANES) --durations=15)
+	mkdir -p $(TEST_TIMES_DIR) && rm -f $(TEST_TIMES_DIR)/lane-$*.log
+	export TRITONFORGE_TEST_TIMES=$(TEST_TIMES_DIR)/lane-$*.log; $(PYTEST) -q -m "not gpu" --lane $*/$(LANES) --durations=15; \
+	  rc=$$?; if ! grep -q '^# session finished' "$$TRITONFORGE_TEST_TIMES" 2>/dev/null; then \
+	  echo "lane $*: pytest's process ended before its session did (exit $$rc): a test ended it; failing the lane"; exit 3; fi; \
+	  if [ $$rc -eq 5 ]; then echo "no tests selected"; exit 0; fi; exit $$rc
 
 test: lint
 	$(MAKE) --no-print-directory -j$(LANES) --output-sync=target $(addprefix test-lane-,$(LANE_IDS))

@@ -33,3 +33,31 @@ def test_a_split_file_packs_test_by_test_and_a_shared_fixture_keeps_its_files_to
                     "tests/c.py::w": "tests/c.py"}
     assert seconds == {"tests/rate.py::t[1]": 250.0, "tests/rate.py::t[5]": 400.0, "built_dataset": 12.0,
                        "tests/c.py": 3.0}
+
+
+def _lane(tmp_path, body: str):
+    """`make test-lane-1` (LANES=1) on a one-file suite in tmp_path: (exit status, output, the lane's log)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_one.py").write_text(body)
+    pytest_cmd = f"{sys.executable} -m pytest -p tests.conftest -c {tmp_path / 'pytest.ini'} --rootdir {tmp_path} {tmp_path}"
+    r = subprocess.run([shutil.which("make") or "make", "-C", str(repo), "--no-print-directory", "-o", ".venv/.installed",
+                        "test-lane-1", "LANES=1", f"TEST_TIMES_DIR={tmp_path / 'times'}", f"PYTEST={pytest_cmd}"],
+                       capture_output=True, text=True, timeout=300)
+    log = tmp_path / "times" / "lane-1.log"
+    return r.returncode, r.stdout + r.stderr, log.read_text() if log.exists() else ""
+
+
+def test_a_lane_whose_process_a_test_ends_fails_though_pytest_said_0(tmp_path):
+    code, out, log = _lane(tmp_path, "import os, time\n\ndef test_first():\n    time.sleep(0.06)\n\n"
+                                     "def test_ends_the_process():\n    os._exit(0)\n\ndef test_never_run():\n    pass\n")
+    assert code != 0 and "a test ended it; failing the lane" in out, out
+    assert "test_one.py::test_first" in log and "# session finished" not in log
+    code, out, log = _lane(tmp_path, "def test_fine():\n    pass\n")
+    assert code == 0, out
+    assert log.splitlines()[-1] == "# session finished: exit 0, 1 collected"

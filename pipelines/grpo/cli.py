@@ -58,14 +58,15 @@ def run(args: argparse.Namespace) -> int:
 
     # A rank that exits with its process group still up can abort in the group's C++ threads
     # ("terminate called without an active exception", seen in CI with two gloo ranks) and the
-    # launcher then reports the whole run failed; every rank leaves the group together instead.
-    if dist.is_available() and dist.is_initialized():
+    # launcher then reports the whole run failed; every rank leaves the group together instead. That
+    # was not enough: a loaded 2-core box still saw rank 1 of two abort so at interpreter teardown (1
+    # run in 4, 2026-11-29), a native thread's object destroyed while joinable. Every output is written
+    # and closed by now (the trainer saved, the summary printed), so a rank of a launched group ends here
+    # without running native destructors. A group of one is vLLM's colocated engine inside a caller's
+    # process (a notebook, a test): vLLM owns it and closes it, and the call returns.
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
         dist.destroy_process_group()
-        # Leaving the group was not enough: a loaded 2-core box still saw rank 1 abort so at interpreter
-        # teardown (1 run in 4, 2026-11-29), a native thread's object destroyed while joinable. Every
-        # output is written and closed by now (the trainer saved, the summary printed), so a rank ends
-        # here without running native destructors; a single process (no group) returns as usual.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
