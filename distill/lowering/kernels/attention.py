@@ -35,7 +35,7 @@ WIDE_L_MAX = 32
 WIDE_E_CHUNK = 64
 
 
-def wide_values(seq_l: int, ev: int, e: int = 0) -> bool:
+def wide_values(seq_l: int, ev: int, e: int) -> bool:
     """The short form: up to 16 queries over a value dim past HEAD_MAX, or up to WIDE_L_MAX over a
     value dim or a head past it (16 or fewer with a wide head and narrow values keep the split form,
     whose 16-row tiles did not spill)."""

@@ -84,7 +84,7 @@ def _lower(src: str) -> str:
 def test_short_queries_with_a_wide_value_dim_take_16_row_blocks_and_the_whole_value_dim():
     bh = 27 * 724
     form, consts, grid = Attention.tiles(bh, 19, 38, 152, 256)
-    assert wide_values(19, 256) and not form.batched
+    assert wide_values(19, 256, 152) and not form.batched
     # E = 152 in 64-wide chunks: 128-wide ones spilled registers compiled for sm_90
     assert (consts["BLOCK_L"], consts["BLOCK_S"], consts["BLOCK_E"], consts["BLOCK_V"]) == (16, 16, 64, 256)
     assert consts["E_CHUNKED"] and consts["num_warps"] == 8
