@@ -25,7 +25,7 @@ from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels import tf32split
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, operand_lines, pow2, render, store_offset
-from distill.lowering.kernels.split import part_name
+from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, worth_splitting
 from distill.lowering.planner import Kernel
 from distill.lowering.sizes import Sym
 
@@ -38,6 +38,8 @@ SPLIT_MIN_B = 512
 TILE_MAX, K_STEP, STAGES = 128, 32, 3
 # below this, a dim of the contract-first GEMM would be mostly padding (tl.dot's smallest tile side)
 MIN_SIDE = 16
+# K elements per program, at least, when the contract-first GEMM's K is split (as matmul's MIN_K_CHUNK)
+MIN_K_CHUNK = 512
 
 
 class Bilinear(Family):
@@ -95,6 +97,12 @@ class Bilinear(Family):
                                       var="right", exact=True, full="(BLOCK_B, BLOCK_N)")
         bb, bn = pow2(b, 16, TILE_MAX), pow2(n, 16, TILE_MAX)
         warps = 8 if int(bb) * int(bn) >= TILE_MAX * TILE_MAX // 2 else 4
+        # few tiles, long K: K is cut into SPLIT chunks too, each chunk's row sums one more partial sum
+        # of y. Unsplit, B=304, I=38, O=6, J=262144 (L5-7276ee5e4) ran 3 x 1 x 6 = 18 programs on 132
+        # SMs, each walking K=262144 (about 8 ms against eager's whole problem's 1.9)
+        split_k = worth_splitting(kk, cdiv(b, bb) * cdiv(n, bn) * int(o), MIN_K_CHUNK)
+        if split_k:
+            first.scalar("CHUNK", "CHUNK")
         consts = {"BLOCK_B": bb, "BLOCK_N": bn, "BLOCK_K": pow2(kk, 16, K_STEP), "num_warps": warps,
                   "num_stages": STAGES}
         # x1 bigger than W: the programs of one row tile of x1 run together (o fastest); else those of
@@ -103,7 +111,7 @@ class Bilinear(Family):
         src1 = render("bilinear.py.j2", stage="partial", name=part_name(name), comment=self.describe(k),
                       signature=first.signature(["BLOCK_B", "BLOCK_N", "BLOCK_K"]), over="i" if over_i else "j",
                       o_fastest=o_fastest, load_left=load_left[0], load_w=load_w[0], load_right=load_right[0],
-                      split_w=split_w)
+                      split_w=split_w, split_k=split_k)
         second = Launch(fwd)
         second.buffer("part_ptr", ws)
         for sym, val in (("B", b), ("O", o), ("PARTS", "PARTS")):
@@ -116,10 +124,12 @@ class Bilinear(Family):
         src2 = render("bilinear.py.j2", stage="combine", name=name, comment=self.describe(k),
                       signature=second.signature(["BLOCK"]), epilogue=epi, out=out, out_off=off, value=value)
         n_tiles = f"triton.cdiv({b}, BLOCK_B) * triton.cdiv({n}, BLOCK_N) * {o}"
-        lines1 = pre_lines + first.call(part_name(name), f"({n_tiles},)", consts)
+        lines1 = pre_lines + first.call(part_name(name), f"({n_tiles}" + " * SPLIT" * split_k + ",)", consts)
         bn_text = "BLOCK_N" if isinstance(bn, Sym) else str(bn)
-        lines = lines1[:-1] + [
-            f"PARTS = triton.cdiv({n}, {bn_text})  # one partial sum of each y per column tile of the GEMM",
+        bk_text = "BLOCK_K" if isinstance(consts["BLOCK_K"], Sym) else str(consts["BLOCK_K"])
+        lines = lines1[:-1] + (chunk_lines(str(kk), bk_text, n_tiles, min_chunk=MIN_K_CHUNK) if split_k else []) + [
+            f"PARTS = triton.cdiv({n}, {bn_text})" + " * SPLIT" * split_k
+            + "  # one partial sum of each y per column tile of the GEMM" + " and K chunk" * split_k,
             f"{ws} = torch.empty((PARTS, {b}, {o}), device={first.args[1]}.device, dtype=torch.float32)",
             lines1[-1],
         ]
@@ -131,17 +141,22 @@ class Bilinear(Family):
         b, i_size = x1.space
         o, j = w.space[0], w.space[2]
         launch = Launch(fwd)
-        for sym, val in (("B", b), ("O", o), ("K", i_size * j), ("J", j)):
+        # J of a tile or more (I is then the short side): i in an outer loop, j in the inner one, so
+        # the x2 and W tiles are runs of neighbouring addresses. Flattened, (i, j) = (k // J, k % J)
+        # hid that contiguity from Triton: B=152, I=4, O=4871, J=3444 (L5-3d73f2c3f) and B=55109, I=6,
+        # O=304, J=362 (L5-891e3c9fc) gathered W element by element (3-9x eager's time)
+        inner_j = int(j) >= MIN_SIDE
+        for sym, val in (("B", b), ("O", o)) + ((("I", i_size),) if inner_j else (("K", i_size * j),)) + (("J", j),):
             launch.scalar(sym, val)
-        load_x1, _ = operand_lines(launch, x1.expr, ["rb[:, None]", "ri[None, :]"],
-                                   "(rb[:, None] < B) & (rk[None, :] < K)", other="0.0", var="left", exact=True,
-                                   full="(BLOCK_B, BLOCK_K)")
-        load_x2, _ = operand_lines(launch, x2.expr, ["rb[:, None]", "rj[None, :]"],
-                                   "(rb[:, None] < B) & (rk[None, :] < K)", other="0.0", var="right", exact=True,
-                                   full="(BLOCK_B, BLOCK_K)")
-        load_w, _ = operand_lines(launch, w.expr, ["ro[None, :]", "ri[:, None]", "rj[:, None]"],
-                                  "(ro[None, :] < O) & (rk[:, None] < K)", other="0.0", var="w", exact=True,
-                                  full="(BLOCK_K, BLOCK_O)")
+        kmask = "(rj[None, :] < J)" if inner_j else "(rk[None, :] < K)"
+        load_x1, _ = operand_lines(launch, x1.expr, ["rb", "i"] if inner_j else ["rb[:, None]", "ri[None, :]"],
+                                   "rb < B" if inner_j else f"(rb[:, None] < B) & {kmask}", other="0.0", var="left",
+                                   exact=True, full="(BLOCK_B,)" if inner_j else "(BLOCK_B, BLOCK_K)")
+        load_x2, _ = operand_lines(launch, x2.expr, ["rb[:, None]", "rj[None, :]"], f"(rb[:, None] < B) & {kmask}",
+                                   other="0.0", var="right", exact=True, full="(BLOCK_B, BLOCK_K)")
+        load_w, _ = operand_lines(launch, w.expr, ["ro[None, :]", "i" if inner_j else "ri[:, None]", "rj[:, None]"],
+                                  f"(ro[None, :] < O) & {kmask.replace('[None, :]', '[:, None]')}", other="0.0",
+                                  var="w", exact=True, full="(BLOCK_K, BLOCK_O)")
         coords, full = ["rb[:, None]", "ro[None, :]"], "(BLOCK_B, BLOCK_O)"
         epi, value = operand_lines(launch, k.expr, coords, "mask", other="0.0", full=full)
         target = k.target.leaf()
@@ -150,8 +165,10 @@ class Bilinear(Family):
         src = render("bilinear.py.j2", stage="pairs", name=name,
                      signature=launch.signature(["BLOCK_B", "BLOCK_O", "BLOCK_K"]),
                      comment=self.describe(k), load_left=load_x1[0], load_w=load_w[0], load_right=load_x2[0],
-                     epilogue=epi, out=out, out_off=off, value=value)
-        consts = {"BLOCK_B": pow2(b, 16, 128), "BLOCK_O": pow2(o, 16, 64), "BLOCK_K": 32}
+                     epilogue=epi, out=out, out_off=off, value=value, inner_j=inner_j)
+        # 8 warps: at 4 the [128, 64] fp32 accumulator and the tf32x3 operand splits took 255 registers
+        # and spilled (ptxas for sm_90: 132 bytes flattened, 288 by j blocks; 181 and 206 registers at 8)
+        consts = {"BLOCK_B": pow2(b, 16, 128), "BLOCK_O": pow2(o, 16, 64), "BLOCK_K": 32, "num_warps": 8}
         return src, launch.call(name, f"(triton.cdiv({b}, BLOCK_B) * triton.cdiv({o}, BLOCK_O),)", consts)
 
 

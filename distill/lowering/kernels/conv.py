@@ -28,7 +28,7 @@ from distill.lowering.kernels.base import (Family, Forward, Launch, OperandSpec,
 from distill.lowering.kernels.spatial import NAMES, col, in_bounds
 from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import Sym
+from distill.lowering.sizes import Sym, is_unit
 
 # RED elements per program, at least, when the reduction is split (32 BLOCK_R steps of 16): enough
 # work per program to hide the partial tile's store and the combining kernel, as matmul's MIN_K_CHUNK
@@ -207,7 +207,8 @@ class Conv(Family):
         launch.scalar("P", geo.n_p)
         launch.scalar("OCG", geo.ocg)
         if stage != "combine":
-            launch.scalar("RED", geo.red)
+            # a transposed conv's reduction is its phase's (`red_ph`, CG x the phase's taps)
+            launch.scalar(*(("CG", geo.cg) if geo.transposed else ("RED", geo.red)))
         if stage != "whole":
             launch.scalar(*(("CHUNK", "CHUNK") if stage == "partial" else ("SPLIT", "SPLIT")))
         ph_lines, base_lines = _phase_lines(geo, launch)
@@ -217,12 +218,12 @@ class Conv(Family):
             base_lines = []  # the reduction's first tap and input position per phase
         used = "\n".join(ph_lines + base_lines + pre_lines + in_lines + [load_x, load_w] + bias + epi + [off])
         p_lines = coord_lines(geo.p_shape, "rp", "p", launch, used) + ph_lines + base_lines + pre_lines
-        r_lines = coord_lines((geo.cg,) + geo.taps, "rr", "r", launch, used)
+        r_lines = _tap_lines(geo, used) if geo.transposed else coord_lines((geo.cg,) + geo.taps, "rr", "r", launch, used)
         consts = [c for c in geo.consts if stage != "combine" or re.search(rf"\b{c}\b", used)]
         consts += ["NG"] * (stage != "whole") + ["BLOCK_P", "BLOCK_OC"] + ["BLOCK_R"] * (stage != "combine")
         comment = self.describe(k) if stage != "partial" else f"reduction-chunk partials of {self.describe(k)}"
         src = render("conv.py.j2", name=name, stage=stage, signature=launch.signature(consts), comment=comment,
-                     p_fast=geo.p_fast,
+                     p_fast=geo.p_fast, red="red_ph" if geo.transposed else "RED",
                      p_lines=p_lines, r_lines=r_lines, in_lines=in_lines, load_x=load_x, load_w=load_w, bias=bias,
                      epilogue=epi, out=out, out_off=off, value=value)
         return src, launch, consts
@@ -242,16 +243,14 @@ class Conv(Family):
         # the x tile's axes: [BLOCK_R, BLOCK_P] when positions are its fast dim, else [BLOCK_P, BLOCK_R]
         xp, xr = ("[None, :]", "[:, None]") if geo.p_fast else ("[:, None]", "[None, :]")
         pre, in_lines, in_mask = [], [], [f"p_mask{xp}", f"r_mask{xr}"]
-        tap_lines, tap_ok = [], ["r_mask"]
+        tap_lines: list[str] = []
         p_in: list[str | None] = []
         r_in: list[str | None] = []
         for j, d in enumerate(dims):
             low, pj, rj = d.lower(), p[1 + j], r[1 + j]
             size = launch.scalar(f"IN_{d}", geo.x_shape[2 + j])
             if transposed:
-                gcd = geo.stride[j] // geo.consts[f"STEP_{d}"]
                 tap_lines.append(f"k_{low} = k0_{low}" + (f" + {rj} * STEP_{d}" if rj else ""))
-                tap_ok.append(f"(k_{low} < KS_{d})" + (f" & (phi_{low} % {gcd} == 0)" if gcd > 1 else ""))
                 pp, rr, bounded = f"base_{low}" + (f" + {pj}" if pj else ""), (f"-{rj} * DSTEP_{d}" if rj else None), True
             else:
                 pp = " - ".join(t for t in (f"{pj} * STRIDE_{d}" if pj else None, f"PAD_{d}" if geo.pad[j] else None) if t)
@@ -269,8 +268,7 @@ class Conv(Family):
                 in_lines.append(f"in_{low} = {' + '.join(parts) or '0'}")
                 in_mask.append(in_bounds(f"in_{low}", size))
         if transposed:
-            in_lines = tap_lines + ["tap_ok = " + " & ".join(tap_ok)] + in_lines
-            in_mask[1] = f"tap_ok{xr}"
+            in_lines = tap_lines + in_lines
         in_lines.append("in_mask = " + " & ".join(in_mask))
         groups, cg = geo.groups, geo.cg
         if groups > 1:
@@ -298,7 +296,7 @@ class Conv(Family):
         else:
             oc = "(g * OCG + roc)" if groups > 1 else "roc"
             w_coords = [f"{oc}[None, :]", col(r[0], "[:, None]")] + [col(r[1 + j], "[:, None]") for j in range(len(dims))]
-        w_mask = "tap_ok[:, None] & oc_mask[None, :]" if transposed else "r_mask[:, None] & oc_mask[None, :]"
+        w_mask = "r_mask[:, None] & oc_mask[None, :]"
         load_w, _ = operand_lines(launch, k.operands["w"].expr, w_coords, w_mask,
                                   other="0.0", var="wv", exact=True, full="(BLOCK_R, BLOCK_OC)")
         return pre, in_lines, load_x, load_w[0]
@@ -337,9 +335,42 @@ def _phase_lines(geo: _Geometry, launch: Launch) -> tuple[list[str], list[str]]:
                 f"o0_{low} = (phi_{low} + STRIDE_{d} - PAD_{d} % STRIDE_{d}) % STRIDE_{d}",
                 f"o_{low} = o0_{low} + {p[1 + j] or '0 * rp'} * STRIDE_{d}",
                 f"p_mask = p_mask & (o_{low} < {launch.scalar(f'OUT_{d}', geo.outs[j])})"]
+        # the phase's taps along d: k0 + i * STEP below KS, none unless gcd divides the phase
+        nt = f"(KS_{d} - k0_{low} + STEP_{d} - 1) // STEP_{d}"
         first += [f"k0_{low} = (phi_{low} // {gcd}) * INV_{d} % STEP_{d}",
-                  f"base_{low} = (o0_{low} + PAD_{d} - k0_{low} * DIL_{d}) // STRIDE_{d}"]
+                  f"base_{low} = (o0_{low} + PAD_{d} - k0_{low} * DIL_{d}) // STRIDE_{d}",
+                  f"nt_{low} = " + (f"tl.where(phi_{low} % {gcd} == 0, {nt}, 0)" if gcd > 1 else nt)]
+    first.append("red_ph = CG * " + " * ".join(f"nt_{d.lower()}" for d in geo.dims)
+                 + "  # this phase's (channel, tap) pairs: 0 where no tap reaches its outputs")
     return out, first
+
+
+def _tap_lines(geo: _Geometry, used: str) -> list[str]:
+    """A transposed conv's reduction coordinates (channel, then one per dim), decomposed from `rr` by
+    the phase's own tap counts `nt_<dim>`: the loop walks only taps that reach the phase's outputs.
+    Walking the widest phase's ceil(KS / STEP) taps in every phase and masking the rest, the
+    conv_transpose3d(38 -> 3, (5, 7, 1), stride (2, 2, 3), dilation (1, 2, 2)) of L2-03a65e86d ran
+    600 BLOCK_R steps per tile over its 12 phases where 84 carry a tap (46 ms against eager's 1.8)."""
+    shape = (geo.cg,) + geo.taps
+    sizes = ["CG"] + [f"nt_{d.lower()}" for d in geo.dims]
+    dims = [d for d, s in enumerate(shape) if not is_unit(s)]
+    if len(dims) < 2:
+        return []
+    need = {d for d in dims if re.search(rf"\br{d}\b", used)}
+    lines, rest = [], "rr"
+    for j, d in enumerate(reversed(dims)):
+        if not need:
+            break
+        if j == len(dims) - 1:
+            lines.append(f"r{d} = {rest}")
+            break
+        if d in need:
+            lines.append(f"r{d} = {rest} % {sizes[d]}")
+            need.discard(d)
+        if need:
+            lines.append(f"r_rest = {rest} // {sizes[d]}")
+            rest = "r_rest"
+    return lines
 
 
 FAMILIES = (Conv(),)

@@ -39,7 +39,8 @@ def test_several_taps_gather_positions_fastest_with_split_offsets(op):
     assert "acc = tl.dot(tl.trans(xv), wv, acc" in src, p.source
     assert "x_p = " in src and "xv = tl.load(x0_ptr + x_p[None, :] + x_r[:, None]" in src
     # the position part is computed before the reduction loop, the tap part inside it
-    before, loop = src.split("for red_start in range(0, RED, BLOCK_R):", 1)
+    # (a transposed conv's loop runs over its phase's own pairs, red_ph)
+    before, loop = re.split(r"for red_start in range\(0, (?:RED|red_ph), BLOCK_R\):", src, maxsplit=1)
     assert "x_p = " in before and "x_r = " in loop
     res = check(p.source, src)
     assert res.ok, f"{op}: {res.message}"
