@@ -6,6 +6,8 @@ groups. A program takes BLOCK_ROWS rows and walks the reduced elements BLOCK_R a
 stay vectorised and the grid stays small (the interpreter pays per program).
 When rows are few and long, reductions and normalisations cut each row into chunks over many
 programs (kernels/split.py): chunk partials or statistics first, then a kernel combining them.
+A reduction reads its input once and in memory order: several reduced dims are walked largest
+stride first (order-free ops), var/std are one-pass Welford, argmin/argmax keep a best per lane.
 """
 from __future__ import annotations
 
@@ -16,11 +18,70 @@ from distill.lowering.ir import Op, Program, lowering_table
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, render
 from distill.lowering.kernels.rowspace import Rows, describe, dim, outer_tiles
 from distill.lowering.kernels.split import part_name
-from distill.lowering.planner import Kernel
+from distill.lowering.planner import Kernel, Operand
+from distill.lowering.sizes import is_unit
 from distill.lowering.views import Step
 
 # values per row and chunk in a split normalisation's workspace: (max, sum exp), sum of squares, (mean, M2)
 N_STATS = {"max_sumexp": 2, "sumsq": 1, "mean_var": 2}
+
+
+# reductions whose result names a position: their reduced elements keep the program's order
+POSITIONAL = ("argmax", "argmin")
+
+
+def _main_leaf(expr: exprs.Node) -> exprs.Leaf:
+    """The leaf that moves the most bytes (the largest stored tensor): its layout decides the tiles."""
+    return max(exprs.leaves(expr), key=lambda lf: math.prod(int(d) for d in lf.base_shape))
+
+
+def _memory_order(op: Op, x: Operand, n_kept: int) -> Operand:
+    """The operand with its reduced dims in memory order (largest stride first), so consecutive lanes
+    read consecutive addresses. `std(x.permute(2, 1, 0), dim=(0, 1, 2))` walked in the view's order put
+    lanes a plane apart: a sector per element, 5.55 ms against eager's 0.155 on an H200."""
+    if op.op in POSITIONAL or len(x.space) - n_kept < 2:
+        return x
+    strides = _main_leaf(x.expr).strides[n_kept:]
+    red = sorted(range(len(strides)), key=lambda i: -strides[i])
+    if red == sorted(red):
+        return x
+    perm = tuple(range(n_kept)) + tuple(n_kept + i for i in red)
+    expr = exprs.map_leaves(x.expr, lambda lf: exprs.Load(_permuted(lf, perm)))
+    return Operand(x.role, expr, tuple(x.space[i] for i in perm))
+
+
+def _permuted(leaf: exprs.Leaf, perm: tuple[int, ...]) -> exprs.Leaf:
+    """`leaf.permute(perm)`, folded into a permute the chain ends with (forward then reads one view)."""
+    steps = list(leaf.steps)
+    if steps and steps[-1].method == "permute":
+        last = steps.pop().args  # permute(2, 1, 0) or permute((2, 1, 0))
+        last = last[0] if len(last) == 1 and isinstance(last[0], (tuple, list)) else last
+        perm = tuple(last[i] for i in perm)
+    base = exprs.Leaf(leaf.value, leaf.code, leaf.base_shape, (), leaf.dtype)
+    if perm != tuple(range(len(perm))):
+        steps.append(Step("permute", (perm,), leaf.value))
+    return base.with_steps(steps)
+
+
+def _row_run(x: Operand, n_kept: int) -> int:
+    """Elements the trailing row dims span contiguously in memory (1 when the last one is not
+    contiguous): with a permuted input the rows can be the contiguous dim though the view's last is
+    reduced."""
+    leaf, run = _main_leaf(x.expr), 1
+    for size, stride in reversed(list(zip(leaf.shape[:n_kept], leaf.strides[:n_kept]))):
+        if is_unit(size):
+            continue
+        if stride != run:
+            break
+        run *= int(size)
+    # a reduced dim inside that run (its stride read at a drawn size of 1) stays the contiguous one
+    red = [st for d, st in zip(leaf.shape[n_kept:], leaf.strides[n_kept:]) if not is_unit(d)]
+    return run if all(st >= run for st in red) else 1
+
+
+def _options(spec: dict) -> dict:
+    """Launch options an op's entry asks for (ops.toml `num_warps`)."""
+    return {"num_warps": spec["num_warps"]} if "num_warps" in spec else {}
 
 
 def _reduced(op: Op, rank: int) -> list[int]:
@@ -56,22 +117,20 @@ class Reduce(Family):
     def emit(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
         spec = lowering_table()["reduce"][k.op.op]
         launch = Launch(fwd)
-        x = k.operands["x"]
-        dims = _reduced(k.op, len(x.space))
-        n_kept = len(x.space) - len(dims)
-        after = len(x.space) - 1 - dims[-1]  # kept dims after the last reduced one: the contiguous run
-        rows = Rows(launch, x.space, n_kept, **outer_tiles(x.space, n_kept, math.prod(x.space[n_kept - after:n_kept])))
+        n_kept = len(k.operands["x"].space) - len(_reduced(k.op, len(k.operands["x"].space)))
+        x = _memory_order(k.op, k.operands["x"], n_kept)
+        rows = Rows(launch, x.space, n_kept, **outer_tiles(x.space, n_kept, _row_run(x, n_kept)))
         tile = rows.tile({"x": x.expr}, other=spec["other"])
         if not isinstance(x.expr, exprs.Load):  # a fused operand: padded lanes need the fill value too
             tile.append(f"x = tl.where(m2, x, {spec['other']})")
         if rows.splits():
             return self._split(k, name, fwd, launch, rows, tile, spec)
         epi, value, out, off = rows.out(k, per_row=True)
-        ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"], result=spec["result"],
-                               epilogue=epi, out=out, out_off=off, value=value), ("tile",))
+        ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"], final=spec.get("final", []),
+                               result=spec["result"], epilogue=epi, out=out, out_off=off, value=value), ("tile",))
         src = render("reduce.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
-                     comment=self.describe(k), centered=spec.get("centered", False), stage="whole", **ctx)
-        return src, launch.call(name, rows.grid(), rows.consts())
+                     comment=self.describe(k), welford=spec.get("welford", False), stage="whole", **ctx)
+        return src, launch.call(name, rows.grid(), rows.consts() | _options(spec))
 
     def _split(self, k: Kernel, name: str, fwd: Forward, launch: Launch, rows: "Rows", tile: list[str],
                spec: dict) -> tuple[str, list[str]]:
@@ -83,12 +142,13 @@ class Reduce(Family):
             launch.buffer(f"part{i}_ptr", p)
         for s in ("SPLIT", "CHUNK"):
             launch.scalar(s, s)
-        ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"]), ("tile",))
+        ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"], final=spec.get("final", []),
+                               parts=spec["parts"]), ("tile",))
         src = render("reduce.py.j2", name=part_name(name), signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
-                     comment=f"chunk partials of {self.describe(k)}", centered=spec.get("centered", False),
-                     stage="partial", parts=spec["parts"], **ctx)
+                     comment=f"chunk partials of {self.describe(k)}", welford=spec.get("welford", False),
+                     stage="partial", **ctx)
         consts = rows.consts()
-        lines, first_launch = rows.split_launch(part_name(name))
+        lines, first_launch = rows.split_launch(part_name(name), _options(spec))
         device = f"{launch.args[0]}.device"
         lines += [f"{p} = torch.empty(({rows.n_rows}, SPLIT), device={device}, dtype=torch.{dt})"
                   for p, dt in zip(parts, dtypes)]
@@ -104,7 +164,7 @@ class Reduce(Family):
         cctx = crows.finish(dict(combine_lines=spec.get("combine_lines", []), result=spec["combine"], epilogue=epi,
                                  out=out, out_off=off, value=value), ())
         csrc = render("reduce.py.j2", name=name, signature=second.signature(["BLOCK_ROWS", "BLOCK_S"]),
-                      comment=self.describe(k), centered=False, stage="combine", parts_other=spec["parts_other"],
+                      comment=self.describe(k), welford=False, stage="combine", parts_other=spec["parts_other"],
                       **cctx)
         grid2 = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS),)"
         second_lines = second.call(name, grid2, {"BLOCK_ROWS": consts["BLOCK_ROWS"],

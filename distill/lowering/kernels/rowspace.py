@@ -105,10 +105,12 @@ class Rows:
         name = self.launch.pointer(target, hint="out")
         return body, result, name, store_offset(self.launch, target, coords, flat, full)
 
-    def split_launch(self, kernel: str) -> tuple[list[str], str]:
+    def split_launch(self, kernel: str, options: dict | None = None) -> tuple[list[str], str]:
         """For a first-stage kernel over (row block, chunk) programs: forward's lines up to the choice
-        of SPLIT and CHUNK, and the launch line (the workspace goes between them)."""
-        lines = self.launch.call(kernel, f"(triton.cdiv({self.n_rows}, BLOCK_ROWS), SPLIT)", self.consts())
+        of SPLIT and CHUNK, and the launch line (the workspace goes between them); `options` are
+        launch options (num_warps)."""
+        lines = self.launch.call(kernel, f"(triton.cdiv({self.n_rows}, BLOCK_ROWS), SPLIT)",
+                                 self.consts() | (options or {}))
         block_rows = text(self.block_rows, "BLOCK_ROWS")
         return lines[:-1] + chunk_lines(str(self.R), text(self.block_r, "BLOCK_R"),
                                         row_blocks(self.n_rows, self.block_rows, block_rows)), lines[-1]
