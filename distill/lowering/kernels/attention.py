@@ -1,8 +1,11 @@
-"""Scaled dot-product attention, flash style: the [L, S] scores never reach memory.
+"""Scaled dot-product attention: flash style, or with its scores written once for wide heads.
 
-One kernel streams keys and values past a block of queries with an online softmax. It shares
-matmul's tile forms (2-D, or 3-D when many small heads share a program) and its forward-side tile
-helpers.
+Flash style, one kernel streams keys and values past a block of queries with an online softmax and
+the [L, S] scores never reach memory. It shares matmul's tile forms (2-D, or 3-D when many small heads
+share a program) and its forward-side tile helpers. With a head or value dim past HEAD_MAX and scores
+no larger than the inputs (`scores_form`), two kernels instead: the scaled scores with each row's max
+and exp-sum, then softmax(scores) @ v (attention_scores.py.j2). Simplified: the form is chosen from the
+drawn sizes; a resized twin runs the same form, correct at any size, perhaps not the faster one there.
 """
 from __future__ import annotations
 
@@ -33,6 +36,28 @@ WIDE_L_MAX = 32
 # ptxas -v, 8 warps, 16-row and 16-key blocks), 128-wide chunks spilled 484 bytes a thread at a
 # 256-wide value dim and 1500 at 1024; 64-wide chunks none and 484; the same padded E in all.
 WIDE_E_CHUNK = 64
+# The scores form (two kernels, the [L, S] scores written once and read back; attention_scores.py.j2)
+# takes a head or value dim past HEAD_MAX whenever the scores are no larger than q, k, v and the output
+# together, so writing and reading them at most doubles the traffic. On an H200 the flash forms there
+# ran far from eager's kernel: 5.5 ms against 1.22 (L 19, S 38, E 152, V 256, the short form) and 8.8
+# against 1.1 for a whole problem (L 304, S 108, E 2048, V 1722, 14 value slices each computing every
+# score again; issue 34).
+# Query and key blocks of up to SCORE_TILE, the head summed in SCORE_CHUNK-wide chunks, values SCORE_V wide,
+# 8 warps. Compiled for sm_90 (Triton 3.6, PTX and ptxas -v), at 4 warps both kernels spilled 440-540
+# bytes a thread; at 8 none did at 16 or 32 queries, and at 64 queries 64-wide head chunks spilled 92
+# bytes (32-wide: none) and 128-wide value slices 72. Timed on an H200 (bench/candidate_variants_gpu.py),
+# 128-wide value slices against 64 were 1.33x faster at L 19, S 38, E 152, V 256 and 1.05x at L 108,
+# spills and all; 64-wide head chunks against 32, 0.95-0.96x.
+SCORE_TILE = 64
+SCORE_CHUNK = 32
+SCORE_V = 128
+
+
+def scores_form(bh: int, seq_l: int, seq_s: int, e: int, ev: int) -> bool:
+    """Attention as scores, then softmax(scores) @ v: a head or value dim past HEAD_MAX and scores no
+    larger than the inputs and output (the module docstring)."""
+    q, k, e, ev = int(seq_l), int(seq_s), int(e), int(ev)
+    return max(e, ev) > HEAD_MAX and q * k <= q * e + k * e + k * ev + q * ev
 
 
 def wide_values(seq_l: int, ev: int, e: int) -> bool:
@@ -100,6 +125,8 @@ class Attention(Family):
         q, kk, v = (k.operands[r] for r in ("q", "k", "v"))
         b, h, seq_l, e = q.space
         seq_s, ev = kk.space[2], v.space[3]
+        if scores_form(b * h, seq_l, seq_s, e, ev):
+            return self._emit_scores(k, name, fwd)
         form, consts, grid = self.tiles(b * h, seq_l, seq_s, e, ev)
         launch = Launch(fwd)
         for sym, val in (("L", seq_l), ("S", seq_s), ("E", e), ("EV", ev)):
@@ -126,6 +153,65 @@ class Attention(Family):
                      load_k=load_k[0], load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
                      epilogue=epi, out=out, out_off=off, value=value)
         return src, launch.call(name, grid, consts)
+
+    def _emit_scores(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
+        """The scores form: a kernel writing the scaled scores and each row's max and exp-sum, then one
+        reading them back through the softmax into the product with the values and the epilogue."""
+        q, kk, v = (k.operands[r] for r in ("q", "k", "v"))
+        b, h, seq_l, e = q.space
+        seq_s, ev = kk.space[2], v.space[3]
+        form = TileForm(False)
+        causal = bool(k.op.attrs.get("is_causal"))
+        tiles = {"BLOCK_L": pow2(seq_l, 16, SCORE_TILE), "BLOCK_S": pow2(seq_s, 16, SCORE_TILE)}
+        w, stats = fwd.fresh(f"{k.target.value}_scores"), fwd.fresh(f"{k.target.value}_rowstats")
+
+        first = Launch(fwd)
+        for sym, val in (("L", seq_l), ("S", seq_s), ("E", e)):
+            first.scalar(sym, val)
+        first.scalar("scale", f"{e} ** -0.5" if isinstance(e, Sym) else repr(1.0 / math.sqrt(e)))
+        batch, c0, c1 = batch_lines(first, b, h, False)
+        load_q, _ = operand_lines(first, q.expr, form.coords(c0, c1, "rl", "re"), form.mask("rl", "L", "re", "E"),
+                                  other="0.0", var="q", exact=True, full=form.full("BLOCK_L", "BLOCK_E"))
+        load_k, _ = operand_lines(first, kk.expr, [c0, c1, form.col("rs"), form.row("re")],
+                                  form.mask("re", "E", "rs", "S"), other="0.0", var="kt", exact=True,
+                                  full=form.full("BLOCK_E", "BLOCK_S"))
+        first.buffer("w_ptr", w)
+        first.buffer("stats_ptr", stats)
+        consts_a = {**tiles, "BLOCK_E": pow2(e, 16, SCORE_CHUNK), "num_warps": 8, "num_stages": 2}
+        src = render("attention_scores.py.j2", name=_scores_name(name), stage="scores", causal=causal,
+                     signature=first.signature(constexprs(consts_a)), comment=f"the scores of {self.describe(k)}",
+                     batch_lines=batch, load_q=load_q[0], load_k=load_k[0])
+        device = f"{first.args[0]}.device"  # q's tensor, as forward holds it
+        pairs = f"({b}) * ({h})"
+        lines = [f"{w} = torch.empty(({pairs}, {seq_l}, {seq_s}), device={device}, dtype=torch.float32)",
+                 f"{stats} = torch.empty(({pairs} * ({seq_l}), 2), device={device}, dtype=torch.float32)"]
+        lines += first.call(_scores_name(name), f"(triton.cdiv({seq_l}, BLOCK_L) * {pairs},)", consts_a)
+
+        second = Launch(fwd)
+        second.buffer("w_ptr", w)
+        second.buffer("stats_ptr", stats)
+        for sym, val in (("L", seq_l), ("S", seq_s), ("EV", ev)):
+            second.scalar(sym, val)
+        batch, c0, c1 = batch_lines(second, b, h, False)
+        load_v, _ = operand_lines(second, v.expr, form.coords(c0, c1, "rs", "rv"), form.mask("rs", "S", "rv", "EV"),
+                                  other="0.0", var="v", exact=True, full=form.full("BLOCK_S", "BLOCK_V"))
+        out_coords = form.coords(c0, c1, "rl", "rv")
+        full = form.full("BLOCK_L", "BLOCK_V")
+        epi, value = operand_lines(second, k.expr, out_coords, "mask", other="0.0", full=full)
+        target = k.target.leaf()
+        out = second.pointer(target, hint="out")
+        off = store_offset(second, target, out_coords, None, full)
+        consts_b = {**tiles, "BLOCK_V": pow2(ev, 16, SCORE_V), "num_warps": 8, "num_stages": 2}
+        src2 = render("attention_scores.py.j2", name=name, stage="values", causal=causal,
+                      signature=second.signature(constexprs(consts_b)), comment=self.describe(k), batch_lines=batch,
+                      load_v=load_v[0], epilogue=epi, out=out, out_off=off, value=value)
+        grid = f"(triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V) * {pairs},)"
+        lines += [ln for ln in second.call(name, grid, consts_b) if ln not in lines]
+        return src + "\n\n" + src2, lines
+
+
+def _scores_name(name: str) -> str:
+    return name[: -len("_kernel")] + "_scores_kernel"
 
 
 FAMILIES = (Attention(),)

@@ -130,10 +130,17 @@ def tiles_for(geo: _Geometry) -> dict:
     element feeds twice the MMA work. Measured on an H100 over 14 conv-bound bench problems against
     the former 64 x 64 x 64 tiles with 4 warps (bench/candidate_variants_gpu.py): 1.43x geomean per
     problem, 0.79-2.27x; conv_transpose3d with 2 output channels 41 -> 25 ms."""
+    # A transposed conv's loop runs to its phase's own tap count (`red_ph`, read at run time). Software-
+    # pipelined (Triton 3.6's default of 3 stages) that loop came out wrong on an H200 wherever a phase
+    # has no taps (stride and dilation sharing a factor): three problems at 1.0-1.41 relative error, all
+    # right under the interpreter. One stage was right on all three and 1.45-2.17x faster
+    # (bench/candidate_variants_gpu.py, bench/RESULTS.md).
+    stages = {"num_stages": 1} if geo.transposed else {}
     if geo.ocg > 64:
-        return {"BLOCK_P": pow2(geo.n_p, 16, 128), "BLOCK_OC": 128, "BLOCK_R": pow2(geo.red, 16, 32), "num_warps": 8}
+        return {"BLOCK_P": pow2(geo.n_p, 16, 128), "BLOCK_OC": 128, "BLOCK_R": pow2(geo.red, 16, 32), "num_warps": 8,
+                **stages}
     return {"BLOCK_P": pow2(geo.n_p, 16, 256), "BLOCK_OC": pow2(geo.ocg, 16, 64), "BLOCK_R": pow2(geo.red, 16, 16),
-            "num_warps": 8}
+            "num_warps": 8, **stages}
 
 
 class Conv(Family):
