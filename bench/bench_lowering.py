@@ -24,6 +24,11 @@ so `run --warm-workers N` (default 12) first compiles every pending problem's re
 module in N processes side by side; the timing loop, one process, then finds inductor's and Triton's
 on-disk caches warm and times one problem after another (`compile_s` is then the cached compile).
 
+`report A B C ...` (folders of `run`, or their results.jsonl files) puts several seeds side by side: each
+one's table named by its seed, the issue's targets met or missed per level, and the slowest rows against
+eager across them (`--slowest N`), each with its seed. A figure quoted from one seed is a development aid;
+the targets hold only if every seed meets them.
+
 `profile --out DIR --limit N` (or `run --profile-slow N`) says where the time goes: the CUDA time of
 each kernel of the N problems slowest against eager, to DIR/kernels.jsonl and DIR/kernels.md.
 
@@ -62,7 +67,7 @@ def prepare(n: int, seed: int, levels: list[int], profile: str, out: Path) -> No
         t = time.perf_counter()
         for p in synth.sample(n, level=level, seed=seed + level, profile=profile):
             low = lower(p)
-            row = {"problem_id": p.problem_id, "level": level, "ops": p.ops, "source": p.source,
+            row = {"problem_id": p.problem_id, "seed": seed, "level": level, "ops": p.ops, "source": p.source,
                    "candidate": low.source, "kernels": len(low.kernels), "flops": int(p.flops),
                    "profile": p.profile, "well_conditioned": None}
             if profile == "cpu":  # fp64 replays of the reference: affordable at cpu sizes only
@@ -178,7 +183,7 @@ def machine_peaks(device: str) -> dict:
 def run_one(row: dict, device: str, use_compile: bool, peaks: dict | None = None) -> dict:
     import torch
 
-    out = {k: row.get(k) for k in ("problem_id", "level", "ops", "kernels", "well_conditioned", "flops")}
+    out = {k: row.get(k) for k in ("problem_id", "seed", "level", "ops", "kernels", "well_conditioned", "flops")}
     ref_mod = load_source(row["source"], "tf_ref_")
     new_mod = load_source(row["candidate"], "tf_new_")
     ref, new, inputs = build_models(ref_mod, new_mod, device)
@@ -271,7 +276,7 @@ def run(out_dir: Path, budget: float, device: str, use_compile: bool, warm_worke
             try:
                 res = run_one(row, device, use_compile, peaks)
             except Exception as exc:  # noqa: BLE001
-                res = {k: row.get(k) for k in ("problem_id", "level", "ops", "kernels", "well_conditioned")}
+                res = {k: row.get(k) for k in ("problem_id", "seed", "level", "ops", "kernels", "well_conditioned")}
                 res.update(correct=False, why=f"{type(exc).__name__}: {str(exc)[:300]}")
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -290,11 +295,64 @@ def run(out_dir: Path, budget: float, device: str, use_compile: bool, warm_worke
     print(f"\n{len(results)} of {len(rows)} problems ({left} left: rerun the same command)\n{text}")
 
 
+# The lowering teacher's targets (issue 34), per level: geomean vs eager; vs torch.compile at every level.
+EAGER_TARGET = {1: 1.3, 2: 1.8, 5: 1.8, 10: 1.8}
+COMPILE_TARGET = 1.0
+
+
+def _results(src: Path) -> tuple[str, list[dict]]:
+    """(label, rows) of a `run` folder or a results .jsonl: the label is the seed the rows were drawn
+    with where the problems say it, else the folder's (or file's) name."""
+    path = src / "results.jsonl" if src.is_dir() else src
+    if not path.is_file():
+        raise SystemExit(f"report: {path} does not exist (a `run --out` folder or its results.jsonl)")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    problems = path.parent / "problems.json"
+    seeds = {r.get("seed") for r in rows}
+    if None in seeds and problems.is_file():  # rows of a run before they carried their seed
+        seeds = {r.get("seed") for r in json.loads(problems.read_text())}
+    label = f"seed {seeds.pop()}" if len(seeds) == 1 and None not in seeds else (src.name if src.is_dir() else src.stem)
+    return label, rows
+
+
+def report(sources: list[Path], slowest: int = 15) -> str:
+    """Several seeds side by side (module docstring): tables, targets, and the slowest rows."""
+    lines, pool = [], []
+    for src in sources:
+        label, rows = _results(src)
+        pool += [(label, r) for r in rows]
+        lines += [f"## {label}: {len(rows)} rows", table(rows), ""]
+        for level in sorted({r["level"] for r in rows}):
+            ok = [r for r in rows if r["level"] == level and r.get("correct") and r.get("lowered_ms")]
+            ge = _geomean([r["eager_ms"] / r["lowered_ms"] for r in ok])
+            gc = _geomean([r["compile_ms"] / r["lowered_ms"] for r in ok if r.get("compile_ms")])
+            want = EAGER_TARGET.get(level)
+            verdict = [f"vs eager {ge:.2f}x " + ("met" if want and ge and ge >= want else "missed") + f" (>= {want})"
+                       if want and ge else "vs eager -",
+                       f"vs compile {gc:.2f}x " + ("met" if gc >= COMPILE_TARGET else "missed") if gc else "vs compile -"]
+            lines.append(f"level {level} targets: " + "; ".join(verdict))
+        lines.append("")
+    timed = [(label, r) for label, r in pool if r.get("correct") and r.get("lowered_ms") and r.get("eager_ms")]
+    timed.sort(key=lambda lr: lr[1]["eager_ms"] / lr[1]["lowered_ms"])
+    lines.append(f"## the {min(slowest, len(timed))} slowest rows against eager")
+    lines.append(f"{'seed':>10} {'level':>5} {'problem':>14} {'vs eager':>9} {'eager ms':>9} {'lowered ms':>11} "
+                 f"{'compile ms':>11}  ops")
+    for label, r in timed[:slowest]:
+        comp = f"{r['compile_ms']:.3g}" if r.get("compile_ms") else "-"
+        lines.append(f"{label:>10} {r['level']:>5} {r['problem_id'][:14]:>14} {r['eager_ms'] / r['lowered_ms']:>8.2f}x "
+                     f"{r['eager_ms']:>9.3g} {r['lowered_ms']:>11.3g} {comp:>11}  {', '.join(r['ops'])}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    parsers = {c: sub.add_parser(c) for c in ("prepare", "run", "all", "profile", "warm")}
+    parsers = {c: sub.add_parser(c) for c in ("prepare", "run", "all", "profile", "warm", "report")}
+    parsers["report"].add_argument("sources", nargs="+", type=Path, help="`run` folders or results.jsonl files")
+    parsers["report"].add_argument("--slowest", type=int, default=15, help="slowest rows against eager to list")
     for c, p in parsers.items():
+        if c == "report":
+            continue
         p.add_argument("--out", type=Path, default=Path(".bench_lowering/gpu"), help="folder of problems and results")
         if c == "warm":  # run's warm-up phase, in a process group of its own (see warm_apart)
             p.add_argument("--workers", type=int, default=12)
@@ -315,6 +373,9 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument("--warm-workers", type=int, default=12,
                            help="processes that compile the pending problems first (0: compile while timing)")
     a = ap.parse_args(argv)
+    if a.cmd == "report":
+        print(report(a.sources, a.slowest))
+        return
     try:
         levels = [int(x) for x in a.levels.split(",")] if a.cmd != "run" else []
     except ValueError:

@@ -42,3 +42,29 @@ def test_the_table_lists_rounding_decided_failures_apart():
     text = table(rows)
     assert "33%" in text.splitlines()[1]  # one of three correct: the unstable one still counts as not correct
     assert "decided by rounding): 1" in text and "L1-b conv1d, argmin" in text and "L1-c" not in text
+
+
+def test_the_report_names_each_seed_checks_the_targets_and_lists_the_slowest_rows(tmp_path):
+    import json
+
+    from bench_lowering import report
+
+    def row(pid, level, eager, lowered, compile_ms, seed=None):
+        r = {"problem_id": pid, "level": level, "ops": [pid.lower()], "correct": True,
+             "eager_ms": eager, "lowered_ms": lowered, "compile_ms": compile_ms}
+        return r | ({"seed": seed} if seed is not None else {})
+
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "results.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        row("L1-fast", 1, 2.0, 1.0, 1.5, seed=202), row("L1-slow", 1, 1.0, 4.0, 1.0, seed=202),
+        row("L2-ok", 2, 4.0, 1.0, 2.0, seed=202)]))
+    b = tmp_path / "old.jsonl"  # an older run's rows: no seed, labelled by the file's name
+    b.write_text(json.dumps(row("L1-mid", 1, 3.0, 2.0, 2.0)))
+    text = report([a, b], slowest=2)
+    assert "## seed 202: 3 rows" in text and "## old: 1 rows" in text
+    # seed 202, level 1: geomean of 2x and 0.25x = 0.71x vs eager (missed), of 1.5x and 0.25x vs compile
+    assert "level 1 targets: vs eager 0.71x missed (>= 1.3); vs compile 0.61x missed" in text
+    assert "level 2 targets: vs eager 4.00x met (>= 1.8); vs compile 2.00x met" in text
+    slow = text.split("slowest rows against eager")[1].splitlines()[2:]
+    assert len(slow) == 2 and "seed 202" in slow[0] and "L1-slow" in slow[0] and "old" in slow[1]
