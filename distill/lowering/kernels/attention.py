@@ -53,9 +53,9 @@ SCORE_CHUNK = 32
 SCORE_V = 128
 
 
-def scores_form(bh: int, seq_l: int, seq_s: int, e: int, ev: int) -> bool:
+def scores_form(seq_l: int, seq_s: int, e: int, ev: int) -> bool:
     """Attention as scores, then softmax(scores) @ v: a head or value dim past HEAD_MAX and scores no
-    larger than the inputs and output (the module docstring)."""
+    larger than the inputs and output, per (batch, head) pair (the comment above SCORE_TILE)."""
     q, k, e, ev = int(seq_l), int(seq_s), int(e), int(ev)
     return max(e, ev) > HEAD_MAX and q * k <= q * e + k * e + k * ev + q * ev
 
@@ -125,7 +125,7 @@ class Attention(Family):
         q, kk, v = (k.operands[r] for r in ("q", "k", "v"))
         b, h, seq_l, e = q.space
         seq_s, ev = kk.space[2], v.space[3]
-        if scores_form(b * h, seq_l, seq_s, e, ev):
+        if scores_form(seq_l, seq_s, e, ev):
             return self._emit_scores(k, name, fwd)
         form, consts, grid = self.tiles(b * h, seq_l, seq_s, e, ev)
         launch = Launch(fwd)

@@ -60,11 +60,11 @@ def _lower(src: str) -> str:
 
 
 def test_the_rule_takes_wide_heads_whose_scores_are_no_larger_than_the_inputs():
-    assert scores_form(27 * 724, 19, 38, 152, 256)          # the H200's slow level-1 row
-    assert scores_form(80, 304, 108, 2048, 1722)            # 14 value slices in the flash form
-    assert not scores_form(8, 19, 38, 64, 64)               # within HEAD_MAX: flash
-    assert not scores_form(8, 4096, 4096, 200, 300)         # scores 16M a pair against 4.1M of inputs
-    assert scores_form(8, 4, 4, HEAD_MAX + 1, 8) and not scores_form(8, 4, 4, HEAD_MAX, HEAD_MAX)
+    assert scores_form(19, 38, 152, 256)  # the H200's slow level-1 row
+    assert scores_form(304, 108, 2048, 1722)  # 14 value slices in the flash form
+    assert not scores_form(19, 38, 64, 64)  # within HEAD_MAX: flash
+    assert not scores_form(4096, 4096, 200, 300)  # scores 16M a pair against 4.1M of inputs
+    assert scores_form(4, 4, HEAD_MAX + 1, 8) and not scores_form(4, 4, HEAD_MAX, HEAD_MAX)
 
 
 @pytest.mark.parametrize("causal", [False, True])
