@@ -10,6 +10,7 @@ drawn sizes; a resized twin runs the same form, correct at any size, perhaps not
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
@@ -134,24 +135,11 @@ class Attention(Family):
         # the 1/sqrt(E) softmax scale follows the head size, so forward computes it
         launch.scalar("scale", f"{e} ** -0.5" if isinstance(e, Sym) else repr(1.0 / math.sqrt(e)))
         batch, c0, c1 = batch_lines(launch, b, h, form.batched)
-        load_q, _ = operand_lines(launch, q.expr, form.coords(c0, c1, "rl", "re"), form.mask("rl", "L", "re", "E"),
-                                  other="0.0", var="q", exact=True, full=form.full("BLOCK_L", "BLOCK_E"))
-        # keys transposed: E along the rows of the tile, S along its columns
-        load_k, _ = operand_lines(launch, kk.expr, [form.b(c0), form.b(c1), form.col("rs"), form.row("re")],
-                                  form.mask("re", "E", "rs", "S"), other="0.0", var="kt", exact=True,
-                                  full=form.full("BLOCK_E", "BLOCK_S"))
-        load_v, _ = operand_lines(launch, v.expr, form.coords(c0, c1, "rs", "rv"), form.mask("rs", "S", "rv", "EV"),
-                                  other="0.0", var="v", exact=True, full=form.full("BLOCK_S", "BLOCK_V"))
-        out_coords = form.coords(c0, c1, "rl", "rv")
-        full = form.full("BLOCK_L", "BLOCK_V")
-        epi, value = operand_lines(launch, k.expr, out_coords, "mask", other="0.0", full=full)
-        target = k.target.leaf()
-        out = launch.pointer(target, hint="out")
-        off = store_offset(launch, target, out_coords, None, full)
+        load_q, load_k = _query_key_loads(launch, k, form, c0, c1)
+        values = _value_side(launch, k, form, c0, c1)
         src = render("attention.py.j2", name=name, signature=launch.signature(constexprs(consts)),
-                     batched=form.batched, wide_values=wide_values(seq_l, ev, e), comment=self.describe(k), batch_lines=batch, load_q=load_q[0],
-                     load_k=load_k[0], load_v=load_v[0], causal=bool(k.op.attrs.get("is_causal")),
-                     epilogue=epi, out=out, out_off=off, value=value)
+                     batched=form.batched, wide_values=wide_values(seq_l, ev, e), comment=self.describe(k), batch_lines=batch,
+                     load_q=load_q, load_k=load_k, causal=bool(k.op.attrs.get("is_causal")), **values)
         return src, launch.call(name, grid, consts)
 
     def _emit_scores(self, k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
@@ -170,17 +158,13 @@ class Attention(Family):
             first.scalar(sym, val)
         first.scalar("scale", f"{e} ** -0.5" if isinstance(e, Sym) else repr(1.0 / math.sqrt(e)))
         batch, c0, c1 = batch_lines(first, b, h, False)
-        load_q, _ = operand_lines(first, q.expr, form.coords(c0, c1, "rl", "re"), form.mask("rl", "L", "re", "E"),
-                                  other="0.0", var="q", exact=True, full=form.full("BLOCK_L", "BLOCK_E"))
-        load_k, _ = operand_lines(first, kk.expr, [c0, c1, form.col("rs"), form.row("re")],
-                                  form.mask("re", "E", "rs", "S"), other="0.0", var="kt", exact=True,
-                                  full=form.full("BLOCK_E", "BLOCK_S"))
+        load_q, load_k = _query_key_loads(first, k, form, c0, c1)
         first.buffer("w_ptr", w)
         first.buffer("stats_ptr", stats)
         consts_a = {**tiles, "BLOCK_E": pow2(e, 16, SCORE_CHUNK), "num_warps": 8, "num_stages": 2}
         src = render("attention_scores.py.j2", name=_scores_name(name), stage="scores", causal=causal,
                      signature=first.signature(constexprs(consts_a)), comment=f"the scores of {self.describe(k)}",
-                     batch_lines=batch, load_q=load_q[0], load_k=load_k[0])
+                     batch_lines=batch, load_q=load_q, load_k=load_k)
         device = f"{first.args[0]}.device"  # q's tensor, as forward holds it
         pairs = f"({b}) * ({h})"
         lines = [f"{w} = torch.empty(({pairs}, {seq_l}, {seq_s}), device={device}, dtype=torch.float32)",
@@ -193,21 +177,41 @@ class Attention(Family):
         for sym, val in (("L", seq_l), ("S", seq_s), ("EV", ev)):
             second.scalar(sym, val)
         batch, c0, c1 = batch_lines(second, b, h, False)
-        load_v, _ = operand_lines(second, v.expr, form.coords(c0, c1, "rs", "rv"), form.mask("rs", "S", "rv", "EV"),
-                                  other="0.0", var="v", exact=True, full=form.full("BLOCK_S", "BLOCK_V"))
-        out_coords = form.coords(c0, c1, "rl", "rv")
-        full = form.full("BLOCK_L", "BLOCK_V")
-        epi, value = operand_lines(second, k.expr, out_coords, "mask", other="0.0", full=full)
-        target = k.target.leaf()
-        out = second.pointer(target, hint="out")
-        off = store_offset(second, target, out_coords, None, full)
+        values = _value_side(second, k, form, c0, c1)
         consts_b = {**tiles, "BLOCK_V": pow2(ev, 16, SCORE_V), "num_warps": 8, "num_stages": 2}
         src2 = render("attention_scores.py.j2", name=name, stage="values", causal=causal,
                       signature=second.signature(constexprs(consts_b)), comment=self.describe(k), batch_lines=batch,
-                      load_v=load_v[0], epilogue=epi, out=out, out_off=off, value=value)
+                      **values)
         grid = f"(triton.cdiv({seq_l}, BLOCK_L) * triton.cdiv({ev}, BLOCK_V) * {pairs},)"
         lines += [ln for ln in second.call(name, grid, consts_b) if ln not in lines]
         return src + "\n\n" + src2, lines
+
+
+def _query_key_loads(launch: Launch, k: Kernel, form: TileForm, c0: str | None, c1: str | None) -> tuple[str, str]:
+    """The load lines of a [BLOCK_L, BLOCK_E] query tile and a [BLOCK_E, BLOCK_S] key tile (keys
+    transposed: E along the rows, S along the columns), shared by both forms."""
+    load_q, _ = operand_lines(launch, k.operands["q"].expr, form.coords(c0, c1, "rl", "re"),
+                              form.mask("rl", "L", "re", "E"), other="0.0", var="q", exact=True,
+                              full=form.full("BLOCK_L", "BLOCK_E"))
+    load_k, _ = operand_lines(launch, k.operands["k"].expr, [form.b(c0), form.b(c1), form.col("rs"), form.row("re")],
+                              form.mask("re", "E", "rs", "S"), other="0.0", var="kt", exact=True,
+                              full=form.full("BLOCK_E", "BLOCK_S"))
+    return load_q[0], load_k[0]
+
+
+def _value_side(launch: Launch, k: Kernel, form: TileForm, c0: str | None, c1: str | None) -> dict[str, Any]:
+    """The template's value-side fields, shared by both forms: the [BLOCK_S, BLOCK_V] value tile's load,
+    then the epilogue over the [BLOCK_L, BLOCK_V] output tile and its store."""
+    load_v, _ = operand_lines(launch, k.operands["v"].expr, form.coords(c0, c1, "rs", "rv"),
+                              form.mask("rs", "S", "rv", "EV"), other="0.0", var="v", exact=True,
+                              full=form.full("BLOCK_S", "BLOCK_V"))
+    out_coords = form.coords(c0, c1, "rl", "rv")
+    full = form.full("BLOCK_L", "BLOCK_V")
+    epi, value = operand_lines(launch, k.expr, out_coords, "mask", other="0.0", full=full)
+    target = k.target.leaf()
+    out = launch.pointer(target, hint="out")
+    return {"load_v": load_v[0], "epilogue": epi, "out": out, "value": value,
+            "out_off": store_offset(launch, target, out_coords, None, full)}
 
 
 def _scores_name(name: str) -> str:

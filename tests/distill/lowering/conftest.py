@@ -42,3 +42,42 @@ def covering(problems: list, cost=None, ops=None) -> list:
         chosen.append(i)
         missing -= set(problems[i].ops)
     return [problems[i] for i in sorted(chosen)]
+
+
+SDPA = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B = {b}
+H = {h}
+L = {l}
+E = {e}
+S = {s}
+V = {v}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x0, x1, x2):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn((B, H, L, E)), torch.randn((B, H, S, E)), torch.randn((B, H, S, V))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+PLAIN = "F.scaled_dot_product_attention(x0, x1, x2, is_causal={causal})"
+
+
+def sdpa_source(expr: str = PLAIN, causal: bool = False, **sizes: int) -> str:
+    """A KernelBench-format program around `expr` (default: one sdpa) at the H200's slow level-1 sizes,
+    unless `sizes` say otherwise (b, h, l, e, s, v)."""
+    args = {"b": 1, "h": 2, "l": 19, "e": 152, "s": 38, "v": 256} | sizes
+    return SDPA.format(expr=expr.format(causal=causal), **args)

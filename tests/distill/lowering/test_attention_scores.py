@@ -17,43 +17,7 @@ import pytest
 from distill.lowering.kernels.attention import HEAD_MAX, scores_form
 from distill.lowering.selfcheck import check
 from distill.lowering.trace import lower_source
-
-SDPA = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-B = {b}
-H = {h}
-L = {l}
-E = {e}
-S = {s}
-V = {v}
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x0, x1, x2):
-        return {expr}
-
-
-def get_inputs():
-    return [torch.randn((B, H, L, E)), torch.randn((B, H, S, E)), torch.randn((B, H, S, V))]
-
-
-def get_init_inputs():
-    return []
-"""
-
-PLAIN = "F.scaled_dot_product_attention(x0, x1, x2, is_causal={causal})"
-
-
-def _src(expr: str = PLAIN, causal: bool = False, **sizes: int) -> str:
-    args = {"b": 1, "h": 2, "l": 19, "e": 152, "s": 38, "v": 256} | sizes
-    return SDPA.format(expr=expr.format(causal=causal), **args)
-
+from tests.distill.lowering.conftest import sdpa_source as _src
 
 def _lower(src: str) -> str:
     return lower_source(types.SimpleNamespace(source=src, problem_id="issue34")).source

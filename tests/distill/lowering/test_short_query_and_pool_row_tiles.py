@@ -18,35 +18,7 @@ from distill.lowering.kernels.attention import HEAD_MAX, Attention, wide_values
 from distill.lowering.kernels.pool_rows import TILE_BUDGET, window_bound
 from distill.lowering.selfcheck import build, check
 from distill.lowering.trace import lower_source
-
-SDPA = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-B = {b}
-H = {h}
-L = {l}
-E = {e}
-S = {s}
-V = {v}
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x0, x1, x2):
-        return F.scaled_dot_product_attention(x0, x1, x2, is_causal={causal})
-
-
-def get_inputs():
-    return [torch.randn((B, H, L, E)), torch.randn((B, H, S, E)), torch.randn((B, H, S, V))]
-
-
-def get_init_inputs():
-    return []
-"""
+from tests.distill.lowering.conftest import sdpa_source
 
 POOL = """
 import torch
@@ -108,7 +80,7 @@ def test_issue_shape_twin_matches_torch(causal, monkeypatch):
     # the short flash form, kept for attentions whose scores outgrow their inputs (the scores form,
     # tests/distill/lowering/test_attention_scores.py, now takes this shape)
     monkeypatch.setattr(attention, "scores_form", lambda *sizes: False)
-    src = SDPA.format(b=1, h=2, l=19, e=152, s=38, v=256, causal=causal)
+    src = sdpa_source(causal=causal)
     new = _lower(src)
     assert "Short queries, wide values" in new
     assert "BLOCK_L=16" in new and "BLOCK_S=16" in new
@@ -117,8 +89,7 @@ def test_issue_shape_twin_matches_torch(causal, monkeypatch):
     assert res.ok, res.message
     # the same module at other sizes: one query block, a value dim split in two, a narrow head
     for sizes in ({"l": 7, "v": 1100}, {"l": 40, "e": 40, "v": 64}, {"v": 100}):
-        args = {"b": 1, "h": 2, "l": 19, "e": 152, "s": 38, "v": 256, "causal": causal} | sizes
-        res = check(SDPA.format(**args), new)
+        res = check(sdpa_source(causal=causal, **sizes), new)
         assert res.ok, (sizes, res.message)
 
 
