@@ -219,7 +219,7 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsRepl
         broken = found.status is not None  # kept only after a clean replay, like a worker after a pass
         return found, prep
     except procs.ProcTimeout as exc:
-        return judge.Finding("timeout", f"replaying its kernels ({exc.phase}) ran past its {exc.seconds:g} s limit",
+        return judge.Finding("timeout", f"replaying its kernels: {exc}",
                              checks), prep
     except procs.ProcDied as exc:
         _replayer_killed(ctx, proc, exc)
@@ -364,7 +364,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         err = memfault.harness_timeout(exc.phase, exc.seconds, ref_s) if phase in ("import", "construct") else None
         if err is not None:
             raise err from None
-        return verdict("timeout", f"{exc.phase} ran past its {exc.seconds:g} s limit"), False
+        return verdict("timeout", str(exc)), False
     except procs.ProcDied as exc:
         disk = memfault.disk_fault(exc.exitcode, exc.phase, codec.overflow_dir())
         if disk is not None:

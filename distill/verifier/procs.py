@@ -39,6 +39,10 @@ _zygote_device: str | None = None
 STARVED_WALL = 4.0
 # How a process is told starved from asleep at its limit: this many looks at its threads' states.
 STATE_LOOKS, STATE_EVERY_S = 10, 0.1
+# CPU lane: a process that used no CPU for this long, with every thread of it and its children asleep
+# in each look, is deadlocked (a corrupted heap's futex, a lock it holds itself): the interpreter never
+# waits on anything outside the process, so it ends now instead of at its limit (up to 120 s in tests).
+STALL_S = 15.0
 
 
 def zygote_context(device: str) -> Any:
@@ -74,9 +78,10 @@ class ProcDied(RuntimeError):
 
 
 class ProcTimeout(RuntimeError):
-    def __init__(self, phase: str, seconds: float) -> None:
+    def __init__(self, phase: str, seconds: float, stalled: float | None = None) -> None:
         self.phase, self.seconds = phase, seconds
-        super().__init__(f"{phase} ran past its {seconds:g} s limit")
+        super().__init__(f"{phase} ran past its {seconds:g} s limit" if stalled is None else
+                         f"{phase} stopped: no thread ran for {stalled:.0f} s (deadlocked), limit {seconds:g} s")
 
 
 class ProcProtocol(RuntimeError):
@@ -251,11 +256,11 @@ class Proc:
         except (OSError, IndexError, ValueError):
             return None
 
-    def _starved(self) -> bool:
-        """Whether the process or a descendant (a compiler it waits on) is runnable or stopped in any of
-        STATE_LOOKS looks: a busy box keeps such a process off its CPU. One whose every thread sleeps in
-        each look (a lock it never gets, a corrupted heap's futex, `time.sleep`) is waiting on nothing
-        the box withholds, and its limit stands."""
+    def _starved(self, states: str = "RTt") -> bool:
+        """Whether the process or a descendant (a compiler it waits on) is in one of `states` (runnable
+        or stopped) in any of STATE_LOOKS looks: a busy box keeps such a process off its CPU. One whose
+        every thread sleeps in each look (a lock it never gets, a corrupted heap's futex, `time.sleep`)
+        is waiting on nothing the box withholds, and its limit stands."""
         for _ in range(STATE_LOOKS):
             for pid in (self.pid, *running.descendants(self.pid)):
                 try:
@@ -268,7 +273,7 @@ class Proc:
                             state = fh.read().rsplit(")", 1)[1].split()[0]
                     except (OSError, IndexError):
                         continue
-                    if state in ("R", "T", "t"):
+                    if state in states:
                         return True
             time.sleep(STATE_EVERY_S)
         return False
@@ -276,7 +281,14 @@ class Proc:
     def receive(self, seconds: float, phase: str) -> dict[str, Any]:
         start = time.monotonic()
         deadline, cpu0 = start + seconds, self._cpu_seconds() if self.cpu_clock else None
+        last_cpu, moved = cpu0, start
         while True:
+            if cpu0 is not None and time.monotonic() - moved >= STALL_S:
+                used = self._cpu_seconds()
+                if used != last_cpu or self._starved("RDTt"):  # ran, or waits on the disk or the box
+                    last_cpu, moved = used, time.monotonic()
+                elif self.alive():
+                    raise ProcTimeout(phase, seconds, stalled=time.monotonic() - moved)
             left = deadline - time.monotonic()
             if left <= 0:
                 # Past the wall limit: a CPU-lane process that has not yet used `seconds` of CPU and is

@@ -253,3 +253,35 @@ def test_a_cpu_lane_limit_counts_cpu_seconds():
     finally:
         for p in made:
             p.kill()
+
+
+def _child_spins_then_reply(conn, cfg) -> None:
+    subprocess.run([sys.executable, "-c", f"import time\nwhile time.process_time() < {cfg['cpu']}: pass"], check=True)
+    conn.send_bytes(codec.encode({"done": True}))
+
+
+def test_a_cpu_lane_process_that_stops_running_ends_long_before_its_limit(monkeypatch):
+    """A deadlocked worker (every thread asleep, no CPU used: a corrupted heap's futex) ends after STALL_S,
+    not at its limit; one stopped by the box, or waiting on a child that runs, is not deadlocked."""
+    monkeypatch.setattr(procs, "STALL_S", 1.0)
+    made = []
+
+    def proc(target, **cfg) -> procs.Proc:
+        made.append(procs.Proc(target, {"device": "cpu", **cfg}, "tritonforge-test-stall"))
+        return made[-1]
+
+    try:
+        asleep = proc(_sleep_then_reply, sleep=60.0)
+        t0 = time.monotonic()
+        with pytest.raises(procs.ProcTimeout, match="deadlocked"):
+            asleep.receive(60.0, "call")
+        assert time.monotonic() - t0 < 1.0 + procs.STATE_LOOKS * procs.STATE_EVERY_S + 2.0
+        stopped = proc(_spin_then_reply, cpu=0.3)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        threading.Timer(3.0, os.kill, (stopped.pid, signal.SIGCONT)).start()
+        assert stopped.receive(60.0, "call")["done"]
+        waits = proc(_child_spins_then_reply, cpu=3.0)
+        assert waits.receive(60.0, "call")["done"]
+    finally:
+        for p in made:
+            p.kill()
