@@ -25,9 +25,8 @@ from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels import tf32split
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, operand_lines, pow2, render, store_offset
-from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, worth_splitting
+from distill.lowering.kernels.split import cdiv, chunk_lines, part_name, text, worth_splitting
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import Sym
 
 # W is split into TF32 parts from this many rows B, later than a matmul's B (128 rows,
 # kernels/tf32split.py): on an H100 a bilinear with B = 128, O = 256, I = 152, J = 2896 ran 0.81x
@@ -125,9 +124,11 @@ class Bilinear(Family):
                       signature=second.signature(["BLOCK"]), epilogue=epi, out=out, out_off=off, value=value)
         n_tiles = f"triton.cdiv({b}, BLOCK_B) * triton.cdiv({n}, BLOCK_N) * {o}"
         lines1 = pre_lines + first.call(part_name(name), f"({n_tiles}" + " * SPLIT" * split_k + ",)", consts)
-        bn_text = "BLOCK_N" if isinstance(bn, Sym) else str(bn)
-        bk_text = "BLOCK_K" if isinstance(consts["BLOCK_K"], Sym) else str(consts["BLOCK_K"])
-        lines = lines1[:-1] + (chunk_lines(str(kk), bk_text, n_tiles, min_chunk=MIN_K_CHUNK) if split_k else []) + [
+        # the host lines around the launch name a block size only where it is a symbol: a literal one is
+        # inlined into the call (BLOCK_B=16 for B=1 left `BLOCK_B` undefined: L10-d71792ea, seed 404)
+        bb_text, bn_text, bk_text = (text(consts["BLOCK_" + c], "BLOCK_" + c) for c in "BNK")
+        host_tiles = f"triton.cdiv({b}, {bb_text}) * triton.cdiv({n}, {bn_text}) * {o}"
+        lines = lines1[:-1] + (chunk_lines(str(kk), bk_text, host_tiles, min_chunk=MIN_K_CHUNK) if split_k else []) + [
             f"PARTS = triton.cdiv({n}, {bn_text})" + " * SPLIT" * split_k
             + "  # one partial sum of each y per column tile of the GEMM" + " and K chunk" * split_k,
             f"{ws} = torch.empty((PARTS, {b}, {o}), device={first.args[1]}.device, dtype=torch.float32)",

@@ -148,3 +148,22 @@ def test_pairs_bilinear_with_a_long_j_walks_j_blocks_within_each_i():
         resized = p.source if j is None else re.sub(r"^J = \d+$", f"J = {j}", p.source, flags=re.M)
         res = check(resized, src)
         assert res.ok, f"J = {j}: {res.message}"
+
+
+def test_split_k_bilinear_names_no_block_its_launch_inlined():
+    """A literal batch of 1 (a `select` of a [1, D, D] tensor) gets a literal BLOCK_B inlined into the
+    launch; the host lines that size the K chunks must not name it (NameError on the H200, seed 404's
+    L10-d71792ea68a57735). Run at small sizes of the same program: the host lines are size-generic."""
+    import re
+
+    from distill.lowering.selfcheck import check
+
+    p = [q for q in synth.sample(30, level=10, seed=414, profile="gpu") if q.problem_id == "L10-d71792ea68a57735"][0]
+    src = lower(p).source
+    assert "BLOCK_B=16" in src and "SPLIT = max(1" in src, src
+    text = p.source
+    for k, v in {"D": 600, "O": 2, "J": 20, "N": 2, "C": 3, "H": 5, "W": 4}.items():
+        text, n = re.subn(rf"^{k} = \d+$", f"{k} = {v}", text, flags=re.M)
+        assert n == 1, k
+    res = check(text, src)
+    assert res.ok, res.message
