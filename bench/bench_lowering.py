@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
         print(report(a.sources, a.slowest))
         return
     try:
-        levels = [int(x) for x in a.levels.split(",")] if a.cmd != "run" else []
+        levels = [int(x) for x in a.levels.split(",")] if a.cmd in ("prepare", "all") else []
     except ValueError:
         ap.error(f"--levels must be comma-separated integers, not {a.levels!r}")
     if a.cmd in ("prepare", "all"):

@@ -68,3 +68,16 @@ def test_the_report_names_each_seed_checks_the_targets_and_lists_the_slowest_row
     assert "level 2 targets: vs eager 4.00x met (>= 1.8); vs compile 2.00x met" in text
     slow = text.split("slowest rows against eager")[1].splitlines()[2:]
     assert len(slow) == 2 and "seed 202" in slow[0] and "L1-slow" in slow[0] and "old" in slow[1]
+
+
+def test_the_warm_subcommand_that_run_launches_parses_its_arguments(tmp_path):
+    """`run` starts `bench_lowering.py warm` in a process of its own; its arguments have no --levels,
+    and reading them once failed it at once (AttributeError), so every warm-up silently did nothing."""
+    import json
+    import subprocess
+
+    (tmp_path / "problems.json").write_text("[]")
+    (tmp_path / "warm_ids.json").write_text(json.dumps([]))
+    res = subprocess.run([sys.executable, str(Path(__file__).parents[2] / "bench" / "bench_lowering.py"), "warm",
+                          "--out", str(tmp_path), "--workers", "1", "--no-compile"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

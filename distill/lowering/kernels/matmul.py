@@ -270,20 +270,35 @@ class Matmul(Family):
                  programs: int) -> tuple[str, list[str]]:
         """Few output tiles, long K: each (tile, K chunk) program stores its partial tile; a second
         kernel adds the SPLIT partials of each tile in order, then the bias and the epilogue."""
-        a = k.operands["a"]
+        a, b = k.operands["a"], k.operands["b"]
         b0, b1, m, kk = a.space
-        n = k.operands["b"].space[3]
+        n = b.space[3]
         ws = fwd.fresh(f"{k.target.value}_part")
         first = Launch(fwd)
         first.buffer("part_ptr", ws)
+        # B split into TF32 parts once, as the unsplit GEMM does from MIN_ROWS rows: tf32x3 in the K loop
+        # made a (1218 x 55109) @ (55109 x 724) matmul 6.84 ms against 1.05 ms for one TF32 product and
+        # 2.14 ms for eager's cuBLAS (H200, bench/lowering_runs/2026-11-29c_h200_variants.jsonl)
+        varies = tf32split.batch_varies(b.expr)
+        split_b = not form.batched and tf32split.worth_splitting(m, b.space, varies)
+        pre_src, pre_lines = "", []
+        if split_b:
+            consts = {**consts, "BLOCK_N": pow2(n, 16, TILE_MAX // 2), "num_warps": 8}
+            per_batch = "" if is_unit(b0 * b1) else f" * {b0 * b1}"
+            grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){per_batch},)"
+            programs = cdiv(m, consts["BLOCK_M"]) * cdiv(n, consts["BLOCK_N"]) * int(b0 * b1)
+            pre_src, pre_lines, hi, lo = tf32split.emit_split(b.expr, tf32split.split_shape(b.space, varies),
+                                                              name[: -len("_kernel")], fwd)
+            first.buffer("b_hi_ptr", hi)
+            first.buffer("b_lo_ptr", lo)
         for s, v in (("M", m), ("N", n), ("K", kk), ("CHUNK", "CHUNK")):
             first.scalar(s, v)
         batch = batch_lines(first, b0, b1, True)
-        load_a, load_b = self._loads(k, first, form, batch)
+        load_a, load_b = self._loads(k, first, form, batch, split_b and varies)
         src1 = render("matmul.py.j2", name=part_name(name), signature=first.signature(constexprs(consts)),
                       batched=form.batched, comment=f"K-chunk partials of {self.describe(k)}", batch_lines=batch[0],
                       load_a=load_a, load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial",
-                      split_b=False)
+                      split_b=split_b)
         second = Launch(fwd)
         second.buffer("part_ptr", ws)
         for s, v in (("M", m), ("N", n), ("SPLIT", "SPLIT")):
@@ -297,12 +312,13 @@ class Matmul(Family):
                       bias=bias, epilogue=epi, out=out, out_off=off, value=value, stage="combine", split_b=False)
         lines1 = first.call(part_name(name), grid[:-2] + ", SPLIT)", consts)
         tiles = str(programs) if literal(m, n, b0, b1, *consts.values()) else _grid(grid[1:-2], consts)
-        lines = lines1[:-1] + chunk_lines(str(kk), text(consts["BLOCK_K"], "BLOCK_K"), tiles, min_chunk=MIN_K_CHUNK)
+        lines = pre_lines + lines1[:-1] + chunk_lines(str(kk), text(consts["BLOCK_K"], "BLOCK_K"), tiles,
+                                                      min_chunk=MIN_K_CHUNK)
         lines.append(f"{ws} = torch.empty((SPLIT, {b0 * b1}, {m}, {n}), device={first.args[1]}.device, "
                      f"dtype=torch.float32)")
         lines.append(lines1[-1])
         lines.append(second.call(name, grid, consts2)[-1])  # its computed tiles are the first kernel's
-        return src1 + "\n\n" + src2, lines
+        return (pre_src + "\n\n" if pre_src else "") + src1 + "\n\n" + src2, lines
 
 
 def constexprs(consts: dict) -> list[str]:
