@@ -82,6 +82,18 @@ class Program:
     def consumers(self, name: str) -> list[tuple[Op, int]]:
         return [(o, slot) for o in self.ops for slot, v in enumerate(o.inputs) if v == name]
 
+    def reaches(self, value: str, ops: set[str]) -> bool:
+        """Whether an op named in `ops` reads `value`, directly or through other ops."""
+        seen, todo = set(), [value]
+        while todo:
+            for c, _ in self.consumers(todo.pop()):
+                if c.op in ops:
+                    return True
+                if c.name not in seen:
+                    seen.add(c.name)
+                    todo.append(c.name)
+        return False
+
     def depends_on(self, value: str, ancestor: str) -> bool:
         """Whether `value` is computed (directly or not) from `ancestor`."""
         if value == ancestor:

@@ -63,6 +63,8 @@ class Kernel:
     fused: list[str] = field(default_factory=list)  # op names this kernel computes
     note: str = ""  # why this kernel exists, for the plan ("copy into a slice of y4", ...)
     label: str = ""  # a name for kernels that compute no op of their own (copies)
+    # the anchor's value reaches a rounding-sensitive op ([precision] in data/lowering/ops.toml)
+    exact_products: bool = False
 
 
 @dataclass
@@ -238,7 +240,9 @@ class Planner:
                 expr = Load(Leaf(p.name, p.code, p.shape, (), p.dtype).with_steps(list(spec.steps)))
             operands[spec.role] = Operand(spec.role, expr, spec.space)
         target = Target(op.name, op.name, op.shape, tuple(fam.out_steps(op)), op.dtype)
-        return Kernel(op.template, op.name, op.index, target, Acc(), op=op, operands=operands)
+        sensitive = set(lowering_table()["precision"]["rounding_sensitive"])
+        return Kernel(op.template, op.name, op.index, target, Acc(), op=op, operands=operands,
+                      exact_products=self.prog.reaches(op.name, sensitive))
 
     # -- epilogues -----------------------------------------------------------------------------
     def _merge_epilogues(self, ks: list[Kernel]) -> list[Kernel]:

@@ -230,7 +230,7 @@ class Conv(Family):
         consts += ["NG"] * (stage != "whole") + ["BLOCK_P", "BLOCK_OC"] + ["BLOCK_R"] * (stage != "combine")
         comment = self.describe(k) if stage != "partial" else f"reduction-chunk partials of {self.describe(k)}"
         src = render("conv.py.j2", name=name, stage=stage, signature=launch.signature(consts), comment=comment,
-                     p_fast=geo.p_fast, red="red_ph" if geo.transposed else "RED",
+                     p_fast=geo.p_fast, red="red_ph" if geo.transposed else "RED", exact=k.exact_products,
                      p_lines=p_lines, r_lines=r_lines, in_lines=in_lines, load_x=load_x, load_w=load_w, bias=bias,
                      epilogue=epi, out=out, out_off=off, value=value)
         return src, launch, consts

@@ -67,3 +67,42 @@ def test_tiles_keep_the_gather_short_and_widen_many_output_channels():
         assert re.search(rf"BLOCK_R = min\(max\(.*, 16\), {br}\)|BLOCK_R={br}\b", launch), launch
         res = check(p.source, src)
         assert res.ok, res.message
+
+
+
+def _conv_then(op: str):
+    """A level-2 program whose `op` reads the conv's output (the first such seed)."""
+    from distill.lowering.ir import read_program
+
+    config = load_profile("cpu").config()
+    config = dataclasses.replace(config, op_targets={"conv2d": OpTarget(constraints=("N <= 2",))})
+    for seed in range(1, 40):
+        p = synth.sample(1, level=2, seed=seed, ops=["conv2d", op], config=config)[0]
+        prog = read_program(p)
+        conv = next(o for o in prog.ops if o.op == "conv2d")
+        if any(c.op == op for c, _ in prog.consumers(conv.name)):
+            return p, prog, conv
+    raise AssertionError(f"no seed in 1-39 feeds conv2d into {op}")
+
+
+@pytest.mark.parametrize("op,exact", [("floor", True), ("prod", True), ("relu", False)])
+def test_a_conv_that_reaches_a_rounding_sensitive_op_takes_three_tf32_products(op, exact):
+    """One TF32 product a tap is eager's own rounding (cuDNN), but a floor or a product after it moves a
+    1e-3 error past the tolerance: on the H200 two level-10 convs feeding a floor and a prod were wrong
+    with one TF32 product and right with tf32x3. Correct on the CPU either way."""
+    from distill.lowering.ir import lowering_table
+
+    p, prog, conv = _conv_then(op)
+    assert prog.reaches(conv.name, set(lowering_table()["precision"]["rounding_sensitive"])) == exact
+    src = lower(p).source
+    assert ('input_precision="tf32x3"' in src) == exact and ('input_precision="tf32")' in src) == (not exact), src
+    res = check(p.source, src)
+    assert res.ok, res.message
+
+
+def test_the_rounding_sensitive_op_may_be_several_ops_away():
+    """Seed 606's L10-c444753cfafead56: conv_transpose3d -> conv_transpose3d -> adaptive_max_pool3d -> prod.
+    Both convs reach the prod (wrong on the H200 with one TF32 product, norm rel err 0.0068)."""
+    p = [q for q in synth.sample(30, level=10, seed=616, profile="gpu") if q.problem_id == "L10-c444753cfafead56"][0]
+    src = lower(p).source
+    assert src.count('input_precision="tf32x3"') == 2 and 'input_precision="tf32")' not in src
