@@ -12,7 +12,7 @@ code and before the integrity snapshot, which then holds these as the baseline.
 
 Also answered so: `x.device` (`cuda:0` for a CPU tensor, so `x.device.type == "cuda"` holds and
 `device=x.device` allocates on the lane's CPU), `torch.cuda.is_available()`, `device_count()`,
-`current_device()` and `mem_get_info()`. A wrapper that falls back to torch where they say "no GPU" took
+`current_device()`, `mem_get_info()` and `set_device()`. A wrapper that falls back to torch where they say "no GPU" took
 that path here and was judged on torch code (`not_triton`), though the GPU runs its kernel.
 
 Triton's driver queries that its tutorials make (`triton.runtime.driver.active.get_active_torch_device()`,
@@ -25,7 +25,7 @@ a launch) is a stand-in the interpreter's synchronous launches never need to wai
 marks (`torch.cuda.nvtx`) do nothing, as they compute nothing on a GPU either.
 
 Not covered: new streams (`torch.cuda.Stream()` raises; the parent reads it as the lane's gap, lanegap.py),
-events, `torch.cuda.set_device`.
+events.
 """
 from __future__ import annotations
 
@@ -94,9 +94,23 @@ def _install_availability(candidate: Callable[[Any], bool]) -> None:
             return H100["total_memory"], H100["total_memory"]
         return real_mem_get_info(device)
 
+    real_set_device = torch.cuda.set_device
+
+    def set_device(device: Any) -> None:
+        """`torch.cuda.set_device(x.device)` before a launch (raised "module 'torch._C' has no attribute
+        '_cuda_setDevice'" here): selecting the stand-in GPU selects nothing; another ordinal fails as on a
+        one-GPU machine."""
+        if not candidate(sys._getframe(1)):
+            return real_set_device(device)
+        index = device.index if isinstance(device, torch.device) else (
+            device if type(device) is int else torch.device(device).index)
+        if index not in (None, 0):
+            raise RuntimeError("CUDA error: invalid device ordinal")
+        return None
+
     torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device = (is_available, device_count,
                                                                                    current_device)
-    torch.cuda.mem_get_info = mem_get_info
+    torch.cuda.mem_get_info, torch.cuda.set_device = mem_get_info, set_device
 
 
 class _CurrentStream:
