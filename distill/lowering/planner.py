@@ -177,8 +177,14 @@ class Planner:
 
     def apply(self, op: Op, chain: list[Step]) -> Apply:
         args: dict[str, Node] = {}
+        unsqueeze = lowering_table().get("pointwise_unsqueeze", {}).get(op.op, {})
         for role, src in zip(POINTWISE_ROLES, op.inputs):
-            args[role] = self.build(src, views.broadcast(self.prog.values[src].shape, op.shape, src) + chain)
+            shape, steps = self.prog.values[src].shape, []
+            if role in unsqueeze:  # einsum("i,j->ij"): a[:, None], b[None, :]
+                dim = unsqueeze[role] % (len(shape) + 1)
+                steps = [Step("unsqueeze", (unsqueeze[role],), src)]
+                shape = tuple(shape[:dim]) + (1,) + tuple(shape[dim:])
+            args[role] = self.build(src, steps + views.broadcast(shape, op.shape, src) + chain)
         if op.attrs.get("operand") == "param":  # `x + self.add_3`: the parameter, broadcast to the op's shape
             p = op.params["operand"]
             leaf = Leaf(p.name, p.code, p.shape, (), p.dtype).with_steps(views.broadcast(p.shape, op.shape, op.name) + chain)

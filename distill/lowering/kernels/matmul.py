@@ -1,4 +1,5 @@
-"""Matrix products: matmul, bmm, matmul4d, linear, addmm and the einsum patterns.
+"""Matrix products: matmul, bmm, matmul4d, linear, addmm and the einsum patterns (but the outer product,
+a pointwise multiply: data/lowering/ops.toml).
 
 Their tile forms and helpers are shared with kernels/attention.py and kernels/gemv.py.
 
@@ -147,11 +148,6 @@ class Matmul(Family):
             specs.append(OperandSpec("b", "weight", tuple(b_steps), b_space))
         elif op.op == "mv":
             b_steps, b_space = _lift([Step("unsqueeze", (-1,), roles["b"])], prog.values[roles["b"]].shape, roles["b"])
-            specs.append(OperandSpec("b", roles["b"], tuple(b_steps), b_space))
-        elif op.op == "einsum_outer":  # i,j->ij: a [M, 1] @ [1, N] product
-            a_steps, a_space = _lift([Step("unsqueeze", (-1,), roles["a"])], a_shape, roles["a"])
-            specs[0] = OperandSpec("a", roles["a"], tuple(a_steps), a_space)
-            b_steps, b_space = _lift([Step("unsqueeze", (0,), roles["b"])], prog.values[roles["b"]].shape, roles["b"])
             specs.append(OperandSpec("b", roles["b"], tuple(b_steps), b_space))
         else:
             b_steps, b_space = _lift([], prog.values[roles["b"]].shape, roles["b"])

@@ -1,6 +1,6 @@
 """The einsum patterns (issue 15): batched matmul, outer product, 4-D tensor times matrix, bilinear
 form. They are anchors of the anchor_epilogue shape, and lower to the matmul family (the bilinear
-form to its own one-kernel family)."""
+form to its own family; the outer product, a[:, None] * b[None, :], to a pointwise multiply)."""
 from __future__ import annotations
 
 import synth
@@ -166,4 +166,22 @@ def test_split_k_bilinear_names_no_block_its_launch_inlined():
         text, n = re.subn(rf"^{k} = \d+$", f"{k} = {v}", text, flags=re.M)
         assert n == 1, k
     res = check(text, src)
+    assert res.ok, res.message
+
+
+def test_the_outer_product_is_a_pointwise_multiply_fused_with_its_neighbours():
+    """einsum("i,j->ij") as a [M, 1] @ [1, N] product padded K = 1 to a 16-wide tf32x3 dot and M = 3 to 16
+    rows (1.40 ms on the H200, eager 0.484, seed 606's L1-f7d7b2aa): it is one multiply per output, exact
+    as eager's, and a pointwise op fuses into its consumers (here a row sum reads it without a store)."""
+    from distill.lowering.selfcheck import check
+
+    alone = synth.sample(1, level=1, seed=1, ops=["einsum_outer"])[0]
+    src = lower(alone).source
+    assert "tl.dot" not in src and "y0 = x0 * x1" in src and ".unsqueeze(-1).expand(" in src, src
+    res = check(alone.source, src)
+    assert res.ok, res.message
+    fused = synth.sample(1, level=3, seed=2, ops=["einsum_outer", "sum", "exp"])[0]
+    src = lower(fused).source
+    assert "einsum_outer_kernel" not in src and "x0 * x1" in src, src
+    res = check(fused.source, src)
     assert res.ok, res.message
