@@ -119,7 +119,7 @@ class Reduce(Family):
         launch = Launch(fwd)
         n_kept = len(k.operands["x"].space) - len(_reduced(k.op, len(k.operands["x"].space)))
         x = _memory_order(k.op, k.operands["x"], n_kept)
-        rows = Rows(launch, x.space, n_kept, **outer_tiles(x.space, n_kept, _row_run(x, n_kept)))
+        rows = Rows(launch, x.space, n_kept, **outer_tiles(x.space, n_kept, _row_run(x, n_kept), split_ok=True))
         tile = rows.tile({"x": x.expr}, other=spec["other"])
         if not isinstance(x.expr, exprs.Load):  # a fused operand: padded lanes need the fill value too
             tile.append(f"x = tl.where(m2, x, {spec['other']})")
