@@ -1,5 +1,6 @@
-"""Matrix products: matmul, bmm, matmul4d, linear, addmm and the einsum patterns (but the outer product,
-a pointwise multiply: data/lowering/ops.toml).
+"""Matrix products: matmul, bmm, matmul4d, linear, addmm and the einsum patterns.
+
+The outer product einsum("i,j->ij") is not one: it is a pointwise multiply (data/lowering/ops.toml).
 
 Their tile forms and helpers are shared with kernels/attention.py and kernels/gemv.py.
 
