@@ -206,30 +206,42 @@ class Matmul(Family):
         form, consts, grid, programs = self.tiles(b0, b1, m, n, kk)
         if worth_splitting(kk, programs, MIN_K_CHUNK):
             return self._split_k(k, name, fwd, form, consts, grid, programs)
-        varies = tf32split.batch_varies(b.expr)
-        split_b = not form.batched and tf32split.worth_splitting(m, b.space, varies)
-        pre_src, pre_lines = "", []
         launch = Launch(fwd)
-        if split_b:
-            # 128 x 64 tiles: on an H100 the three-product loop ran 5-20% faster so than at 128 x 128
-            # (bench/matmul_precision_gpu.py), and 8% (a bmm 2048x1448x64) to 19% (a bmm 1448x6889x2896)
-            # faster at 8 warps than at 4 (bench/candidate_variants_gpu.py)
-            consts = {**consts, "BLOCK_N": pow2(n, 16, TILE_MAX // 2), "num_warps": 8}
-            grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){'' if is_unit(b0 * b1) else f' * {b0 * b1}'},)"
-            pre_src, pre_lines, hi, lo = tf32split.emit_split(b.expr, tf32split.split_shape(b.space, varies),
-                                                              name[: -len("_kernel")], fwd)
-            launch.buffer("b_hi_ptr", hi)
-            launch.buffer("b_lo_ptr", lo)
+        split, consts, grid, pre_src, pre_lines = self._b_parts(k, name, fwd, launch, form, consts, grid)
+        split_b = split is not None
         launch.scalar("M", m)
         launch.scalar("N", n)
         launch.scalar("K", kk)
         batch = batch_lines(launch, b0, b1, form.batched)
-        load_a, load_b = self._loads(k, launch, form, batch, split_b and varies)
+        load_a, load_b = self._loads(k, launch, form, batch, split)
         bias, epi, value, out, off = self._outputs(k, launch, form, batch)
         src = render("matmul.py.j2", name=name, signature=launch.signature(constexprs(consts)), batched=form.batched,
                      comment=self.describe(k), batch_lines=batch[0], load_a=load_a, load_b=load_b, bias=bias,
                      epilogue=epi, out=out, out_off=off, value=value, stage="whole", split_b=split_b)
         return (pre_src + "\n\n" if pre_src else "") + src, pre_lines + launch.call(name, grid, consts)
+
+    @staticmethod
+    def _b_parts(k: Kernel, name: str, fwd: Forward, launch: Launch, form: TileForm, consts: dict,
+                 grid: str) -> tuple[tuple[bool, bool] | None, dict, str, str, list[str]]:
+        """B split once into TF32 parts (kernels/tf32split.py) when A has MIN_ROWS rows or more and the form is
+        2-D: whether B varies along each batch dim (None: not split), the tiles and grid of the three-product
+        loop, and the split kernel's source and forward lines; the parts become `launch`'s b_hi/b_lo buffers."""
+        a, b = k.operands["a"], k.operands["b"]
+        b0, b1, m, _ = a.space
+        n = b.space[3]
+        varies = tf32split.batch_varies(b.expr)
+        if form.batched or not tf32split.worth_splitting(m, b.space, varies):
+            return None, consts, grid, "", []
+        # 128 x 64 tiles: on an H100 the three-product loop ran 5-20% faster so than at 128 x 128
+        # (bench/matmul_precision_gpu.py), and 8% (a bmm 2048x1448x64) to 19% (a bmm 1448x6889x2896)
+        # faster at 8 warps than at 4 (bench/candidate_variants_gpu.py)
+        consts = {**consts, "BLOCK_N": pow2(n, 16, TILE_MAX // 2), "num_warps": 8}
+        grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){'' if is_unit(b0 * b1) else f' * {b0 * b1}'},)"
+        pre_src, pre_lines, hi, lo = tf32split.emit_split(b.expr, tf32split.split_shape(b.space, varies),
+                                                          name[: -len("_kernel")], fwd)
+        launch.buffer("b_hi_ptr", hi)
+        launch.buffer("b_lo_ptr", lo)
+        return varies, consts, grid, pre_src, pre_lines
 
     def _loads(self, k: Kernel, launch: Launch, form: TileForm, batch: tuple,
                split: tuple[bool, bool] | None = None) -> tuple[str, str]:
@@ -276,22 +288,14 @@ class Matmul(Family):
         # B split into TF32 parts once, as the unsplit GEMM does from MIN_ROWS rows: tf32x3 in the K loop
         # made a (1218 x 55109) @ (55109 x 724) matmul 6.84 ms against 1.05 ms for one TF32 product and
         # 2.14 ms for eager's cuBLAS (H200, bench/lowering_runs/2026-11-29c_h200_variants.jsonl)
-        varies = tf32split.batch_varies(b.expr)
-        split_b = not form.batched and tf32split.worth_splitting(m, b.space, varies)
-        pre_src, pre_lines = "", []
+        split, consts, grid, pre_src, pre_lines = self._b_parts(k, name, fwd, first, form, consts, grid)
+        split_b = split is not None
         if split_b:
-            consts = {**consts, "BLOCK_N": pow2(n, 16, TILE_MAX // 2), "num_warps": 8}
-            per_batch = "" if is_unit(b0 * b1) else f" * {b0 * b1}"
-            grid = f"(triton.cdiv({m}, BLOCK_M) * triton.cdiv({n}, BLOCK_N){per_batch},)"
             programs = cdiv(m, consts["BLOCK_M"]) * cdiv(n, consts["BLOCK_N"]) * int(b0 * b1)
-            pre_src, pre_lines, hi, lo = tf32split.emit_split(b.expr, tf32split.split_shape(b.space, varies),
-                                                              name[: -len("_kernel")], fwd)
-            first.buffer("b_hi_ptr", hi)
-            first.buffer("b_lo_ptr", lo)
         for s, v in (("M", m), ("N", n), ("K", kk), ("CHUNK", "CHUNK")):
             first.scalar(s, v)
         batch = batch_lines(first, b0, b1, True)
-        load_a, load_b = self._loads(k, first, form, batch, split_b and varies)
+        load_a, load_b = self._loads(k, first, form, batch, split)
         src1 = render("matmul.py.j2", name=part_name(name), signature=first.signature(constexprs(consts)),
                       batched=form.batched, comment=f"K-chunk partials of {self.describe(k)}", batch_lines=batch[0],
                       load_a=load_a, load_b=load_b, bias=[], epilogue=[], out="", out_off="", value="", stage="partial",
