@@ -56,7 +56,9 @@ _CREDENTIAL_TEXT = re.compile(
 # CamelCase or snake_case name (a kernel's) does not.
 _RANDOM_RUN = re.compile(r"[A-Za-z0-9+/]{32,}={0,2}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_lock = threading.Lock()
+_lock = threading.Lock()     # one swap at a time
+_view = threading.Lock()     # the environment as a whole: a swap's clear-and-fill, and every copy of it
+_outside: dict[str, str] | None = None  # the real environment while a swap is in force
 
 
 def passes(name: str) -> bool:
@@ -68,8 +70,26 @@ def passes(name: str) -> bool:
 
 def allowed(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The part of `environ` (default: this process's) a sandboxed process may see."""
-    env = os.environ if environ is None else environ
+    env = environment() if environ is None else environ
     return {k: v for k, v in env.items() if passes(k)}
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment as it is outside any swap.
+
+    Verifications run in threads: one may be starting a process (os.environ cut to the allow-list)
+    while another scrubs a verdict, which must still see every secret; and a library elsewhere in
+    the process may set or drop a name while the copy iterates (dask's starts do).
+    """
+    with _view:
+        if _outside is not None:
+            return dict(_outside)
+        for _ in range(100):
+            try:
+                return dict(os.environ)
+            except (KeyError, RuntimeError):  # a name set or dropped between os.environ's key and value reads
+                continue
+        return dict(os.environ)
 
 
 @contextmanager
@@ -80,19 +100,24 @@ def child_environ(**overrides: str) -> Iterator[None]:
     parameter for it, so the parent's environment is swapped for the start and put back after.
     Callers hold their own start lock; this one serialises swaps between pools.
     """
+    global _outside
     with _lock:
-        saved = dict(os.environ)
+        saved = environment()
         try:
-            os.environ.clear()
-            os.environ.update({**allowed(saved), **overrides})
+            with _view:
+                _outside = saved
+                os.environ.clear()
+                os.environ.update({**allowed(saved), **overrides})
             yield
         finally:
-            os.environ.clear()
-            os.environ.update(saved)
+            with _view:
+                os.environ.clear()
+                os.environ.update(saved)
+                _outside = None
 
 
 def _secrets() -> list[str]:
-    vals = {v for k, v in os.environ.items() if not passes(k) and k not in _PUBLIC and len(v) >= _MIN_SECRET}
+    vals = {v for k, v in environment().items() if not passes(k) and k not in _PUBLIC and len(v) >= _MIN_SECRET}
     return sorted(vals, key=len, reverse=True)   # longest first: a secret containing another goes whole
 
 

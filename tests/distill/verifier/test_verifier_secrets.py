@@ -81,6 +81,41 @@ def test_verdict_texts_are_scrubbed_and_bounded(monkeypatch):
     assert Verdict.from_dict(v.to_dict()).reason == v.reason     # scrubbing twice changes nothing
 
 
+def test_a_verdict_scrubbed_while_other_threads_start_processes_still_loses_every_secret(monkeypatch):
+    # Verifications run in threads: one starts a worker (os.environ cut to the allow-list for the
+    # start) while another scrubs its verdict, and a library sets and drops a name meanwhile (a CI
+    # run raised KeyError in the scrub this way).
+    import threading
+    import time
+
+    from distill.verifier import environ
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://u:hunter2hunter2@db")
+    stop = threading.Event()
+
+    def swaps():
+        while not stop.is_set():
+            with environ.child_environ():
+                time.sleep(0.0005)
+
+    def churn():
+        while not stop.is_set():
+            os.environ["TRITONFORGE_CHURN"] = "x" * 10
+            os.environ.pop("TRITONFORGE_CHURN", None)
+
+    threads = [threading.Thread(target=swaps), threading.Thread(target=churn)]
+    for t in threads:
+        t.start()
+    try:
+        texts = [environ.scrub("reason: postgres://u:hunter2hunter2@db") for _ in range(3000)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert os.environ["DATABASE_URL"] == "postgres://u:hunter2hunter2@db"   # every swap put it back
+    assert all("hunter2hunter2" not in t for t in texts), sum("hunter2hunter2" in t for t in texts)
+
+
 TOKEN = "tf-planted-a1b2c3d4e5f6"
 PLANTED = ("/tmp/tritonforge-planted-token", "/root/tritonforge-planted-token")
 
