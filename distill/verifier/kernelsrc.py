@@ -13,16 +13,21 @@ class, no plain function, no statement with a side effect. Each kept statement k
 (the rest of the text is blank lines), so an error in a kernel names the line of the candidate's own
 file.
 
+A `@triton.jit` function defined inside a class or a function (a kernel held by the module's class, a
+kernel factory) is moved to the top level under a name of its own when its names mean the same there
+(kernelnest.py); `hoisted` maps the qualified name a launch records to it.
+
 Simplifies: a kernel is found by the name its `def` gives it; a kernel made by calling
-`triton.jit(f)`, defined inside a function or class, or using a global that is not such a constant
-is not rebuilt, and `skipped` says why, for the replay's reason (`not replayable: ...`) to name.
+`triton.jit(f)`, closing over a function's name, or using a global that is not such a constant is
+not rebuilt, and `skipped` says why, for the replay's reason (`not replayable: ...`) to name.
 """
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
 
-from distill.verifier import static
+from distill.verifier import kernelnest, static
+from distill.verifier.kernelnest import first_line as _first_line
 
 # Calls a constant may make (dotted, after import aliases are resolved): pure, no side effects.
 _CALLS = frozenset({"triton.language.constexpr", "triton.language.core.constexpr", "triton.cdiv",
@@ -38,10 +43,11 @@ class KernelSource:
     kernels: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # module-level name -> why it is not in `text`
     error: str = ""
+    hoisted: dict[str, str] = field(default_factory=dict)  # a nested kernel's qualified name -> its name in `text`
 
     def why_missing(self, name: str) -> str:
         """What to tell an author whose launch of `name` could not be rebuilt."""
-        return self.skipped.get(name) or "no module-level function of that name"
+        return self.skipped.get(name) or "no @triton.jit function of that name in the module"
 
 
 def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
@@ -268,13 +274,10 @@ def extract(source: str) -> KernelSource:
                 if dec is not jit:
                     for ln in range(dec.lineno, (dec.end_lineno or dec.lineno) + 1):
                         out[ln - 1] = ""
+    taken = {n for node in tree.body for n in _bound_names(node)} | set(ex.aliases) | set(ex.constants)
+    hoisted = kernelnest.hoist(ex, tree, lines, out, taken)
     text = "\n".join(out) + "\n"
-    return KernelSource(text=text, kernels=ex.kernels, skipped=ex.skipped)
-
-
-def _first_line(node: ast.stmt) -> int:
-    decs = getattr(node, "decorator_list", None) or []
-    return min([node.lineno] + [d.lineno for d in decs])
+    return KernelSource(text=text, kernels=ex.kernels + list(hoisted.values()), skipped=ex.skipped, hoisted=hoisted)
 
 
 def literals(source: str) -> frozenset[float]:

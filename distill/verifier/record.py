@@ -201,14 +201,12 @@ class _Writer:
         fn = vars(kernel).get("fn")
         if not own or type(fn) is not types.FunctionType:
             raise NotReplayable("a launch of a kernel defined outside the candidate's module")
-        if fn.__qualname__ != fn.__name__:
-            raise NotReplayable(f"kernel {scrub(fn.__name__)} is defined inside a function or class: the replay "
-                                "rebuilds the module's top-level @triton.jit functions only")
         if vars(kernel).get("pre_run_hooks"):
             raise NotReplayable("a kernel carries pre-run hooks (candidate code at launch)")
         if type(grid) not in (tuple, list) or not 1 <= len(grid) <= 3 or any(type(g) is not int for g in grid):
             raise NotReplayable("a launch whose grid is not 1 to 3 Python ints")
-        self.steps.append(["launch", fn.__name__, [self.value(a) for a in largs],
+        # the qualified name: a kernel held by a class or made by a factory is found by it (kernelsrc.hoisted)
+        self.steps.append(["launch", fn.__qualname__, [self.value(a) for a in largs],
                            {str(k): self.value(v) for k, v in kwargs.items()}, list(grid)])
 
     def state_data(self, limit: int) -> None:

@@ -100,6 +100,10 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
     if type(record.get("storages")) is not list or type(record.get("steps")) is not list:
         return Prepared(finding=judge.Finding("not_triton", f"{why}malformed record", checks))
     source = kernelsrc.extract(candidate)
+    if source.hoisted:  # a nested kernel's launch, by the name the kernels module gives it
+        record = {**record, "steps": [[st[0], source.hoisted.get(st[1], st[1]), *st[2:]]
+                                      if type(st) is list and len(st) > 1 and st[0] == "launch" and type(st[1]) is str
+                                      else st for st in record["steps"]]}
     missing = sorted(_launched(record) - set(source.kernels))
     if source.error or missing:
         name = scrub(missing[0])  # a name the worker sent: an identifier or nothing

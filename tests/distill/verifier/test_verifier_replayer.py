@@ -81,13 +81,15 @@ def test_the_worker_refuses_records_it_cannot_write_faithfully():
     cases = {
         "ran inside forward": [("op", torch.ops.aten.add.Tensor, (a, a), {}, a + a)],
         "object of type Sub": [("op", torch.ops.aten.clone.default, (a.as_subclass(Sub),), {}, a.clone())],
-        "defined inside a function": [("launch", make_kernel(), (a,), (1,), {}, True)],
         "outside the candidate's module": [("launch", add_k, (a,), (1,), {}, False)],
         "grid is not": [("launch", add_k, (a,), (1.5,), {}, True)],
         "launch argument of type object": [("launch", add_k, (object(),), (1,), {}, True)],
     }
     for why, trace in cases.items():
         assert why in serialise(trace, [a], [a], torch.device("cpu")).get("error", ""), why
+    # a kernel made by a factory is recorded by its qualified name (the parent's kernels module hoists it)
+    nested = serialise([("launch", make_kernel(), (a,), (1,), {}, True)], [a], [a], torch.device("cpu"))
+    assert nested["steps"][-1][1].endswith("make_kernel.<locals>.inner"), nested
     t = torch.empty(0)
     relayout = [("launch", add_k, (t,), (1,), {}, True), ("op", torch.ops.aten.resize_.default, (t, [4]), {}, t)]
     assert "changed the layout" in serialise(relayout, [a], [a], torch.device("cpu"))["error"]
