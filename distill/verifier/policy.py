@@ -64,12 +64,17 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
 # Names inside a forbidden prefix that launch the candidate's own kernels and nothing else. PyTorch's
 # documentation calls user Triton kernels through `torch.library.wrap_triton` (so torch.compile can
 # trace them); in eager mode it launches the kernel as `kernel[grid](...)` does, and it accepts only
-# @triton.jit / @triton.autotune functions. `triton_op` is not here: it registers an operator in the
-# process's dispatcher, and the op count sees that operator, not the kernels inside it (measured: a
-# triton_op-wrapped honest kernel is `not_triton`, "ATen compute ran inside forward: mylib::...").
+# @triton.jit / @triton.autotune functions. `custom_op` and `triton_op` (CUSTOM_OPS, below) register
+# an operator that the worker runs as its function, its ops and launches seen one by one.
 # `triton.tools.tensor_descriptor` holds TensorDescriptor, the host-side TMA descriptor Hopper kernels
 # take (a tensor, its shape, strides and block shape: data, no code); the rest of triton.tools
 # (compile, link, disasm) stays refused.
+# PyTorch's documented ways to make a kernel's wrapper an operator of a namespace of its own (so that
+# torch.compile can trace it): the worker runs such an operator as the function it wraps, its ops
+# and launches recorded one by one (sandbox/customops.py). `torch.library.impl`, `Library` and
+# `define`, which reach operators that exist already (aten's), stay refused.
+CUSTOM_OPS: frozenset[str] = frozenset({"torch.library.custom_op", "torch.library.triton_op",
+                                        "torch.library.register_fake"})
 # The active driver's read-only queries that Triton's own tutorials make: since Triton 3.2 each opens
 # with `DEVICE = triton.runtime.driver.active.get_active_torch_device()`, the fused softmax sizes its
 # grid from `utils.get_device_properties`, the matmul asks `get_current_target().backend`. They answer
@@ -78,7 +83,7 @@ DRIVER_QUERIES: frozenset[str] = frozenset(
     "triton.runtime.driver.active." + q
     for q in ("get_active_torch_device", "get_current_target", "get_current_device", "utils.get_device_properties"))
 ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"}
-                                                | DRIVER_QUERIES)
+                                                | CUSTOM_OPS | DRIVER_QUERIES)
 # Names a module may bind (`from triton.runtime import driver`) although they are not allowed names
 # themselves: every use of the bound name is still checked in full (`driver.active.get_current_target()`
 # is allowed, `driver.active.launch_enter_hook` is not).

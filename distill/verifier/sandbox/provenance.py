@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from distill.verifier import policy
-from distill.verifier.sandbox import compiled, cuda_standin, driver_view, guard
+from distill.verifier.sandbox import compiled, cuda_standin, customops, driver_view, guard
 from distill.verifier.sandbox.bands import Bands
 
 # The op tables and the rule that names an op by what it does to values live in policy.py; the
@@ -54,6 +54,10 @@ class AuditMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        own = customops.own_function(func, args, kwargs)
+        if own is not None:  # the candidate's operator: its ops and launches are seen one by one
+            with self:
+                return own(*args, **kwargs)
         name = policy.op_name(func._schema.name, args, kwargs)
         sys.audit("tritonforge.aten", name)
         out = func(*args, **kwargs)
@@ -76,6 +80,10 @@ class StreamWatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        own = customops.own_function(func, args, kwargs)
+        if own is not None:
+            with self:
+                return own(*args, **kwargs)
         name = func._schema.name
         # One audit event for both records: this runs for every op of every timed call.
         sys.audit("tritonforge.stream", self.current(self.index), policy.op_name(name, args, kwargs))
