@@ -14,7 +14,7 @@ record into plain data:
 
 The worker runs the candidate's code, so the record is a claim like everything else it reports: the
 replayer checks it (replay.Program) and the parent checks its state (statecheck.py). What this side
-refuses is what it cannot write faithfully (a kernel defined inside a function, an argument of an
+refuses is what it cannot write faithfully (a kernel of another module, an argument of an
 unknown type, a tensor relaid in place after use), each with a reason for the candidate's author.
 
 It stays beside the trusted modules, not in sandbox/: the record is the format all three processes
