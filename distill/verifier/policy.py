@@ -82,8 +82,12 @@ CUSTOM_OPS: frozenset[str] = frozenset({"torch.library.custom_op", "torch.librar
 DRIVER_QUERIES: frozenset[str] = frozenset(
     "triton.runtime.driver.active." + q
     for q in ("get_active_torch_device", "get_current_target", "get_current_device", "utils.get_device_properties"))
+# `packaging.version.Version(triton.__version__) >= Version("3.0.0")`: public kernels pick an import
+# path by Triton's version this way (version strings parsed, nothing else; the rest of packaging,
+# which reads the platform, is not named).
+VERSION_PARSING: frozenset[str] = frozenset({"packaging.version"})
 ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"}
-                                                | CUSTOM_OPS | DRIVER_QUERIES)
+                                                | CUSTOM_OPS | DRIVER_QUERIES | VERSION_PARSING)
 # Names a module may bind (`from triton.runtime import driver`) although they are not allowed names
 # themselves: every use of the bound name is still checked in full (`driver.active.get_current_target()`
 # is allowed, `driver.active.launch_enter_hook` is not).

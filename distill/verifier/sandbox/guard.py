@@ -437,7 +437,8 @@ def make_import(real_import: Callable, allowed: frozenset[str]) -> Callable:
         # Only top-level modules are screened: torch's C++ imports its own submodules on behalf of
         # whatever Python frame is below it, which may well be the candidate's.
         top = name.split(".", 1)[0] if isinstance(name, str) else ""
-        if top not in allowed and level == 0:
+        if top not in allowed and level == 0 and not (  # `import packaging.version`, `from packaging import version`
+                policy.allowed_name(name) or fromlist and all(policy.allowed_name(f"{name}.{f}") for f in fromlist)):
             audit("tritonforge.import", name, policy.MODULE_CATEGORY.get(top, "import"))
         return real_import(name, globals, locals, fromlist, level)
 

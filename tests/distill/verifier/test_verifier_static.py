@@ -152,3 +152,24 @@ def test_version_checks_and_warnings_of_public_wrappers_are_fine(use):
 @pytest.mark.parametrize("use", ["x = torch.__init__", "y = triton.__file__", "z = torch.__dict__"])
 def test_other_module_dunders_stay_introspection(use):
     assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status == "forbidden"
+
+
+@pytest.mark.parametrize("use, ok", [
+    ("from packaging.version import Version\nNEW = Version(triton.__version__) >= Version('3.0')", True),
+    ("from packaging import version\nNEW = version.parse(triton.__version__).major >= 3", True),
+    ("import packaging.version\nNEW = packaging.version.parse(triton.__version__)", True),
+    ("import packaging", False), ("from packaging import tags", False), ("import packaging.markers", False)])
+def test_version_parsing_is_the_one_part_of_packaging_a_candidate_may_use(use, ok):
+    """Public kernels pick libdevice's import path by Triton's version through packaging.version."""
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert (rep.status is None) == ok, [str(f) for f in rep.findings]
+
+
+@pytest.mark.parametrize("use, ok", [
+    ("@torch.library.custom_op('mylib::f', mutates_args=())\ndef f(x: torch.Tensor) -> torch.Tensor:\n    return x", True),
+    ("from torch.library import triton_op, register_fake", True),
+    ("lib = torch.library.Library('aten', 'IMPL')", False), ("torch.library.impl('aten::relu', 'CPU')(print)", False),
+    ("from torch.library import define", False)])
+def test_custom_operators_are_allowed_and_existing_operators_stay_out_of_reach(use, ok):
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert (rep.status is None) == ok, [str(f) for f in rep.findings]
