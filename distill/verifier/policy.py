@@ -86,8 +86,12 @@ DRIVER_QUERIES: frozenset[str] = frozenset(
 # path by Triton's version this way (version strings parsed, nothing else; the rest of packaging,
 # which reads the platform, is not named).
 VERSION_PARSING: frozenset[str] = frozenset({"packaging.version"})
+# What a wrapper says to torch.compile, a no-op in eager mode: keep this function out of a graph
+# (`@torch.compiler.disable`, which libraries put on their kernels' wrappers) and "am I being traced?".
+EAGER_NO_OPS: frozenset[str] = frozenset({"torch.compiler.disable", "torch.compiler.is_compiling",
+                                          "torch.compiler.is_dynamo_compiling"})
 ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"}
-                                                | CUSTOM_OPS | DRIVER_QUERIES | VERSION_PARSING)
+                                                | CUSTOM_OPS | DRIVER_QUERIES | VERSION_PARSING | EAGER_NO_OPS)
 # Names a module may bind (`from triton.runtime import driver`) although they are not allowed names
 # themselves: every use of the bound name is still checked in full (`driver.active.get_current_target()`
 # is allowed, `driver.active.launch_enter_hook` is not).
@@ -98,8 +102,15 @@ ALLOWED_PRIVATE_ATTRIBUTES: frozenset[str] = frozenset({"_init_handles"})
 
 
 def allowed_name(dotted: str) -> bool:
-    """Whether `dotted` is one of the named exceptions, or inside one."""
-    return any(dotted == a or dotted.startswith(a + ".") for a in ALLOWED_TORCH_NAMES)
+    """Whether `dotted` is one of the named exceptions, or a public attribute inside one: below an
+    allowed name a private or dunder part (`wrap_triton.__globals__`, the module dict of torch's own
+    code) is judged as any other is, never exempted with the name."""
+    for a in ALLOWED_TORCH_NAMES:
+        if dotted == a:
+            return True
+        if dotted.startswith(a + "."):
+            return not any(part.startswith("_") for part in dotted[len(a) + 1:].split("."))
+    return False
 
 # Library modules re-exported as attributes (`torch.os`, `torch.ctypes`, `torch.nn.functional.np`):
 # reaching them through torch is the same as importing them.

@@ -173,3 +173,22 @@ def test_version_parsing_is_the_one_part_of_packaging_a_candidate_may_use(use, o
 def test_custom_operators_are_allowed_and_existing_operators_stay_out_of_reach(use, ok):
     rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
     assert (rep.status is None) == ok, [str(f) for f in rep.findings]
+
+
+@pytest.mark.parametrize("use", [
+    "g = torch.library.wrap_triton.__globals__", "g = torch.library.custom_op.__globals__['torch']",
+    "from torch.library import triton_op\ng = triton_op.__wrapped__", "g = torch.compiler.disable.__globals__",
+    "from torch.compiler import disable as d\ng = d.__code__",
+    "g = triton.runtime.driver.active.get_current_target.__globals__",
+    "from packaging.version import Version\ng = Version.__init__.__globals__", "g = torch.library.wrap_triton._x"])
+def test_below_an_allowed_name_a_private_or_dunder_part_is_judged_as_any_other(use):
+    """An allowed name exempted everything below it: `wrap_triton.__globals__` (the module dict of torch's
+    own code, which no run-time audit event sees being read) passed the static layer."""
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert rep.status == "forbidden" and any(f.category == "introspection" for f in rep.findings), rep
+
+
+@pytest.mark.parametrize("use", ["@torch.compiler.disable\ndef f(x):\n    return x",
+                                 "c = torch.compiler.is_compiling()", "from torch.compiler import disable"])
+def test_what_a_wrapper_says_to_torch_compile_is_a_no_op_and_allowed(use):
+    assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status is None
