@@ -19,10 +19,11 @@ credential in none of those shapes, read by a way Landlock does not close, would
 """
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -94,12 +95,48 @@ def environment() -> dict[str, str]:
 
 @contextmanager
 def child_environ(**overrides: str) -> Iterator[None]:
-    """Run the body (a process start) with os.environ cut to the allow-list plus `overrides`.
+    """Start processes in the body (on this thread) with the allow-list plus `overrides` as their environment.
 
-    multiprocessing's spawn and forkserver take the child's environment from os.environ and have no
-    parameter for it, so the parent's environment is swapped for the start and put back after.
-    Callers hold their own start lock; this one serialises swaps between pools.
+    multiprocessing's spawn and forkserver take a new process's environment from os.environ when
+    they exec it, and have no parameter for it. The swap is made at that call only: every exec goes
+    through `multiprocessing.util.spawnv_passfds`, which this module wraps once; a call made inside
+    this context on this thread runs with os.environ cut to the allow-list and put back at once, a
+    window of one fork and exec (about a millisecond), not the whole start (a forkserver's reply, a
+    restarted zygote's torch import: up to seconds), during which other threads of the caller's
+    process (a teacher reading its API key, a trainer its rank) would see the cut environment.
     """
+    _wrap_spawn()
+    before = getattr(_local, "overrides", None)
+    _local.overrides = overrides
+    try:
+        yield
+    finally:
+        _local.overrides = before
+
+
+_local = threading.local()   # `overrides`: those of the process start this thread is making
+_real_spawn: Callable[..., int] | None = None
+
+
+def _wrap_spawn() -> None:
+    global _real_spawn
+    with _lock:
+        if _real_spawn is None:
+            _real_spawn = multiprocessing.util.spawnv_passfds
+            multiprocessing.util.spawnv_passfds = _spawnv_passfds
+
+
+def _spawnv_passfds(path: str, args: list[str], passfds: Any) -> int:
+    assert _real_spawn is not None
+    overrides = getattr(_local, "overrides", None)
+    if overrides is None:   # another thread's or library's start (a resource tracker): as it was
+        return _real_spawn(path, args, passfds)
+    with _swapped(overrides):
+        return _real_spawn(path, args, passfds)
+
+
+@contextmanager
+def _swapped(overrides: dict[str, str]) -> Iterator[None]:
     global _outside
     with _lock:
         saved = environment()

@@ -61,7 +61,7 @@ def zygote_context(device: str) -> Any:
             ctx.set_forkserver_preload(list(_ZYGOTE_PRELOAD))
             from multiprocessing import forkserver
 
-            # The zygote inherits the environment as it is now: the allow-list, no secrets.
+            # The zygote execs with the allow-list as its environment (child_environ): no secrets.
             with environ.child_environ(TRITON_INTERPRET="1" if device == "cpu" else "0"):
                 forkserver.ensure_running()
             _zygote_device = device
@@ -154,8 +154,9 @@ class Proc:
         deadline = time.monotonic() + seconds
         errors: list[str] = []
         # A (re)started zygote or a spawned child takes its environment (Triton's mode included) from
-        # os.environ at this moment: the allow-list, never the caller's secrets. The zygote serves
-        # only its own device (zygote_context), so the mode is the child's device either way.
+        # os.environ at its exec, which child_environ cuts to the allow-list for that call alone: never
+        # the caller's secrets. The zygote serves only its own device (zygote_context), so the mode is
+        # the child's device either way.
         interpret = "1" if cfg["device"] == "cpu" else "0"
         with _ctx_lock, environ.child_environ(TRITON_INTERPRET=interpret):
             main = sys.modules.get("__main__")

@@ -93,15 +93,18 @@ def test_a_verdict_scrubbed_while_other_threads_start_processes_still_loses_ever
     monkeypatch.setenv("DATABASE_URL", "postgres://u:hunter2hunter2@db")
     stop = threading.Event()
 
-    def swaps():
+    def swaps():   # the swap a process start makes, held for a while
         while not stop.is_set():
-            with environ.child_environ():
+            with environ._swapped({}):
                 time.sleep(0.0005)
 
     def churn():
         while not stop.is_set():
             os.environ["TRITONFORGE_CHURN"] = "x" * 10
-            os.environ.pop("TRITONFORGE_CHURN", None)
+            try:
+                del os.environ["TRITONFORGE_CHURN"]
+            except KeyError:  # a swap cleared it first
+                pass
 
     threads = [threading.Thread(target=swaps), threading.Thread(target=churn)]
     for t in threads:
@@ -114,6 +117,32 @@ def test_a_verdict_scrubbed_while_other_threads_start_processes_still_loses_ever
             t.join()
     assert os.environ["DATABASE_URL"] == "postgres://u:hunter2hunter2@db"   # every swap put it back
     assert all("hunter2hunter2" not in t for t in texts), sum("hunter2hunter2" in t for t in texts)
+
+
+def test_a_process_start_cuts_the_environment_for_its_exec_only(monkeypatch):
+    """Other threads of the caller (a teacher reading its API key) see the whole environment while a
+    pool starts a worker: the cut is made inside the exec of the new process, nowhere else."""
+    import multiprocessing
+
+    from distill.verifier import environ
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    with environ.child_environ(TRITON_INTERPRET="1"):
+        assert os.environ["OPENAI_API_KEY"] == SECRET           # the start's body: nothing cut
+        ctx = multiprocessing.get_context("spawn")
+        reader, writer = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_environ_of_child, args=(writer,))
+        child.start()
+        seen = reader.recv()
+        child.join(60)
+    assert os.environ["OPENAI_API_KEY"] == SECRET
+    assert "OPENAI_API_KEY" not in seen and seen.get("TRITON_INTERPRET") == "1" and "PATH" in seen
+
+
+def _environ_of_child(conn) -> None:
+    with open("/proc/self/environ", "rb") as fh:
+        block = fh.read()
+    conn.send(dict(kv.split("=", 1) for kv in block.decode().split("\0") if "=" in kv))
 
 
 TOKEN = "tf-planted-a1b2c3d4e5f6"
