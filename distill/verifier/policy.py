@@ -112,6 +112,12 @@ def allowed_name(dotted: str) -> bool:
             return not any(part.startswith("_") for part in dotted[len(a) + 1:].split("."))
     return False
 
+
+def below_allowed(dotted: str) -> list[str]:
+    """The parts of `dotted` past the allowed name it is inside (static.py checks them for modules)."""
+    a = next((a for a in ALLOWED_TORCH_NAMES if dotted.startswith(a + ".")), None)
+    return dotted[len(a) + 1:].split(".") if a else []
+
 # Library modules re-exported as attributes (`torch.os`, `torch.ctypes`, `torch.nn.functional.np`):
 # reaching them through torch is the same as importing them.
 # Curated, not derived from MODULE_CATEGORY: `torch.cuda`, `torch.select`, `torch.signal` and

@@ -165,8 +165,13 @@ class _Walker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
-        if policy.allowed_name(_dotted(node, self.aliases) or ""):
-            return   # `torch.library.wrap_triton`: the name alone, not the module it sits in
+        dotted = _dotted(node, self.aliases) or ""
+        if policy.allowed_name(dotted):  # `torch.library.wrap_triton`: the name alone, not the module it sits in
+            # ... and below it, no module a library re-exports (`packaging.version.typing.sys`)
+            bad = next((p for p in policy.below_allowed(dotted) if p in policy.REEXPORTED_MODULES), None)
+            if bad is not None:
+                self.flag(node, policy.REEXPORTED_MODULES[bad], f"use of {dotted}")
+            return
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in policy.ALLOWED_DUNDERS:
                 self.flag(node, "introspection", f"attribute {attr}")

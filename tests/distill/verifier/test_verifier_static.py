@@ -192,3 +192,13 @@ def test_below_an_allowed_name_a_private_or_dunder_part_is_judged_as_any_other(u
                                  "c = torch.compiler.is_compiling()", "from torch.compiler import disable"])
 def test_what_a_wrapper_says_to_torch_compile_is_a_no_op_and_allowed(use):
     assert check_source(HEAD + use + "\n" + KERNEL + MODEL).status is None
+
+
+@pytest.mark.parametrize("use", ["import packaging.version\nx = packaging.version.typing.sys.modules",
+                                 "from packaging import version\nx = version.warnings.sys",
+                                 "import packaging.version\nx = packaging.version.sys"])
+def test_below_an_allowed_module_a_reexported_module_is_refused(use):
+    """packaging.version is allowed for version checks; the modules it imports (sys, through typing or
+    warnings) are not, as `torch.os` is not."""
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert rep.status == "forbidden" and any(f.category == "introspection" for f in rep.findings), rep
