@@ -1,15 +1,16 @@
 """Nested kernels moved to the top level of the kernels module (kernelsrc.py's `hoisted`).
 
 A `@triton.jit` function defined in a class body (`ModelNew._kernel`) or inside a function (a kernel
-factory: `make.<locals>.k`) means the same at the top level when every name it reads resolves to a
-module global there as it does where it sits: Python's scopes decide this, so the check is theirs:
-a name bound by an enclosing function (an argument, a local, a sibling kernel) is a closure, and a
-class body's names reach only the decorators, defaults and annotations (evaluated where the def
-runs), never the body. Such a kernel moves dedented at its own lines under a name of its own.
+factory: `make.<locals>.k`) moves dedented at its own lines under a name of its own. Python's scopes
+decide what its names mean there: a class body's names reach only the decorators, defaults and
+annotations (evaluated where the def runs), never the body; a name the body reads that an
+enclosing function binds (a factory's argument, a local constexpr, a sibling kernel) is a closure,
+named in `closures`: each launch records the values it closed over (record.closure_value) and the
+replayer binds them as that kernel's globals, once per distinct set (replaycheck._instances).
 
-What it simplifies: a kernel that closes over a function's names is refused, not rebuilt with the
-values it closed over (the values are the candidate's Python); two kernels of one qualified name
-(defined in two branches) are refused, since a launch cannot say which ran.
+What it simplifies: decorators, defaults and annotations that use an enclosing function's names are
+refused (their values are fixed when the def ran, in no closure a launch records); two kernels of one
+qualified name (defined in two branches) are refused, since a launch cannot say which ran.
 """
 from __future__ import annotations
 
@@ -95,8 +96,10 @@ def _nested_kernels(ex: Extractor, scope: ast.AST, prefix: str, enclosing: set[s
                 yield from _nested_kernels(ex, n, f"{prefix}{n.name}.<locals>.", enclosing | _locals(n))
 
 
-def hoist(ex: Extractor, tree: ast.Module, lines: list[str], out: list[str], taken: set[str]) -> dict[str, str]:
-    """Move each nested kernel the replay can rebuild to the top level of `out` (module docstring)."""
+def hoist(ex: Extractor, tree: ast.Module, lines: list[str], out: list[str], taken: set[str]) -> tuple[
+        dict[str, str], dict[str, list[str]]]:
+    """Move each nested kernel the replay can rebuild to the top level of `out` (module docstring):
+    (qualified name -> its name in `out`, that name -> the names it closes over, for those that do)."""
     found: dict[str, list[tuple[ast.FunctionDef, set[str], set[str]]]] = {}
     for top in tree.body:
         if isinstance(top, ast.ClassDef) or (isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -106,6 +109,7 @@ def hoist(ex: Extractor, tree: ast.Module, lines: list[str], out: list[str], tak
             for qual, fn, enclosing, cls in _nested_kernels(ex, top, prefix, inner):
                 found.setdefault(qual, []).append((fn, enclosing, cls))
     hoisted: dict[str, str] = {}
+    closures: dict[str, list[str]] = {}
     for qual, defs in found.items():
         if len(defs) > 1:
             ex.skipped[qual] = "two @triton.jit functions share this qualified name (a launch cannot say which ran)"
@@ -129,7 +133,10 @@ def hoist(ex: Extractor, tree: ast.Module, lines: list[str], out: list[str], tak
                     out[ln - 1] = ""
         out[fn.lineno - 1] = re.sub(rf"\bdef\s+{fn.name}\b", f"def {name}", out[fn.lineno - 1], count=1)
         hoisted[qual] = name
-    return hoisted
+        closes = sorted(_used(fn)[0] & enclosing)
+        if closes:
+            closures[name] = closes
+    return hoisted, closures
 
 
 def _hoist_why(ex: Extractor, fn: ast.FunctionDef, enclosing: set[str], cls: set[str], lines: list[str]) -> str:
@@ -141,10 +148,10 @@ def _hoist_why(ex: Extractor, fn: ast.FunctionDef, enclosing: set[str], cls: set
     if why:
         return why
     body, around = _used(fn)
-    closed = sorted((body | around) & enclosing)
-    if closed:
-        return (f"it uses {closed[0]}, a name of the function that defines it (the replay rebuilds a nested kernel "
-                "whose names are the module's constants and imports only)")
+    closed = sorted(around & enclosing)
+    if closed:   # evaluated once, where the def ran: not in the closure a launch records
+        return (f"its decorators, defaults or annotations use {closed[0]}, a name of the function that defines it "
+                "(the replay rebuilds them from the module's constants and imports only)")
     shadowed = sorted(around & cls - {fn.name})
     if shadowed:
         return f"its decorators, defaults or annotations use {shadowed[0]}, a name of the class body it sits in"

@@ -15,7 +15,8 @@ file.
 
 A `@triton.jit` function defined inside a class or a function (a kernel held by the module's class, a
 kernel factory) is moved to the top level under a name of its own when its names mean the same there
-(kernelnest.py); `hoisted` maps the qualified name a launch records to it.
+(kernelnest.py); `hoisted` maps the qualified name a launch records to it, and `closures` names what
+a kernel made by a factory closes over (each launch records those values: replaycheck.py).
 
 Simplifies: a kernel is found by the name its `def` gives it; a kernel made by calling
 `triton.jit(f)`, closing over a function's name, or using a global that is not such a constant is
@@ -44,6 +45,7 @@ class KernelSource:
     skipped: dict[str, str] = field(default_factory=dict)  # module-level name -> why it is not in `text`
     error: str = ""
     hoisted: dict[str, str] = field(default_factory=dict)  # a nested kernel's qualified name -> its name in `text`
+    closures: dict[str, list[str]] = field(default_factory=dict)  # such a name -> the names it closes over
 
     def why_missing(self, name: str) -> str:
         """What to tell an author whose launch of `name` could not be rebuilt."""
@@ -275,9 +277,10 @@ def extract(source: str) -> KernelSource:
                     for ln in range(dec.lineno, (dec.end_lineno or dec.lineno) + 1):
                         out[ln - 1] = ""
     taken = {n for node in tree.body for n in _bound_names(node)} | set(ex.aliases) | set(ex.constants)
-    hoisted = kernelnest.hoist(ex, tree, lines, out, taken)
+    hoisted, closures = kernelnest.hoist(ex, tree, lines, out, taken)
     text = "\n".join(out) + "\n"
-    return KernelSource(text=text, kernels=ex.kernels + list(hoisted.values()), skipped=ex.skipped, hoisted=hoisted)
+    return KernelSource(text=text, kernels=ex.kernels + list(hoisted.values()), skipped=ex.skipped, hoisted=hoisted,
+                        closures=closures)
 
 
 def literals(source: str) -> frozenset[float]:

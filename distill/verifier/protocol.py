@@ -159,6 +159,7 @@ class _Record(TypedDict, total=False):
     problem: str
     kernels: str
     kernel_names: list[str]
+    instances: list[dict[str, Any]]  # a factory's kernel per set of closed-over values (replaycheck._instances)
     trace: dict[str, Any]
     byte_limit: int
     stream: bool

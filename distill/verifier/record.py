@@ -206,8 +206,11 @@ class _Writer:
         if type(grid) not in (tuple, list) or not 1 <= len(grid) <= 3 or any(type(g) is not int for g in grid):
             raise NotReplayable("a launch whose grid is not 1 to 3 Python ints")
         # the qualified name: a kernel held by a class or made by a factory is found by it (kernelsrc.hoisted)
-        self.steps.append(["launch", fn.__qualname__, [self.value(a) for a in largs],
-                           {str(k): self.value(v) for k, v in kwargs.items()}, list(grid)])
+        step = ["launch", fn.__qualname__, [self.value(a) for a in largs],
+                {str(k): self.value(v) for k, v in kwargs.items()}, list(grid)]
+        if fn.__closure__:  # a factory's kernel: what it closed over, as values (replaycheck.instances)
+            step.append({str(n): closure_value(c, fn.__name__) for n, c in zip(fn.__code__.co_freevars, fn.__closure__)})
+        self.steps.append(step)
 
     def state_data(self, limit: int) -> None:
         total = 0
@@ -219,6 +222,28 @@ class _Writer:
                 raise NotReplayable(f"forward read {total >> 20} MiB of tensors made before it (limit {limit >> 20} MiB)")
             raw = torch.empty(0, dtype=torch.uint8, device=self.device if entry["device"] == "job" else "cpu")
             entry["data"] = raw.set_(s, 0, (entry["nbytes"],), (1,)).to("cpu", copy=True)
+
+
+def closure_value(cell: Any, kernel: str) -> list:
+    """One closed-over value of a kernel, as the record writes it: what Triton accepts there (a
+    constexpr, a dtype, a jit function of the candidate's module) or a plain scalar."""
+    try:
+        v = cell.cell_contents
+    except ValueError:
+        raise NotReplayable(f"kernel {scrub(kernel)} closes over a name not yet bound") from None
+    tag = "value"
+    if isinstance(v, tl.constexpr):
+        tag, v = "constexpr", v.value
+    if type(v) in (int, bool, type(None)) or (type(v) is float and v == v and abs(v) != float("inf")) or (
+            type(v) is str and len(v) <= 200):
+        return [tag, v]
+    if isinstance(v, tl.dtype):
+        return ["dtype", v.name]
+    fn = vars(v).get("fn") if hasattr(v, "__dict__") else None
+    if tag == "value" and type(fn) is types.FunctionType:
+        return ["kernel", fn.__qualname__]
+    raise NotReplayable(f"kernel {scrub(kernel)} closes over a {scrub(type(v).__name__)} (the replay rebuilds "
+                        "constexprs, dtypes and the module's jit functions)")
 
 
 def serialise(trace: list[tuple], inputs: list[Any], outputs: list[torch.Tensor], device: torch.device,

@@ -70,6 +70,56 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
     return storages, kinds, poisoned
 
 
+_CLOSURE_TAGS = frozenset({"constexpr", "value", "dtype", "kernel"})
+_DTYPES = frozenset({"int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "fp8e4nv",
+                     "fp8e5", "fp8e4b15", "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64"})
+
+
+def _instances(record: dict[str, Any], source: kernelsrc.KernelSource) -> tuple[dict[str, Any], list[dict]]:
+    """Launches of a kernel made by a factory, each named for the values it closed over (one
+    instance of the kernels module's kernel per distinct set, bound by the replayer); ValueError
+    when the record's closures do not fit the source. The values are the worker's claims: typed
+    data the replayer binds, never text; a claim that is wrong only changes what the replay runs."""
+    named: dict[str, str] = {}
+    instances: list[dict] = []
+    steps = []
+    for st in record["steps"]:
+        if not (type(st) is list and len(st) > 1 and st[0] == "launch"):
+            steps.append(st)
+            continue
+        want = source.closures.get(st[1]) if type(st[1]) is str else None
+        got = st[5] if len(st) == 6 else None
+        if want is None and got is None:
+            steps.append(st)
+            continue
+        if want is None or type(got) is not dict or sorted(got) != want:
+            raise ValueError(f"kernel {scrub(st[1])}'s launch records closed-over names that are not its own")
+        values = {name: _closure_value(got[name], source) for name in want}
+        key = repr((st[1], sorted(values.items(), key=lambda kv: kv[0])))
+        if key not in named:
+            named[key] = f"{st[1]}__closure{len(instances)}"
+            instances.append({"name": named[key], "kernel": st[1], "globals": values})
+        steps.append([*st[:1], named[key], *st[2:5]])
+    return ({**record, "steps": steps} if instances else record), instances
+
+
+def _closure_value(v: Any, source: kernelsrc.KernelSource) -> list:
+    if type(v) is not list or len(v) != 2 or v[0] not in _CLOSURE_TAGS:
+        raise ValueError("a closed-over value is malformed")
+    tag, x = v
+    if tag in ("constexpr", "value") and (type(x) in (int, bool, type(None)) or (type(x) is float and x == x)
+                                          or (type(x) is str and len(x) <= 200)):
+        return [tag, x]
+    if tag == "dtype" and x in _DTYPES:
+        return [tag, x]
+    if tag == "kernel" and type(x) is str:
+        name = source.hoisted.get(x, x)
+        if name in source.kernels and name not in source.closures:
+            return [tag, name]
+        raise ValueError(f"a closed-over jit function {scrub(x)} is not rebuilt from the module's source")
+    raise ValueError("a closed-over value is malformed")
+
+
 @dataclass
 class Prepared:
     """The replayer's command, or the finding that makes it needless; what the state check took."""
@@ -104,13 +154,18 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
         record = {**record, "steps": [[st[0], source.hoisted.get(st[1], st[1]), *st[2:]]
                                       if type(st) is list and len(st) > 1 and st[0] == "launch" and type(st[1]) is str
                                       else st for st in record["steps"]]}
-    missing = sorted(_launched(record) - set(source.kernels))
+    try:
+        record, instances = _instances(record, source)
+    except ValueError as exc:
+        return Prepared(finding=judge.Finding("not_triton", f"{why}{exc}"[:1000], checks))
+    missing = sorted(_launched(record) - set(source.kernels) - {i["name"] for i in instances})
     if source.error or missing:
         name = scrub(missing[0])  # a name the worker sent: an identifier or nothing
         what = source.error or f"kernel {name} is not rebuilt from the module's source: {source.why_missing(name)}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
     storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate))
-    msg = protocol.Replay(cmd="replay", problem=problem, kernels=source.text, kernel_names=source.kernels,
+    msg = protocol.Replay(cmd="replay", problem=problem, kernels=source.text,
+                          kernel_names=source.kernels + [i["name"] for i in instances], instances=instances,
                           trace={**record, "storages": storages}, byte_limit=byte_limit, runs=list(RUNS), seeds=seeds,
                           stream=stream)
     return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks,

@@ -117,6 +117,22 @@ class _Twin(JITFunction):
     def get_capture_scope(self) -> dict[str, Any]:
         return {k: _jit_value(v) for k, v in super().get_capture_scope().items()}
 
+    @property
+    def cache_key(self) -> str:
+        # A kernel a factory made reads what it closed over as Triton's hashing reads a closure:
+        # raw, where an interpreted function is refused. Its cells hold JIT twins for the hash
+        # (made inside a launch, where making a new function is refused: the cells are lent).
+        cells = self.fn.__closure__ or ()
+        held = [c.cell_contents if c.cell_contents is not None else None for c in cells]
+        try:
+            for c, v in zip(cells, held):
+                if isinstance(v, InterpretedFunction):
+                    c.cell_contents = twin_of(v)
+            return JITFunction.cache_key.fget(self)
+        finally:
+            for c, v in zip(cells, held):
+                c.cell_contents = v
+
 
 def _views(fn: InterpretedFunction) -> _Views:
     return _STATE.lang if gpu_deps.is_triton_code(fn.fn) else _STATE.job

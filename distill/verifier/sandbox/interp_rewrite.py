@@ -201,7 +201,9 @@ def rewrite_function(fn: Callable, src: str, first_line: int, marks: bool) -> Ca
     func.decorator_list = []
     outer = ast.FunctionDef(
         name="__tf_outer__",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=name) for name in _HELPERS], kwonlyargs=[],
+        # a factory's kernel keeps its closure: the names it closed over are the outer function's too
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=name) for name in (*_HELPERS, *fn.__code__.co_freevars)],
+                           kwonlyargs=[],
                            kw_defaults=[], defaults=[]),
         body=[func, ast.Return(value=ast.Name(id=func.name, ctx=ast.Load()))], decorator_list=[], returns=None,
         type_comment=None)
@@ -212,7 +214,8 @@ def rewrite_function(fn: Callable, src: str, first_line: int, marks: bool) -> Ca
     scope: dict[str, Any] = {}
     exec(code, fn.__globals__, scope)  # noqa: S102 - the candidate's jit function, as Triton's interpreter runs it
     branch = functools.partial(_branch, fn.__code__, fn.__name__) if marks else None
-    return scope["__tf_outer__"](branch, _assign, _compare, _isinstance, _getattr)
+    closed = [c.cell_contents for c in fn.__closure__ or ()]
+    return scope["__tf_outer__"](branch, _assign, _compare, _isinstance, _getattr, *closed)
 
 
 def install() -> None:

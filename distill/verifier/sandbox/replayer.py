@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 import triton
+import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -79,21 +80,36 @@ def _launch(kernel: Any, args: tuple, grid: tuple, kwargs: dict) -> None:
     kernel.run(*args, grid=grid, warmup=False, **kwargs)  # through the guard's launcher: recorded as a launch
 
 
-def _import_kernels(text: str, path: str, serial: int, token: object) -> tuple[dict[str, Any], str]:
+def _import_kernels(text: str, path: str, serial: int, token: object,
+                    instances: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
     with open(path, "w") as fh:
         fh.write(text)
     guard.ctl(token, "own_file", path)  # its launches are the candidate's own
     name = f"tritonforge_kernels_{serial}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    module = _load(name, path)
     kernels = {}
     for value in list(vars(module).values()):
         if type(value) in _KINDS:
             fn = vars(value).get("fn")
             kernels[getattr(fn, "__name__", "")] = value
+    # A factory's kernel, once per set of values it closed over: the module loaded again (its own
+    # kernel objects, so each compiles for its values), those names bound as its globals, which
+    # Triton reads as it reads a closure's (replaycheck._instances checked their types).
+    for k, inst in enumerate(instances):
+        again = _load(f"{name}_closure{k}", path)
+        for var, (tag, value) in inst["globals"].items():
+            vars(again)[var] = (tl.constexpr(value) if tag == "constexpr" else tl.dtype(value) if tag == "dtype"
+                                else vars(again)[value] if tag == "kernel" else value)
+        kernels[inst["name"]] = vars(again)[inst["kernel"]]
     return kernels, name
+
+
+def _load(name: str, path: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @contextlib.contextmanager
@@ -126,7 +142,7 @@ def _session(msg: protocol.Replay | protocol.TimeReplay, state: dict[str, Any], 
         block.install()
         block.complete()
         try:
-            kernels, name = _import_kernels(msg["kernels"], path, state["serial"], token)
+            kernels, name = _import_kernels(msg["kernels"], path, state["serial"], token, msg.get("instances") or [])
         except BaseException as exc:  # noqa: BLE001 - the extraction left something a kernel needs
             err = calls.describe_error(exc)
             out["error"] = f"not replayable: loading the kernels module failed: {err['type']}: {err['message'][:300]}"
@@ -139,7 +155,8 @@ def _session(msg: protocol.Replay | protocol.TimeReplay, state: dict[str, Any], 
         block.remove()
         guard.ctl(token, "harness", True)  # finalizers of the kernels module run in the harness's step
         try:
-            sys.modules.pop(name, None)
+            for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}_closure")] if name else []:
+                sys.modules.pop(loaded, None)
             if os.path.exists(path):
                 os.unlink(path)  # the scratch folder stays small
             gpu_compile.forget()

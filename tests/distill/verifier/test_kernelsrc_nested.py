@@ -60,16 +60,9 @@ def test_nested_kernels_move_to_the_top_level_under_names_of_their_own_at_their_
 
 
 @pytest.mark.parametrize("snippet, name, why", [
-    # a factory's argument, read in the body and in a default
-    ("def make(c):\n    @triton.jit\n    def k(x_ptr):\n        tl.store(x_ptr, c)\n    return k\n",
-     "make.<locals>.k", "it uses c, a name of the function that defines it"),
+    # a factory's argument in a default: evaluated once where the def ran, in no closure a launch records
     ("def make(c):\n    @triton.jit\n    def k(x_ptr, B: tl.constexpr = c):\n        tl.store(x_ptr, B)\n    return k\n",
-     "make.<locals>.k", "uses c"),
-    # a sibling jit function of the factory, and a local that shadows a module constant
-    ("def make():\n    @triton.jit\n    def h(x):\n        return x\n    @triton.jit\n    def k(x_ptr):\n"
-     "        tl.store(x_ptr, h(1.0))\n    return k\n", "make.<locals>.k", "it uses h"),
-    ("def make():\n    SCALE = 3.0\n    @triton.jit\n    def k(x_ptr):\n        tl.store(x_ptr, SCALE)\n    return k\n",
-     "make.<locals>.k", "it uses SCALE"),
+     "make.<locals>.k", "it uses c"),
     # a class attribute in a default is the class's, not the module's
     ("class C:\n    SCALE = 5\n    @triton.jit\n    def k(x_ptr, B: tl.constexpr = SCALE):\n        tl.store(x_ptr, B)\n",
      "C.k", "a name of the class body"),
@@ -84,6 +77,20 @@ def test_a_nested_kernel_whose_names_would_change_meaning_is_refused_with_the_re
     ks = kernelsrc.extract("import triton\nimport triton.language as tl\nSCALE = tl.constexpr(2.0)\n\n" + snippet)
     assert name not in ks.hoisted and why in ks.why_missing(name), ks.skipped
     assert ks.kernels == [] or all(not k.endswith("k") for k in ks.kernels)
+
+
+@pytest.mark.parametrize("snippet, closes", [
+    ("def make(c):\n    @triton.jit\n    def k(x_ptr):\n        tl.store(x_ptr, c)\n    return k\n", ["c"]),
+    ("def make():\n    @triton.jit\n    def h(x):\n        return x\n    @triton.jit\n    def k(x_ptr):\n"
+     "        tl.store(x_ptr, h(1.0))\n    return k\n", ["h"]),
+    # a local that shadows a module constant: the closure's, as Python reads it
+    ("def make():\n    SCALE = 3.0\n    @triton.jit\n    def k(x_ptr):\n        tl.store(x_ptr, SCALE * X)\n    return k\n",
+     ["SCALE"]),
+])
+def test_a_factory_kernel_moves_with_the_names_it_closes_over(snippet, closes):
+    """What it closes over is recorded per launch (record.closure_value) and bound by the replayer."""
+    ks = kernelsrc.extract("import triton\nimport triton.language as tl\nSCALE = tl.constexpr(2.0)\nX = 1\n\n" + snippet)
+    assert ks.hoisted["make.<locals>.k"] == "make__k" and ks.closures["make__k"] == closes, ks.skipped
 
 
 def test_a_class_names_its_kernels_method_body_scope_as_python_does():

@@ -470,3 +470,26 @@ def test_a_bound_record_alternates_input_sets_on_memory_allocated_once():
         got = bound.call({"add_k": add_k}, _launch)
         assert torch.equal(got[0], sets[i % 2][0] + sets[i % 2][1])
     assert got[0].untyped_storage().data_ptr() == bound.call({"add_k": add_k}, _launch)[0].untyped_storage().data_ptr()
+
+
+def _closure_launches(reply):
+    return [st for st in _record(reply)["steps"] if st[0] == "launch" and len(st) == 6]
+
+
+@pytest.mark.parametrize("forge,why", [
+    # the factory's scale claimed as 1.0 where it closed over 0.5: the replay runs what was claimed
+    (lambda r: _closure_launches(r)[0][5].__setitem__("SCALE", ["constexpr", 1.0]), "give wrong outputs"),
+    (lambda r: _closure_launches(r)[0][5].pop("act"), "closed-over names that are not its own"),
+    (lambda r: _closure_launches(r)[0][5].__setitem__("act", ["kernel", "make_kernel"]), "not rebuilt"),
+    (lambda r: _closure_launches(r)[0][5].__setitem__("act", ["value", "__import__('os').system('x')"]), "failed"),
+    (lambda r: _closure_launches(r)[0][5].__setitem__("SCALE", ["dtype", "fp32; import os"]), "malformed"),
+    (lambda r: _closure_launches(r)[0].pop(), "closed-over names that are not its own"),
+])
+def test_what_a_factory_kernel_closed_over_is_a_claim_that_gains_nothing(pool, monkeypatch, forge, why):
+    """A kernel made by a factory is replayed with the values its launches say it closed over: typed data
+    the replayer binds, never text; a wrong claim changes only what the replay runs."""
+    honest_v = pool.verify(problem("factory_closure_act"), honest("factory_closure_act"))
+    assert honest_v.status == "pass", honest_v.reason
+    _forge_runs(monkeypatch, forge)
+    v = pool.verify(problem("factory_closure_act"), honest("factory_closure_act"))
+    assert v.status == "not_triton" and why in v.reason, v.reason
