@@ -18,9 +18,12 @@ kernel factory) is moved to the top level under a name of its own when its names
 (kernelnest.py); `hoisted` maps the qualified name a launch records to it, and `closures` names what
 a kernel made by a factory closes over (each launch records those values: replaycheck.py).
 
-Simplifies: a kernel is found by the name its `def` gives it; a kernel made by calling
-`triton.jit(f)`, closing over a function's name, or using a global that is not such a constant is
-not rebuilt, and `skipped` says why, for the replay's reason (`not replayable: ...`) to name.
+A kernel made by calling `triton.jit` at the top level (`k = triton.jit(k)`, `triton.jit(**options)(f)`)
+goes in with its undecorated function, both at their lines.
+
+Simplifies: a kernel is found by the name its `def` gives it; a kernel made by calling `triton.jit`
+inside a function, or using a global that is not such a constant, is not rebuilt, and `skipped`
+says why, for the replay's reason (`not replayable: ...`) to name.
 """
 from __future__ import annotations
 
@@ -76,6 +79,8 @@ class _Extractor:
         self.kernels: list[str] = []
         self.skipped: dict[str, str] = {}
         self.rewritten: ast.stmt | None = None  # the part of the last kept statement that goes in, when not all
+        self.plain: dict[str, ast.FunctionDef] = {}  # undecorated plain functions so far, by name
+        self.late: list[ast.FunctionDef] = []  # plain functions a kept `triton.jit(f)` call made kernels of
 
     # -- expressions ----------------------------------------------------------------------------------
     def expr_ok(self, node: ast.AST) -> str:
@@ -128,6 +133,22 @@ class _Extractor:
             if _dotted(target, self.aliases) in _JIT:
                 return dec
         return None
+
+    def jit_call(self, value: ast.AST) -> ast.FunctionDef | None:
+        """The plain function `value` makes a kernel of (`triton.jit(f, **options)` or
+        `triton.jit(**options)(f)`, options checked as a decorator's), else None."""
+        if not isinstance(value, ast.Call) or len(value.args) != 1 or not isinstance(value.args[0], ast.Name):
+            return None
+        fn = self.plain.get(value.args[0].id)
+        if fn is None:
+            return None
+        if _dotted(value.func, self.aliases) in _JIT:
+            options = ast.Call(func=value.func, args=[], keywords=value.keywords)
+        elif isinstance(value.func, ast.Call) and not value.keywords and _dotted(value.func.func, self.aliases) in _JIT:
+            options = value.func
+        else:
+            return None
+        return None if self.jit_options_ok(options) else fn
 
     def jit_options_ok(self, dec: ast.Call) -> str:
         if dec.args or any(k.arg is None for k in dec.keywords):
@@ -193,10 +214,22 @@ class _Extractor:
                 *node.args.defaults, *[d for d in node.args.kw_defaults if d]]) if w), "")
             if why:
                 self.skipped[node.name] = why
+                if dec is None and not node.decorator_list and not why.startswith("a default"):
+                    self.plain[node.name] = node  # `k = triton.jit(k)` may follow
                 return False
             self.kernels.append(node.name)
             self.constants.add(node.name)
             return True
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            fn = self.jit_call(node.value)
+            if fn is not None:  # `k = triton.jit(k_impl)`: the function goes in as it is, and this line
+                self.plain.pop(fn.name)
+                self.skipped.pop(fn.name, None)
+                self.late.append(fn)
+                self.kernels.append(fn.name)
+                self.constants.add(node.targets[0].id)
+                self.aliases.pop(node.targets[0].id, None)
+                return True
         targets: list[ast.AST] = []
         value = None
         if isinstance(node, ast.Assign):
@@ -270,6 +303,10 @@ def extract(source: str) -> KernelSource:
             continue
         for ln in range(first, last + 1):
             out[ln - 1] = lines[ln - 1]
+        for fn in ex.late:  # the function `triton.jit(f)` wraps, at its own lines, as written
+            for ln in range(_first_line(fn), (fn.end_lineno or fn.lineno) + 1):
+                out[ln - 1] = lines[ln - 1]
+        ex.late = []
         if isinstance(node, ast.FunctionDef):  # blank every decorator but the jit one
             jit = ex.jit_decorator(node)
             for dec in node.decorator_list:

@@ -87,6 +87,8 @@ def check_source(source: str) -> StaticReport:
 
 
 def _kernels(tree: ast.Module, aliases: dict[str, str]) -> list[str]:
+    """Functions made kernels: decorated with `@triton.jit`, or passed to a call of it (`k = triton.jit(f)`,
+    `triton.jit(**options)(f)`)."""
     names = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -95,6 +97,10 @@ def _kernels(tree: ast.Module, aliases: dict[str, str]) -> list[str]:
                 if _dotted(target, aliases) == "triton.jit":
                     names.append(node.name)
                     break
+        elif isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.args[0], ast.Name):
+            target = node.func.func if isinstance(node.func, ast.Call) else node.func
+            if _dotted(target, aliases) == "triton.jit":
+                names.append(node.args[0].id)
     return names
 
 

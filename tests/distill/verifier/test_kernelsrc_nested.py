@@ -100,3 +100,21 @@ def test_a_class_names_its_kernels_method_body_scope_as_python_does():
            "    @triton.jit\n    def k(x_ptr):\n        tl.store(x_ptr, SCALE)\n")
     ks = kernelsrc.extract(src)
     assert ks.hoisted == {"C.k": "C__k"}
+
+
+def test_a_kernel_made_by_calling_triton_jit_goes_in_with_its_function():
+    """`k = triton.jit(k)` (then wrapped by heuristics under the same name) was a plain function to the
+    kernels module: the launch of `k` read as not rebuilt."""
+    src = ("import triton\nimport triton.language as tl\n\ndef k(x_ptr, B: tl.constexpr):\n    tl.store(x_ptr, 1.0)\n\n"
+           "k = triton.jit(k)\nk = triton.heuristics({'B': lambda a: 4})(k)\n"
+           "def g(x_ptr):\n    tl.store(x_ptr, 2.0)\ng2 = triton.jit(do_not_specialize=['x_ptr'])(g)\n"
+           "def bad(x_ptr):\n    pass\nb2 = triton.jit(bad, launch_metadata=print)\n"
+           "@staticmethod\ndef deco(x_ptr):\n    pass\nd2 = triton.jit(deco)\n")
+    ks = kernelsrc.extract(src)
+    assert ks.kernels == ["k", "g"], ks.skipped
+    lines = ks.text.splitlines()
+    assert lines[3] == "def k(x_ptr, B: tl.constexpr):" and lines[6] == "k = triton.jit(k)" and lines[7] == ""
+    assert "def bad" not in ks.text and "def deco" not in ks.text and "launch_metadata" not in ks.text
+    namespace: dict = {}
+    exec(compile(ks.text, "<kernels>", "exec"), namespace)  # noqa: S102 - imports of triton only
+    assert namespace["k"].fn.__name__ == "k" and namespace["g2"].fn.__name__ == "g"
