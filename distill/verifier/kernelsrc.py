@@ -187,22 +187,23 @@ class _Extractor:
         kept whole when every import in it is one the replay makes (the body's names bind first)."""
         inner = [s for s in (*node.body, *node.orelse, *node.finalbody, *(x for h in node.handlers for x in h.body))
                  if not isinstance(s, ast.Pass)]
-        bound = dict(self.aliases)
-        if all(self.keep_import(s) and self.rewritten is None for s in inner):
+        bound, constants = dict(self.aliases), set(self.constants)
+        if all((self.keep_import(s) and self.rewritten is None) if isinstance(s, (ast.Import, ast.ImportFrom))
+               else self.keep(s) for s in inner):
             for s in node.body:  # the body's binding is the one that usually holds
-                self.keep_import(s)
+                self.keep_import(s) if isinstance(s, (ast.Import, ast.ImportFrom)) else self.keep(s)
             return True
-        self.aliases, self.rewritten = bound, None
-        for a in (a for s in inner for a in s.names):
-            self.skipped.setdefault(a.asname or a.name.split(".", 1)[0],
-                                    "it is imported in a try statement that also imports what the replay does not")
+        self.aliases, self.constants, self.rewritten = bound, constants, None
+        for name in (n for s in inner for n in ([a.asname or a.name.split(".", 1)[0] for a in s.names]
+                                                if isinstance(s, (ast.Import, ast.ImportFrom)) else _bound_names(s))):
+            self.skipped.setdefault(name, "it is bound in a try statement that also imports what the replay does not")
         return False
 
     def keep(self, node: ast.stmt) -> bool:
         """Whether a top-level statement goes into the kernels module (and the names it binds)."""
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             return self.keep_import(node)
-        if isinstance(node, ast.Try) and static.import_guard(node):
+        if isinstance(node, ast.Try) and static.import_guard(node, self.aliases):
             return self.keep_guarded_imports(node)
         if isinstance(node, ast.FunctionDef):
             dec = self.jit_decorator(node)

@@ -15,11 +15,12 @@ from distill.verifier import policy
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 
-def import_guard(node: ast.Try) -> bool:
+def import_guard(node: ast.Try, aliases: dict[str, str] | None = None) -> bool:
     """A `try` that only picks where a name is imported from (`try: from triton.language.extra.libdevice
     import tanh` / `except ModuleNotFoundError: from triton.language.extra.cuda.libdevice import tanh`, as
-    libraries that span Triton versions write it): imports and `pass` only, in every branch, and handlers
-    that catch import errors alone. No fallback around compute fits in one; the imports are checked as any."""
+    libraries that span Triton versions write it): imports, `pass` and a name bound to another (`tanh =
+    tl.math.tanh`) only, in every branch, and handlers that catch import errors alone. No fallback around
+    compute fits in one; the imports and names are checked as any."""
     def names(t: ast.AST | None) -> list[ast.AST]:
         return list(t.elts) if isinstance(t, ast.Tuple) else [t] if t is not None else []
 
@@ -27,7 +28,20 @@ def import_guard(node: ast.Try) -> bool:
                       and all(isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS for n in names(h.type))
                       for h in node.handlers)
     stmts = [*node.body, *node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)]
-    return handlers_ok and all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) for s in stmts)
+    return handlers_ok and all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) or _alias(s, aliases or {})
+                               for s in stmts)
+
+
+def _alias(stmt: ast.stmt, aliases: dict[str, str]) -> bool:
+    """`tanh = tl.math.tanh`, `libdevice = None`: a name bound to something of Triton's or math's, or to a
+    constant, the fallback branch of a version shim (no call: nothing computes; `tanh = torch.tanh`
+    would bind compute, and is no shim)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    if isinstance(stmt.value, ast.Constant):
+        return True
+    dotted = _dotted(stmt.value, aliases)
+    return dotted is not None and dotted.split(".", 1)[0] in ("triton", "math")
 
 
 @dataclass
@@ -239,7 +253,7 @@ class _Walker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Try(self, node: ast.Try) -> None:
-        if node.handlers and not import_guard(node):
+        if node.handlers and not import_guard(node, self.aliases):
             self.flag(node, "try/except fallback", "try/except (a fallback around compute is not allowed)")
         self.generic_visit(node)
 

@@ -118,3 +118,13 @@ def test_a_kernel_made_by_calling_triton_jit_goes_in_with_its_function():
     namespace: dict = {}
     exec(compile(ks.text, "<kernels>", "exec"), namespace)  # noqa: S102 - imports of triton only
     assert namespace["k"].fn.__name__ == "k" and namespace["g2"].fn.__name__ == "g"
+
+
+def test_a_version_shim_that_binds_a_name_goes_in_whole():
+    src = ("import triton\nimport triton.language as tl\ntry:\n    from triton.language.extra.cuda.libdevice import tanh\n"
+           "except ImportError:\n    tanh = tl.math.tanh\n\n@triton.jit\ndef k(x_ptr):\n    tl.store(x_ptr, tanh(1.0))\n")
+    ks = kernelsrc.extract(src)
+    assert ks.kernels == ["k"] and ks.text.splitlines()[2:6] == src.splitlines()[2:6], ks.skipped
+    namespace: dict = {}
+    exec(compile(ks.text, "<kernels>", "exec"), namespace)  # noqa: S102 - imports of triton only
+    assert callable(namespace["tanh"])

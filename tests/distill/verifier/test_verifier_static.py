@@ -202,3 +202,16 @@ def test_below_an_allowed_module_a_reexported_module_is_refused(use):
     warnings) are not, as `torch.os` is not."""
     rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
     assert rep.status == "forbidden" and any(f.category == "introspection" for f in rep.findings), rep
+
+
+@pytest.mark.parametrize("use, ok", [
+    ("try:\n    from triton.language.extra.cuda.libdevice import tanh\nexcept ImportError:\n    tanh = tl.math.tanh", True),
+    ("try:\n    from triton.language.extra import libdevice\nexcept ImportError:\n    libdevice = None", True),
+    ("try:\n    from triton.language.extra.cuda.libdevice import tanh\nexcept ImportError:\n    tanh = torch.tanh", False),
+    ("try:\n    from triton.language.extra import libdevice\nexcept ImportError:\n    libdevice = tl.math.fn()", False),
+    ("try:\n    x = tl.math.tanh\nexcept Exception:\n    x = None", False)])
+def test_a_version_shim_may_bind_a_name_in_its_fallback(use, ok):
+    """A fallback that binds a name to another (no call) computes nothing; a call or a broad except stays a
+    fallback around compute."""
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert (rep.status is None) == ok, [str(f) for f in rep.findings]
