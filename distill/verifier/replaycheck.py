@@ -76,31 +76,33 @@ _DTYPES = frozenset({"int1", "int8", "int16", "int32", "int64", "uint8", "uint16
 
 
 def _instances(record: dict[str, Any], source: kernelsrc.KernelSource) -> tuple[dict[str, Any], list[dict]]:
-    """Launches of a kernel made by a factory, each named for the values it closed over (one
-    instance of the kernels module's kernel per distinct set, bound by the replayer); ValueError
-    when the record's closures do not fit the source. The values are the worker's claims: typed
-    data the replayer binds, never text; a claim that is wrong only changes what the replay runs."""
+    """The record's launches named as the kernels module names their kernels: a nested kernel by its
+    name there (kernelsrc.hoisted), a kernel made by a factory once per set of values it closed over
+    (an instance the replayer binds); ValueError when the record's closures do not fit the source.
+    The values are the worker's claims: typed data the replayer binds, never text; a claim that is
+    wrong only changes what the replay runs."""
     named: dict[str, str] = {}
     instances: list[dict] = []
     steps = []
     for st in record["steps"]:
-        if not (type(st) is list and len(st) > 1 and st[0] == "launch"):
+        if not (type(st) is list and len(st) > 1 and st[0] == "launch" and type(st[1]) is str):
             steps.append(st)
             continue
-        want = source.closures.get(st[1]) if type(st[1]) is str else None
+        name = source.hoisted.get(st[1], st[1])
+        want = source.closures.get(name)
         got = st[5] if len(st) == 6 else None
         if want is None and got is None:
-            steps.append(st)
+            steps.append([st[0], name, *st[2:]])
             continue
         if want is None or type(got) is not dict or sorted(got) != want:
-            raise ValueError(f"kernel {scrub(st[1])}'s launch records closed-over names that are not its own")
-        values = {name: _closure_value(got[name], source) for name in want}
-        key = repr((st[1], sorted(values.items(), key=lambda kv: kv[0])))
+            raise ValueError(f"kernel {scrub(name)}'s launch records closed-over names that are not its own")
+        values = {n: _closure_value(got[n], source) for n in want}
+        key = repr((name, sorted(values.items(), key=lambda kv: kv[0])))
         if key not in named:
-            named[key] = f"{st[1]}__closure{len(instances)}"
-            instances.append({"name": named[key], "kernel": st[1], "globals": values})
-        steps.append([*st[:1], named[key], *st[2:5]])
-    return ({**record, "steps": steps} if instances else record), instances
+            named[key] = f"{name}__closure{len(instances)}"
+            instances.append({"name": named[key], "kernel": name, "globals": values})
+        steps.append([st[0], named[key], *st[2:5]])
+    return {**record, "steps": steps}, instances
 
 
 def _closure_value(v: Any, source: kernelsrc.KernelSource) -> list:
@@ -150,10 +152,6 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
     if type(record.get("storages")) is not list or type(record.get("steps")) is not list:
         return Prepared(finding=judge.Finding("not_triton", f"{why}malformed record", checks))
     source = kernelsrc.extract(candidate)
-    if source.hoisted:  # a nested kernel's launch, by the name the kernels module gives it
-        record = {**record, "steps": [[st[0], source.hoisted.get(st[1], st[1]), *st[2:]]
-                                      if type(st) is list and len(st) > 1 and st[0] == "launch" and type(st[1]) is str
-                                      else st for st in record["steps"]]}
     try:
         record, instances = _instances(record, source)
     except ValueError as exc:

@@ -122,15 +122,14 @@ class _Twin(JITFunction):
         # A kernel a factory made reads what it closed over as Triton's hashing reads a closure:
         # raw, where an interpreted function is refused. Its cells hold JIT twins for the hash
         # (made inside a launch, where making a new function is refused: the cells are lent).
-        cells = self.fn.__closure__ or ()
-        held = [c.cell_contents if c.cell_contents is not None else None for c in cells]
+        lent = [(c, c.cell_contents) for c in self.fn.__closure__ or ()
+                if isinstance(c.cell_contents, InterpretedFunction)]
         try:
-            for c, v in zip(cells, held):
-                if isinstance(v, InterpretedFunction):
-                    c.cell_contents = twin_of(v)
+            for c, v in lent:
+                c.cell_contents = twin_of(v)
             return JITFunction.cache_key.fget(self)
         finally:
-            for c, v in zip(cells, held):
+            for c, v in lent:
                 c.cell_contents = v
 
 
