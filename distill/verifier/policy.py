@@ -64,8 +64,7 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
 # Names inside a forbidden prefix that launch the candidate's own kernels and nothing else. PyTorch's
 # documentation calls user Triton kernels through `torch.library.wrap_triton` (so torch.compile can
 # trace them); in eager mode it launches the kernel as `kernel[grid](...)` does, and it accepts only
-# @triton.jit / @triton.autotune functions. `custom_op` and `triton_op` (CUSTOM_OPS, below) register
-# an operator that the worker runs as its function, its ops and launches seen one by one.
+# @triton.jit / @triton.autotune functions.
 # `triton.tools.tensor_descriptor` holds TensorDescriptor, the host-side TMA descriptor Hopper kernels
 # take (a tensor, its shape, strides and block shape: data, no code); the rest of triton.tools
 # (compile, link, disasm) stays refused.

@@ -208,7 +208,7 @@ class _Writer:
         # the qualified name: a kernel held by a class or made by a factory is found by it (kernelsrc.hoisted)
         step = ["launch", fn.__qualname__, [self.value(a) for a in largs],
                 {str(k): self.value(v) for k, v in kwargs.items()}, list(grid)]
-        if fn.__closure__:  # a factory's kernel: what it closed over, as values (replaycheck.instances)
+        if fn.__closure__:  # a factory's kernel: what it closed over, as values (replaycheck._instances)
             step.append({str(n): closure_value(c, fn.__name__) for n, c in zip(fn.__code__.co_freevars, fn.__closure__)})
         self.steps.append(step)
 
