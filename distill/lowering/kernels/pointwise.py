@@ -16,31 +16,38 @@ BLOCK = 1024
 WARPS = 8
 
 
-# a transposing copy's tile: [64, 64] elements, loaded along one dim and stored along the other
+# a transposing copy's tile: up to [64, 64] elements, loaded along one dim and stored along the other
 TILE = 64
+# the smallest dims worth a tile: a store along the result's last dim of 8 float32 fills a 32-byte
+# sector, and a load along the operand's dim of 16 fills two. Below these the flat kernel stays: with
+# the result's last dim at 23 (a 4-d permute moving the outermost axis innermost), the flat kernel
+# gathered every element from its own sector and took 2.46 ms on an H200 where eager took 0.185
+MIN_A, MIN_B = 16, 8
 
 
-def transposed_dim(target: exprs.Leaf, leaves: list[exprs.Leaf]) -> int | None:
-    """The result dim along which an operand is contiguous while the dense result is contiguous along
-    its last dim (the operand is read through a transpose or a permute), when both dims span a tile."""
+def transposed_dims(target: exprs.Leaf, leaves: list[exprs.Leaf]) -> tuple[int, int] | None:
+    """(a, b): b is the dense result's innermost dim of more than one element (its stores are
+    contiguous along b), a a result dim along which an operand is contiguous while it is not along b
+    (the operand is read through a transpose or a permute), when both dims span a sector."""
     shape = target.shape
-    last = len(shape) - 1
-    if not target.is_dense or last < 1 or int(shape[last]) < TILE:
+    wide = [d for d in range(len(shape)) if not is_unit(shape[d])]
+    if not target.is_dense or len(wide) < 2 or int(shape[wide[-1]]) < MIN_B:
         return None
+    b = wide[-1]
     for lf in leaves:
-        if lf.strides[last] in (0, 1):
+        if lf.strides[b] in (0, 1):
             continue
-        for a in range(last):
-            if lf.strides[a] == 1 and int(shape[a]) >= TILE:
-                return a
+        for a in wide[:-1]:
+            if lf.strides[a] == 1 and int(shape[a]) >= MIN_A:
+                return a, b
     return None
 
 
 def emit(k: Kernel, name: str, fwd: Forward) -> tuple[str, list[str]]:
     target = k.target.leaf()
-    a = transposed_dim(target, exprs.leaves(k.expr))
-    if a is not None:
-        return _transposing(k, name, fwd, target, a)
+    ab = transposed_dims(target, exprs.leaves(k.expr))
+    if ab is not None:
+        return _transposing(k, name, fwd, target, *ab)
     shape = target.shape
     n = math.prod(shape)
     launch = Launch(fwd)
@@ -67,15 +74,14 @@ def comment(k: Kernel) -> str:
     return f"{dest} = {what}" + (f"  ({k.note})" if k.note else "")
 
 
-def _transposing(k: Kernel, name: str, fwd: Forward, target: exprs.Leaf, a: int) -> tuple[str, list[str]]:
-    """[BLOCK_A, BLOCK_B] tiles over result dims a (an operand's contiguous dim) and the last (the
-    result's): the loads run along a and the store along the last dim, and Triton moves the tile
+def _transposing(k: Kernel, name: str, fwd: Forward, target: exprs.Leaf, a: int, b: int) -> tuple[str, list[str]]:
+    """[BLOCK_A, BLOCK_B] tiles over result dims a (an operand's contiguous dim) and b (the result's
+    innermost): the loads run along a and the store along the last dim, and Triton moves the tile
     between the two layouts through shared memory. Flat over the result, a warp's loads of an operand
     read through a transpose land a row apart each: `sin(x.transpose(1, 2))` of a (91, 5793, 152)
     tensor took 0.76 ms on an H100 where eager, reading and writing in the input's order, took about a
     quarter of that. The other dims are one coordinate each per program."""
     shape = target.shape
-    b = len(shape) - 1
     launch = Launch(fwd)
     launch.pointer(target, hint="out")
     launch.scalar("SIZE_A", shape[a])
@@ -93,7 +99,11 @@ def _transposing(k: Kernel, name: str, fwd: Forward, target: exprs.Leaf, a: int)
     n_rest = math.prod(rest_shape)
     src = render("pointwise.py.j2", name=name, signature=launch.signature(["BLOCK_A", "BLOCK_B"]),
                  comment=comment(k), shape=shape, coord_lines=lines, body=body, out=launch.names[target],
-                 out_off=out_off, result=result, tiled=True, dim_a=a)
+                 out_off=out_off, result=result, tiled=True, dim_a=a, dim_b=b)
     grid = f"(triton.cdiv({shape[a]}, BLOCK_A) * triton.cdiv({shape[b]}, BLOCK_B)" + \
         ("" if is_unit(n_rest) else f" * {n_rest}") + ",)"
-    return src, launch.call(name, grid, {"BLOCK_A": TILE, "BLOCK_B": TILE})
+    # constants from the sizes lowered at (masks make any tile right at any size); a narrow result dim
+    # gets a longer run along the operand's, so that a tile stays 2-4K elements
+    block_b = pow2(int(shape[b]), lo=MIN_B, hi=TILE)
+    block_a = pow2(int(shape[a]), lo=MIN_A, hi=TILE if block_b > 16 else 4 * TILE)
+    return src, launch.call(name, grid, {"BLOCK_A": block_a, "BLOCK_B": block_b})

@@ -1,7 +1,8 @@
 """Elementwise kernels over an operand read through a transpose or a permute (issue 16): flat over the
 result, a warp's loads of such an operand land a row apart each. When an operand is contiguous along a
-result dim other than the last, the kernel takes [BLOCK_A, BLOCK_B] tiles of that dim and the last,
-loading along one and storing along the other; otherwise it stays flat."""
+result dim other than the result's innermost (of more than one element), the kernel takes [BLOCK_A,
+BLOCK_B] tiles of that dim and the innermost, loading along one and storing along the other, when the
+dims span a sector (16 and 8 elements); otherwise it stays flat."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +47,12 @@ CASES = {
     "sin_transpose": ("torch.sin(x.transpose(1, 2))", "3, N, 70", True),
     "permute_add": ("(x + y).permute(0, 3, 1, 2) * 2.0", "2, 5, N, 66", True),
     "contiguous_relu": ("torch.relu(x) + y", "3, N, 70", False),
-    "short_transposed_dim": ("torch.exp(x.transpose(0, 1))", "N, 10", False),  # 10 < 64: flat
+    "short_transposed_dim": ("torch.exp(x.transpose(0, 1))", "N, 10", False),  # 10 < 16: flat
+    # the outermost axis moved innermost, 10 wide: stores of 10 contiguous values still fill a sector
+    "narrow_last_dim": ("torch.exp(x.permute(3, 1, 2, 0))", "10, 3, 5, N", True),
+    # the result's last dim is single: the tile's store dim is the innermost of more than one element
+    "single_last_dim": ("torch.exp(x.permute(2, 1, 0, 3)) - y.permute(2, 1, 0, 3)", "12, 4, N, 1", True),
+    "narrow_both": ("torch.exp(x.permute(1, 0))", "6, N", False),  # a store run of 6: flat
 }
 
 
