@@ -66,16 +66,18 @@ def _permuted(leaf: exprs.Leaf, perm: tuple[int, ...]) -> exprs.Leaf:
 def _row_run(x: Operand, n_kept: int) -> int:
     """Elements the trailing row dims span contiguously in memory (1 when the last one is not
     contiguous): with a permuted input the rows can be the contiguous dim though the view's last is
-    reduced."""
+    reduced. A tile is a choice for speed alone, so sizes are judged by their value here: a dim of 1
+    (a literal, or read at run time and drawn as 1) spans nothing. Judged as a possible run, a reduced
+    dim drawn as 1 kept the [4, 1024] tile for an amax over (0, 1, 3) of [362, 609, 609, 1]: lanes 609
+    elements apart, 0.40x eager on an H200 (seed 909's L1-831ba6c9)."""
     leaf, run = _main_leaf(x.expr), 1
     for size, stride in reversed(list(zip(leaf.shape[:n_kept], leaf.strides[:n_kept]))):
-        if is_unit(size):
+        if int(size) == 1:
             continue
         if stride != run:
             break
         run *= int(size)
-    # a reduced dim inside that run (its stride read at a drawn size of 1) stays the contiguous one
-    red = [st for d, st in zip(leaf.shape[n_kept:], leaf.strides[n_kept:]) if not is_unit(d)]
+    red = [st for d, st in zip(leaf.shape[n_kept:], leaf.strides[n_kept:]) if int(d) != 1]
     return run if all(st >= run for st in red) else 1
 
 

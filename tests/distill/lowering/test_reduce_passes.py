@@ -97,6 +97,9 @@ def test_reduced_dims_are_walked_in_memory_order(permuted_std):
     ("torch.sum(x.permute(0, 2, 1), dim=2)", "5, 30, 41", True),
     ("torch.argmax(x.transpose(0, 1), dim=1)", "70, 130", True),
     ("torch.std(x.transpose(0, 1), dim=1)", "70, 9", False),  # a run of 9 rows: the wide tile
+    # rows are x's dim 2 (stride 1): the reduced dim 3, 1 wide in this draw, spans nothing
+    ("torch.amax(x, dim=(0, 1, 3))", "6, 5, 70, 1", True),
+    ("torch.sum(x, dim=(0, 2))", "6, 70, 1", True),
 ])
 def test_rows_contiguous_in_memory_take_the_tall_tile(expr, shape, outer):
     src, new_src = _lower(expr, shape)
