@@ -19,7 +19,6 @@ from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, 
 from distill.lowering.kernels.rowspace import Rows, describe, dim, outer_tiles
 from distill.lowering.kernels.split import part_name
 from distill.lowering.planner import Kernel, Operand
-from distill.lowering.sizes import is_unit
 from distill.lowering.views import Step
 
 # values per row and chunk in a split normalisation's workspace: (max, sum exp), sum of squares, (mean, M2)

@@ -211,7 +211,14 @@ class Pool(Family):
         if not rows:
             bw = pow2(math.prod(windows), hi=1024) if looped else pow2(math.prod(windows))
         if not looped:
+            # a tile of at most 4096 values, as the looped forms: a floor of 16 positions made [16, 1024]
+            # tiles for adaptive windows of 5 x 176 taps, which spilled (an adaptive_avg_pool2d of
+            # (362, 16, 27, 1218) to 7: 1.19 ms on an H200, eager 0.52; seed 808's L1-ede031c2). A
+            # constant from the drawn sizes: a longer window at run time still fits BLOCK_W, and a
+            # program takes at least one position
             bp = max(1, min(pow2(math.prod(out_shape)), max(16, 4096 // bw)))
+            if int(bw) > 4096 // 16:
+                bp = max(1, min(pow2(int(math.prod(out_shape))), 4096 // int(bw)))
         src = render("pool.py.j2", name=name, signature=launch.signature(list(consts) + ["BLOCK_P", "BLOCK_W"]),
                      comment=self.describe(k), p_lines=p_lines, w_lines=w_lines, in_lines=in_lines, load=load,
                      is_max=is_max, looped=looped, rows=rows, taps=False, divisor=div, padded=bool(pad), epilogue=epi, out=out,

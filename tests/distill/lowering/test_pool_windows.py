@@ -105,3 +105,20 @@ def test_looped_windows_take_fewer_per_program_when_windows_are_few():
     x = mod.get_inputs()[0]
     with torch.no_grad():
         torch.testing.assert_close(new(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("expr,shape,block_w", [
+    ("F.adaptive_avg_pool2d(x, 7)", "2, 3, 27, 1218", 1024),  # windows of 5 x 176 taps at most
+    ("F.adaptive_max_pool1d(x, 3)", "4, 5, 900", 512),  # windows of 301 taps at most
+])
+def test_one_tile_windows_hold_at_most_4096_values(expr, shape, block_w):
+    """A window of up to 1024 taps is one tile; the positions a program takes shrink with it, so a tile
+    holds at most 4096 values (a floor of 16 positions made [16, 1024] tiles that spilled on an H200)."""
+    src = SOURCE.format(expr=expr, shape=shape)
+    new_src = lower_source(types.SimpleNamespace(source=src, problem_id="wide")).source
+    bp = int(re.search(r"BLOCK_P=(\d+)", new_src).group(1))
+    assert "for w_start" not in new_src and bp * block_w == 4096, bp
+    ref, new, mod = build(src, new_src, "cpu")
+    x = mod.get_inputs()[0]
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), ref(x), rtol=1e-5, atol=1e-5)
