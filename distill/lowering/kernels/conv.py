@@ -173,6 +173,9 @@ class Conv(Family):
         if worth_splitting(geo.red, tiles, MIN_R_CHUNK):
             return self._split(k, geo, name, fwd, blocks)
         src, launch, _ = self._kernel(k, geo, name, fwd, "whole")
+        if _phases_inner(geo):
+            grid = f"(triton.cdiv({geo.n_p}, BLOCK_P) * {geo.ng}, triton.cdiv({geo.ocg}, BLOCK_OC))"
+            return src, launch.call(name, grid, {**geo.consts, "NG": geo.ng, **blocks})
         return src, launch.call(name, self._grid(geo, str(geo.ng)), {**geo.consts, **blocks})
 
     @staticmethod
@@ -227,10 +230,12 @@ class Conv(Family):
         p_lines = coord_lines(geo.p_shape, "rp", "p", launch, used) + ph_lines + base_lines + pre_lines
         r_lines = _tap_lines(geo, used) if geo.transposed else coord_lines((geo.cg,) + geo.taps, "rr", "r", launch, used)
         consts = [c for c in geo.consts if stage != "combine" or re.search(rf"\b{c}\b", used)]
-        consts += ["NG"] * (stage != "whole") + ["BLOCK_P", "BLOCK_OC"] + ["BLOCK_R"] * (stage != "combine")
+        inner = stage == "whole" and _phases_inner(geo)
+        consts += ["NG"] * (stage != "whole" or inner) + ["BLOCK_P", "BLOCK_OC"] + ["BLOCK_R"] * (stage != "combine")
         comment = self.describe(k) if stage != "partial" else f"reduction-chunk partials of {self.describe(k)}"
         src = render("conv.py.j2", name=name, stage=stage, signature=launch.signature(consts), comment=comment,
-                     p_fast=geo.p_fast, red="red_ph" if geo.transposed else "RED", exact=k.exact_products,
+                     p_fast=geo.p_fast, phases_inner=inner, red="red_ph" if geo.transposed else "RED",
+                     exact=k.exact_products,
                      p_lines=p_lines, r_lines=r_lines, in_lines=in_lines, load_x=load_x, load_w=load_w, bias=bias,
                      epilogue=epi, out=out, out_off=off, value=value)
         return src, launch, consts
@@ -324,6 +329,16 @@ class Conv(Family):
         out = launch.pointer(target, hint="out")
         off = store_offset(launch, target, out_coords, None, "(BLOCK_P, BLOCK_OC)")
         return bias, epi, value, out, off
+
+
+def _phases_inner(geo: _Geometry) -> bool:
+    """Whether a transposed conv's programs run its phases fastest (grid axis 0 over (p-tile, phase)
+    pairs). Its outputs are interleaved: a phase stores every STRIDE-th position of each row, so one
+    phase's program fills a fraction of each 32-byte sector it writes; with the phases on grid axis 2
+    each phase made a pass over the whole output before the next (seed 808's conv_transpose2d, stride
+    (2, 5), 470 MB of output in 10 phases: 12.4 ms on an H200 against eager's 2.15, and seed 909's
+    conv_transpose1d, stride 5, 0.47x). Not yet timed on a GPU: the rows are listed in bench/RESULTS.md."""
+    return geo.transposed and math.prod(geo.stride) > 1
 
 
 def _phase_lines(geo: _Geometry, launch: Launch) -> tuple[list[str], list[str]]:

@@ -61,3 +61,19 @@ def test_transposed_convs_launch_with_one_pipeline_stage(op):
         assert "num_stages=1" in launch, launch
     plain = lower(synth.sample(1, level=1, seed=1, ops=["conv2d"], config=load_profile("cpu").config())[0]).source
     assert "num_stages" not in "".join(ln for ln in plain.splitlines() if "_kernel[" in ln)
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_transposed_conv_programs_run_their_phases_side_by_side(op):
+    """A phase stores every STRIDE-th output of a row: grid axis 0 runs over (p-tile, phase) pairs,
+    phases fastest, so the programs filling one sector's positions run together; a split reduction's
+    kernels and a plain conv keep the (p-tile, oc-tile, group) grid."""
+    src = lower(_draw(op)).source
+    if "_partial_kernel" in src:
+        pytest.skip("split form")
+    assert "g = tl.program_id(0) % NG" in src and "rp = tl.program_id(0) // NG * BLOCK_P" in src, src
+    launch = next(ln for ln in src.splitlines() if "_kernel[(" in ln)
+    assert re.search(r"\[\(triton\.cdiv\(.+, BLOCK_P\) \* \d+, triton\.cdiv\([^()]+\)\)\]", launch), launch
+    assert re.search(r"\bNG=\d+", launch), launch
+    plain = lower(synth.sample(1, level=1, seed=1, ops=["conv2d"], config=load_profile("cpu").config())[0]).source
+    assert "g = tl.program_id(2)" in plain and "% NG" not in plain
