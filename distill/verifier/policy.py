@@ -175,6 +175,9 @@ ALLOCATION = frozenset({
     "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::ones", "aten::ones_like", "aten::new_ones",
     "aten::full", "aten::full_like", "aten::new_full", "aten::fill_", "aten::zero_", "aten::scalar_tensor",
     "aten::lift_fresh", "aten::lift_fresh_copy", "aten::resize_", "aten::resize_as_",
+    # ranges and identities: values from scalars and sizes alone, no tensor read (position ids, row
+    # indices, a mask's grid made on the host beside a launch)
+    "aten::arange", "aten::linspace", "aten::logspace", "aten::eye",
 })
 VIEWS = frozenset({
     "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::as_strided",
@@ -197,12 +200,12 @@ ALLOWED_OPS = ALLOCATION | VIEWS | COPIES | ANNOTATIONS
 POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                       "aten::new_empty_strided"})
 # What a constructor may run besides ALLOWED_OPS whatever the reference did: creating parameters
-# the way torch.nn and torch.nn.init do (random fills, ranges, identities).
+# the way torch.nn and torch.nn.init do (random fills; ranges and identities are ALLOCATION).
 INITIALISERS = frozenset({
     "aten::uniform_", "aten::normal_", "aten::bernoulli_", "aten::random_", "aten::exponential_",
     "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::randn", "aten::rand", "aten::randint",
     "aten::randperm", "aten::normal", "aten::bernoulli", "aten::rand_like", "aten::randn_like",
-    "aten::randint_like", "aten::arange", "aten::linspace", "aten::logspace", "aten::eye",
+    "aten::randint_like",
 })
 # Views between a complex tensor and its parts: each value is a pair of floats either way.
 _COMPLEX_PARTS = frozenset({"aten::view_as_real", "aten::view_as_complex", "aten::real", "aten::imag"})
