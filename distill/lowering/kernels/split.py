@@ -47,13 +47,13 @@ def worth_splitting(length: int, row_blocks: int, min_chunk: int = MIN_CHUNK) ->
 
 
 def chunk_lines(length: str, block: str, row_blocks: str = "1", split: str = "SPLIT", chunk: str = "CHUNK",
-                min_chunk: int = MIN_CHUNK) -> list[str]:
+                min_chunk: int = MIN_CHUNK, unit: str = "elements") -> list[str]:
     """Forward lines choosing `split` chunks of `chunk` elements (a multiple of `block`) of a dim
-    `length` long, shared with `row_blocks` blocks of rows."""
+    `length` long, shared with `row_blocks` blocks of rows; `unit` names what `min_chunk` counts."""
     per_row = str(cdiv(PROGRAMS, int(row_blocks))) if row_blocks.isdigit() else f"triton.cdiv({PROGRAMS}, {row_blocks})"
     return [
         f"# {split} chunks of {chunk} elements (a multiple of {block}) along the reduced dim: about {PROGRAMS} "
-        f"programs in all (4 per SM), {min_chunk} elements or more each",
+        f"programs in all (4 per SM), {min_chunk} {unit} or more each",
         f"{split} = max(1, min(triton.cdiv({length}, {min_chunk}), {per_row}))",
         f"{chunk} = triton.cdiv(triton.cdiv({length}, {split}), {block}) * {block}",
         f"{split} = triton.cdiv({length}, {chunk})",

@@ -91,7 +91,9 @@ def test_cross_entropy_few_long_rows_split(few_long):
     assert first == "cross_entropy_partial_kernel" and second == "cross_entropy_kernel"
     assert grid1 == "(triton.cdiv(N, BLOCK_ROWS), SPLIT)" and grid2 == "(1,)"
     # the chunk count is computed in forward from the sizes read at run time
-    assert "SPLIT = max(1, min(triton.cdiv(C, 16384)" in src and "CHUNK = triton.cdiv(" in src
+    # at least 16384 values a program: 4096 of each of the block's 4 rows (3 rows, tiles of [4, 1024])
+    assert "SPLIT = max(1, min(triton.cdiv(C, 4096)" in src and "CHUNK = triton.cdiv(" in src
+    assert "4096 elements of each of 4 rows or more each" in src
     assert "y0_part = torch.empty((N, SPLIT, 2), device=x0.device, dtype=torch.float32)" in src
     assert "tl.atomic" not in src
     # the partial kernel reads the logits only (no target, no gather); the combining kernel gathers
