@@ -89,8 +89,13 @@ VERSION_PARSING: frozenset[str] = frozenset({"packaging.version"})
 # (`@torch.compiler.disable`, which libraries put on their kernels' wrappers) and "am I being traced?".
 EAGER_NO_OPS: frozenset[str] = frozenset({"torch.compiler.disable", "torch.compiler.is_compiling",
                                           "torch.compiler.is_dynamo_compiling"})
+# torch.nn.init's helpers of a parameter's fan, from its shape alone: a copy of nn.Linear's or nn.Conv's
+# reset_parameters (how a candidate mirrors the reference's weights) calls the first by name.
+INIT_FANS: frozenset[str] = frozenset({"torch.nn.init._calculate_fan_in_and_fan_out",
+                                       "torch.nn.init._calculate_correct_fan"})
 ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"}
-                                                | CUSTOM_OPS | DRIVER_QUERIES | VERSION_PARSING | EAGER_NO_OPS)
+                                                | CUSTOM_OPS | DRIVER_QUERIES | VERSION_PARSING | EAGER_NO_OPS
+                                                | INIT_FANS)
 # Names a module may bind (`from triton.runtime import driver`) although they are not allowed names
 # themselves: every use of the bound name is still checked in full (`driver.active.get_current_target()`
 # is allowed, `driver.active.launch_enter_hook` is not).
@@ -216,11 +221,23 @@ _STORAGES = (torch.UntypedStorage, torch.TypedStorage)
 _DTYPE = torch.Tensor.dtype
 
 
+# Float types whose every value the wider one holds exactly (same or more exponent and mantissa bits):
+# an fp16 input upcast on the host before an fp32 kernel is a copy, as integer widening is.
+_FLOAT_WIDENS = {
+    torch.float16: frozenset({torch.float32, torch.float64}),
+    torch.bfloat16: frozenset({torch.float32, torch.float64}),
+    torch.float32: frozenset({torch.float64}),
+}
+
+
 def _widens(src: torch.dtype, dst: torch.dtype) -> bool:
     """Whether a cast from `src` to `dst` keeps every value: integer (or bool) to an integer type
-    that holds its whole range. Every other cast rounds (a float or a complex on either side),
-    wraps (narrowing, or a sign change: the masking arithmetic `& 0xFF` is `.to(torch.uint8)`) or
-    tests (to bool)."""
+    that holds its whole range, or a float to a wider float (fp16 or bf16 to fp32, anything to
+    fp64). Every other cast rounds (a narrower float, an integer to a float, a complex), wraps
+    (narrowing, or a sign change: the masking arithmetic `& 0xFF` is `.to(torch.uint8)`) or tests
+    (to bool)."""
+    if src.is_floating_point and dst.is_floating_point:
+        return dst in _FLOAT_WIDENS.get(src, ())
     if src.is_floating_point or src.is_complex or dst.is_floating_point or dst.is_complex or dst == torch.bool:
         return False
     if src == torch.bool:

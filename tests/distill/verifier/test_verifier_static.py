@@ -175,6 +175,20 @@ def test_custom_operators_are_allowed_and_existing_operators_stay_out_of_reach(u
     assert (rep.status is None) == ok, [str(f) for f in rep.findings]
 
 
+@pytest.mark.parametrize("use, ok", [
+    ("w = torch.empty(4, 3)\nfan_in, _ = nn.init._calculate_fan_in_and_fan_out(w)", True),
+    ("from torch.nn import init\nf = init._calculate_correct_fan(torch.empty(4, 3), 'fan_in')", True),
+    ("import torch.nn.init as I\nfan_in, _ = I._calculate_fan_in_and_fan_out(torch.empty(4, 3))", True),
+    ("nn.init._no_grad_uniform_(torch.empty(3), 0, 1)", False), ("g = nn.init._calculate_fan_in_and_fan_out.__globals__", False),
+    ("g = nn.init._calculate_fan_in_and_fan_out._x", False)])
+def test_the_fan_helpers_a_copied_reset_parameters_names_are_the_private_names_of_init_allowed(use, ok):
+    """A copy of nn.Linear.reset_parameters (how a candidate mirrors the reference's weights) calls
+    `nn.init._calculate_fan_in_and_fan_out`: a shape's fan, nothing else; init's other private names
+    and anything below the helpers stay introspection."""
+    rep = check_source(HEAD + "import torch.nn as nn\n" + use + "\n" + KERNEL + MODEL)
+    assert (rep.status is None) == ok, [str(f) for f in rep.findings]
+
+
 @pytest.mark.parametrize("use", [
     "g = torch.library.wrap_triton.__globals__", "g = torch.library.custom_op.__globals__['torch']",
     "from torch.library import triton_op\ng = triton_op.__wrapped__", "g = torch.compiler.disable.__globals__",

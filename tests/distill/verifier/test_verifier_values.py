@@ -32,6 +32,7 @@ def _computed(fn) -> list[str]:
 X = torch.randn(8)
 I64 = torch.arange(-4, 4)
 MASK = torch.rand(8) > 0.5
+H16, B16 = X.half(), X.bfloat16()
 
 CHANGES_VALUES = {
     "narrowing cast": (lambda: I64.to(torch.int32), "aten::_to_copy(int64->int32)"),
@@ -39,7 +40,7 @@ CHANGES_VALUES = {
     "sign change": (lambda: I64.to(torch.int8).to(torch.uint8), "aten::_to_copy(int8->uint8)"),
     "bool cast": (lambda: I64.bool(), "aten::_to_copy(int64->bool)"),
     "float cast": (lambda: X.half(), "aten::_to_copy(float32->float16)"),
-    "float widening": (lambda: X.double(), "aten::_to_copy(float32->float64)"),
+    "fp16 to bf16 (fewer mantissa bits)": (lambda: H16.bfloat16(), "aten::_to_copy(float16->bfloat16)"),
     "int to float": (lambda: I64.float(), "aten::_to_copy(int64->float32)"),
     "copy_ narrowing": (lambda: torch.empty(8, dtype=torch.int16).copy_(I64), "aten::copy_(int64->int16)"),
     "setitem cast": (lambda: torch.empty(8, dtype=torch.int32).__setitem__(slice(None), X), "aten::copy_(float32->int32)"),
@@ -63,6 +64,7 @@ KEEPS_VALUES = {
     "clone": lambda: X.clone(),
     "same-dtype copy_": lambda: torch.empty(8).copy_(X),
     "integer widening": lambda: torch.zeros(8, dtype=torch.int32).to(torch.int64),
+    "float widening": lambda: (X.double(), H16.float(), B16.to(torch.float64), torch.empty(8).copy_(H16)),
     "copy_ widening": lambda: torch.empty(8, dtype=torch.int64).copy_(torch.zeros(8, dtype=torch.int16)),
     "bool to uint8": lambda: MASK.to(torch.uint8),
     "bool bytes as uint8": lambda: MASK.view(torch.uint8),
