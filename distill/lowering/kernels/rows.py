@@ -17,8 +17,9 @@ from distill.lowering import exprs
 from distill.lowering.ir import Op, Program, lowering_table
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, render
 from distill.lowering.kernels.rowspace import Rows, describe, dim, outer_tiles
-from distill.lowering.kernels.split import part_name
+from distill.lowering.kernels.split import part_name, text
 from distill.lowering.planner import Kernel, Operand
+from distill.lowering.sizes import Sym
 from distill.lowering.views import Step
 
 # values per row and chunk in a split normalisation's workspace: (max, sum exp), sum of squares, (mean, M2)
@@ -229,9 +230,18 @@ class Normalize(Family):
         if rows.splits():
             return self._split(k, name, fwd, rows, spec)
         ctx = self._write(k, rows, spec)
-        src = render("normalize.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
-                     comment=self.describe(k), stage="whole", **ctx)
-        return src, launch.call(name, rows.grid(), rows.consts())
+        # rows that fit one tile at the drawn sizes get a branch that reads them once; whether a row
+        # fits is decided again at run time (ONE_TILE), so a resized twin with longer rows loops
+        one_tile = int(rows.R) <= int(rows.block_r)
+        consts = rows.consts()
+        if one_tile:
+            fits = True if not isinstance(rows.R, Sym) and not isinstance(rows.block_r, Sym) else \
+                f"{rows.R} <= {text(rows.block_r, 'BLOCK_R')}"
+            consts["ONE_TILE"] = fits
+        src = render("normalize.py.j2", name=name,
+                     signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"] + ["ONE_TILE"] * one_tile),
+                     comment=self.describe(k), stage="whole", one_tile=one_tile, **ctx)
+        return src, launch.call(name, rows.grid(), consts)
 
     def _write(self, k: Kernel, rows: Rows, spec: dict) -> dict:
         """Template context of a kernel with the write pass: loads, parameters, out expression, store."""
