@@ -54,12 +54,18 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
     poisoned ones named for a reason (its first layout: dtype and bytes). Past `limit` bytes of
     claimed state the rest is poisoned unread: the parent never spends more on a worker's claims."""
     storages, kinds, poisoned = [], [], []
+    claims: set[tuple[str, int]] = set()
     for s in record["storages"]:
         if not isinstance(s, dict) or s.get("kind") != "state":
             storages.append(s)
             continue
         limit -= s["data"].numel() if type(s.get("data")) is torch.Tensor else 0  # the bytes sent, not the claim
         taken = statecheck.classify(s, params or {}, literals) if limit >= 0 else ""
+        if taken == "constant":  # fills together: past CONSTANT_CLAIMS values they are a table
+            value = statecheck.claim(s, literals)
+            if value is not None and value not in claims:
+                claims.add(value)
+                taken = taken if len(claims) <= statecheck.CONSTANT_CLAIMS else ""
         kinds.append(taken or "poisoned")
         if taken:
             storages.append(s)

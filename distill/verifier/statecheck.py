@@ -17,7 +17,9 @@ The reference computes `summary` of its model (bit-pattern digests per tensor, a
 multiset of all values per dtype up to 16M elements); the parent runs `classify` on each state
 tensor. Not covered: a permutation or selection of parameter values that is itself the work (a
 sort of a weight, its maximum) passes as layout; a constant fill passes whatever its value, so a
-single number folded from the weights beforehand would pass.
+single number folded from the weights beforehand would pass. A record's fills together claim at most
+CONSTANT_CLAIMS values besides 0, +-1 and the source's literals (`claim`): a folded weight kept as one
+one-element tensor per value (1,280 "constants") is a table, not a fill.
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ from distill.verifier import codec
 
 UNION_LIMIT = 1 << 24  # elements per dtype: above it only whole-tensor permutations are recognised
 LITERAL_LIMIT = 4096  # elements of a tensor accepted as the source's own numbers
+# distinct values a record's constant fills (and ranges' starts) may claim besides 0, +-1 and literals:
+# an eps, a scale from the constructor's arguments, a counter a kernel left behind
+CONSTANT_CLAIMS = 8
 _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -125,3 +130,18 @@ def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[flo
     if _is_constant_or_range(bits, dtype):
         return "constant"
     return "literals" if _all_literals(bits, dtype, literals) else ""
+
+
+def claim(entry: dict[str, Any], literals: frozenset[float] = frozenset()) -> tuple[str, int] | None:
+    """The value a storage `classify` took as 'constant' claims (its first element's dtype and bit
+    pattern), or None when it claims nothing: empty, 0, +-1, or a number of the candidate's source."""
+    dtype, width = codec.DTYPES[entry["dtype"]]
+    bits = _bits(entry["data"], width)
+    if bits is None or not bits.numel():
+        return None
+    first = bits[:1]
+    if not (dtype.is_complex or dtype == torch.bool):
+        value = float(first.view(dtype).double()[0])
+        if value in (0.0, 1.0, -1.0) or _all_literals(first, dtype, literals):
+            return None
+    return entry["dtype"], int(first[0])

@@ -255,6 +255,25 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     assert statecheck.classify({"data": codec.raw_u8(table * 1.5).clone(), "dtype": "float32"}, ref, written) == ""
 
 
+def test_a_records_fills_together_claim_at_most_a_few_values():
+    """One fill is a number only the worker reports; a folded weight kept as one one-element tensor per
+    value passed as that many constants (fold_split_constants). Past CONSTANT_CLAIMS distinct values
+    (0, +-1 and the source's literals free) the rest reach the replayer poisoned."""
+    from distill.verifier import replaycheck
+
+    def state(t):
+        return {"kind": "state", "data": codec.raw_u8(t.contiguous()).clone(), "dtype": codec.dtype_name(t.dtype)}
+
+    n = statecheck.CONSTANT_CLAIMS
+    cells = [state(torch.full((1,), 0.5 + i)) for i in range(n + 4)]
+    free = [state(torch.zeros(3)), state(torch.ones(1)), state(torch.full((2,), -1.0)), state(torch.full((1,), 0.1))]
+    repeats = [state(torch.full((4,), 0.5)) for _ in range(3)]  # a value already claimed claims nothing more
+    record = {"storages": free + cells[:n] + repeats + cells[n:]}
+    _, kinds, poisoned = replaycheck._state(record, {}, 1 << 30, kernelsrc.literals("EPS = 0.1"))
+    assert kinds == ["constant"] * (len(free) + n + len(repeats)) + ["poisoned"] * 4, kinds
+    assert poisoned == ["a float32 tensor of 4 bytes"] * 4
+
+
 # -- through a pool: whatever the worker says ---------------------------------------------------------------
 def _forge_runs(monkeypatch, forge):
     """Every `run` reply of every worker rewritten by `forge` before the parent reads it: its calls' reports
