@@ -327,12 +327,12 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                 if err is not None:
                     raise err
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {},
-                                                        judged)
+                                                        judged, ref.get("forward_ops"))
         if found.status == "wrong_output" and (found.checks.get("compare") or {}).get("within_table"):
             _per_trial_bounds(ctx, slot, spec, ref)  # a pass never pays for this
             judged.rejudge(ref["trials"])
             found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device,
-                                                            ref.get("construct_ops") or {}, judged)
+                                                            ref.get("construct_ops") or {}, judged, ref.get("forward_ops"))
             found.checks["tolerance_per_trial"] = True
             lap("trial_bounds")
         found.checks["phase_s"] = phases

@@ -56,9 +56,19 @@ def hygiene(report: Any) -> Finding | None:
     return None
 
 
-def compute_ops(call: protocol.CallReport | protocol.TimeReply | protocol.TimeReplayReply) -> list[str]:
-    ops = [op for op in (call.get("aten") or {}) if policy.is_compute(op)]
+def compute_ops(call: protocol.CallReport | protocol.TimeReply | protocol.TimeReplayReply,
+                moves_are_work: bool = False) -> list[str]:
+    """The compute a call ran besides its own kernels; with `moves_are_work` (the reference's forward
+    only moves values: copies_are_work) the copies that move values count too."""
+    ops = [op for op in (call.get("aten") or {})
+           if policy.is_compute(op) or (moves_are_work and op in policy.MOVES_VALUES)]
     return sorted(set(ops) | set(call.get("blocked") or {}))
+
+
+def copies_are_work(ref_forward: dict[str, int] | None) -> bool:
+    """Whether the problem's whole work is moving values: its reference's forward ran ops, none of them
+    compute (views, layout copies, widening casts). Unknown (an older reference reply): no."""
+    return bool(ref_forward) and not any(policy.is_compute(op) for op in ref_forward)
 
 
 def error_status(err: protocol.Failure, call: Any) -> Finding:
@@ -119,12 +129,14 @@ def construct_compute(cand: dict[str, int], ref: dict[str, int]) -> list[str]:
 
 
 def judge_calls(run: protocol.RunReply, trials: list[protocol.Trial], device: str,
-                ref_construct: dict[str, int] | None = None, stream: Any = None) -> Finding:
+                ref_construct: dict[str, int] | None = None, stream: Any = None,
+                ref_forward: dict[str, int] | None = None) -> Finding:
     """Statuses in DESIGN §4 order for each call (the replay is judged after, `judge_replay`). `stream`
     (callstream.CallStream): the calls as judged when they arrived, their outputs compared then; without
     it, `run["calls"]` carry their outputs and are judged here the same way."""
     if stream is None:
         stream = callstream.CallStream.over(run.get("calls") or [], trials, device)
+    moves = copies_are_work(ref_forward)
     prints = run.get("fingerprints")
     if prints is not None and prints != [t["fingerprint"] for t in trials][:len(prints)]:
         # Screening made the problem's inputs twice from one seed and got the same (screen.py), so a
@@ -179,9 +191,11 @@ def judge_calls(run: protocol.RunReply, trials: list[protocol.Trial], device: st
             return f
         if call.get("denials"):
             return Finding("forbidden", _denial_reason(call["denials"]), {**checks, "denials": call["denials"]})
-        ops = compute_ops(call)
+        ops = compute_ops(call, moves)
         if ops:
-            return Finding("not_triton", f"ATen compute ran inside forward: {', '.join(ops[:5])}", checks)
+            why = " (the problem's work is moving values: its reference computes nothing)" \
+                if moves and not compute_ops(call) else ""
+            return Finding("not_triton", f"ATen compute ran inside forward: {', '.join(ops[:5])}{why}", checks)
         if call.get("launches", 0) == 0:
             why = "none of its own Triton kernels launched during forward"
             if call.get("foreign"):

@@ -201,6 +201,11 @@ COPIES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy
 ANNOTATIONS = frozenset({"profiler::_record_function_enter", "profiler::_record_function_enter_new",
                          "profiler::_record_function_exit"})
 ALLOWED_OPS = ALLOCATION | VIEWS | COPIES | ANNOTATIONS
+# Copies that move values into new memory. Where the reference's forward computes nothing (a transpose
+# made contiguous, an upcast: the problem's work is the move), these are its work and compute for the
+# candidate too (judge.compute_ops): `x.t().contiguous()` beside a memcpy kernel passed as Triton.
+MOVES_VALUES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
+                          "aten::_copy_from_and_resize", "aten::to"})
 # Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
 POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                       "aten::new_empty_strided"})

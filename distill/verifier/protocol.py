@@ -536,6 +536,7 @@ class TrialsReply(TypedDict):
     construct_ops: dict[str, int]
     memory: ReferenceMemory
     params: dict[str, Any]
+    forward_ops: NotRequired[dict[str, int]]  # the ops the reference's forward ran (policy.op_name's names)
     screen: NotRequired[dict[str, Any]]  # screen.ScreenReport's fields
     screened_here: NotRequired[bool]
     wait_s: NotRequired[float]  # the parent's (refwork.reference_call)

@@ -123,11 +123,17 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     state = statecheck.summary(model)  # what a replayed forward's kept tensors are checked against
     trials: list[protocol.Trial] = []
     plan = None
+    forward_ops: dict[str, int] | None = None
     for seed in seeds:
         host = make_inputs(mod, seed, device)
         held.add(host)
         with torch.no_grad():
-            out = model(*_to(host, device))
+            if forward_ops is None:  # what the reference's forward runs (judge.py: a problem of copies alone)
+                with OpCount() as counter:
+                    out = model(*_to(host, device))
+                forward_ops = counter.counts
+            else:
+                out = model(*_to(host, device))
         held.add(out)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -150,7 +156,8 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     del model
     memplan.release(device)
     out = protocol.TrialsReply(init_args=args, init_kwargs=kwargs, trials=trials, io_bytes=io_bytes,
-                               construct_ops=construct_ops, memory=memory, params=state)
+                               construct_ops=construct_ops, memory=memory, params=state,
+                               forward_ops=forward_ops or {})
     if report is not None:
         out["screen"] = report.to_dict()
         out["screened_here"] = known is None
