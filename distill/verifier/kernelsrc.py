@@ -321,6 +321,32 @@ def extract(source: str) -> KernelSource:
                         closures=closures)
 
 
+def sequences(source: str) -> frozenset[tuple[float, ...]]:
+    """Every list or tuple of two or more numbers written in `source`, in order (`[0.25, -0.5]`): the
+    tables a tensor the candidate builds from Python numbers may hold (statecheck.py). Numbers alone
+    would let any arrangement of them pass: 0s and 1s as the bits of a folded weight."""
+    try:
+        tree = static.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+
+    def number(n: ast.AST) -> float | None:
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = number(n.operand)
+            return None if v is None else (-v if isinstance(n.op, ast.USub) else v)
+        if isinstance(n, ast.Constant) and type(n.value) in (int, float) and abs(n.value) < 1e300:
+            return float(n.value)
+        return None
+
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) >= 2:
+            vals = [number(e) for e in node.elts]
+            if all(v is not None for v in vals):
+                out.add(tuple(vals))
+    return frozenset(out)
+
+
 def literals(source: str) -> frozenset[float]:
     """Every number written in `source` (each with its negation): what a tensor the candidate builds
     from Python numbers (`torch.tensor([0.25, 0.5])`) may hold (statecheck.py)."""

@@ -48,24 +48,29 @@ def _launched(record: dict[str, Any]) -> set[str]:
     return {st[1] for st in _launched_steps(record) if type(st[1]) is str}
 
 
-def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals: frozenset[float]) -> tuple[
+def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals: frozenset[float],
+           tables: frozenset[tuple[float, ...]] = frozenset()) -> tuple[
         list[dict[str, Any]], list[str], list[str]]:
     """The record's storages as the replayer gets them, what each state one was taken as, and the
     poisoned ones named for a reason (its first layout: dtype and bytes). Past `limit` bytes of
     claimed state the rest is poisoned unread: the parent never spends more on a worker's claims."""
     storages, kinds, poisoned = [], [], []
     claims: set[tuple[str, int]] = set()
+    fills = 0
     for s in record["storages"]:
         if not isinstance(s, dict) or s.get("kind") != "state":
             storages.append(s)
             continue
         limit -= s["data"].numel() if type(s.get("data")) is torch.Tensor else 0  # the bytes sent, not the claim
-        taken = statecheck.classify(s, params or {}, literals) if limit >= 0 else ""
+        taken = statecheck.classify(s, params or {}, literals, tables) if limit >= 0 else ""
         if taken == "constant":  # fills together: past CONSTANT_CLAIMS values they are a table
             value = statecheck.claim(s, literals)
             if value is not None and value not in claims:
                 claims.add(value)
                 taken = taken if len(claims) <= statecheck.CONSTANT_CLAIMS else ""
+            # and which of many small fills holds 0 or 1 is a bit each: past CONSTANT_STORAGES, none is free
+            fills += 1
+            taken = taken if fills <= statecheck.CONSTANT_STORAGES else ""
         kinds.append(taken or "poisoned")
         if taken:
             storages.append(s)
@@ -167,7 +172,8 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
         name = scrub(missing[0])  # a name the worker sent: an identifier or nothing
         what = source.error or f"kernel {name} is not rebuilt from the module's source: {source.why_missing(name)}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
-    storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate))
+    storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate),
+                                       kernelsrc.sequences(candidate))
     msg = protocol.Replay(cmd="replay", problem=problem, kernels=source.text,
                           kernel_names=source.kernels + [i["name"] for i in instances], instances=instances,
                           trace={**record, "storages": storages}, byte_limit=byte_limit, runs=list(RUNS), seeds=seeds,

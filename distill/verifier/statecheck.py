@@ -8,8 +8,9 @@ time, is work no timing sees, so the parent accepts a state tensor only when it 
   sub-multiset of theirs (the same values up to permutation and subset: a transposed or sliced
   copy, a tensor holding several parameters), or
 * a constant fill, or an arithmetic progression of step 1 or -1 in memory order (`arange`), or
-* up to 4,096 values each written as a number in the candidate's source (`torch.tensor([0.25, 0.5])`
-  in forward: a table of literals, which carry no weight and no input).
+* up to 4,096 values that are a list of numbers written in the candidate's source, in its order, or
+  that list repeated (`torch.tensor([0.25, 0.5])` in forward: a table of literals, which carry no
+  weight and no input). Numbers of the source in any arrangement carried a fold as bits of 0 and 1.
 Anything else reaches the replayer poisoned (NaN, or the integer minimum), and if the outputs then
 come out wrong the verdict names that tensor (judge.py).
 
@@ -18,8 +19,9 @@ multiset of all values per dtype up to 16M elements); the parent runs `classify`
 tensor. Not covered: a permutation or selection of parameter values that is itself the work (a
 sort of a weight, its maximum) passes as layout; a constant fill passes whatever its value, so a
 single number folded from the weights beforehand would pass. A record's fills together claim at most
-CONSTANT_CLAIMS values besides 0, +-1 and the source's literals (`claim`): a folded weight kept as one
-one-element tensor per value (1,280 "constants") is a table, not a fill.
+CONSTANT_CLAIMS values besides 0, +-1 and the source's literals (`claim`), in at most CONSTANT_STORAGES
+storages: a folded weight kept as one one-element tensor per value (1,280 "constants") is a table, not
+a fill. Not covered: a permutation of parameter values carries information by its order too.
 """
 from __future__ import annotations
 
@@ -35,6 +37,9 @@ LITERAL_LIMIT = 4096  # elements of a tensor accepted as the source's own number
 # distinct values a record's constant fills (and ranges' starts) may claim besides 0, +-1 and literals:
 # an eps, a scale from the constructor's arguments, a counter a kernel left behind
 CONSTANT_CLAIMS = 8
+# constant fills (and ranges) a record may keep in all: which of many one-element fills holds 0 and
+# which 1 carries a bit each
+CONSTANT_STORAGES = 256
 _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -101,6 +106,25 @@ def _is_constant_or_range(bits: torch.Tensor, dtype: torch.dtype) -> bool:
     return bool(torch.equal(vals, vals[0] + step * torch.arange(vals.numel(), dtype=torch.float64)))
 
 
+def _written_table(bits: torch.Tensor, dtype: torch.dtype, tables: frozenset[tuple[float, ...]]) -> bool:
+    """The values are one list of the source, in order, or that list repeated (each number as the
+    tensor's dtype rounds it)."""
+    n = bits.numel()
+    if not tables or n > LITERAL_LIMIT or dtype.is_complex or dtype == torch.bool:
+        return False
+    vals = bits.view(dtype).double()
+    for table in tables:
+        if not table or n % len(table):
+            continue
+        want = torch.tensor(table, dtype=torch.float64)
+        if not dtype.is_floating_point and not bool((want == want.round()).all()):
+            continue
+        want = want.to(dtype).double().repeat(n // len(table))
+        if torch.equal(vals, want) or bool(((vals == want) | (vals.isnan() & want.isnan())).all()):
+            return True
+    return False
+
+
 def _all_literals(bits: torch.Tensor, dtype: torch.dtype, literals: frozenset[float]) -> bool:
     if not literals or bits.numel() > LITERAL_LIMIT or dtype.is_complex or dtype == torch.bool:
         return False
@@ -112,10 +136,12 @@ def _all_literals(bits: torch.Tensor, dtype: torch.dtype, literals: frozenset[fl
     return bool(torch.isin(vals, allowed).all())
 
 
-def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[float] = frozenset()) -> str:
+def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[float] = frozenset(),
+             tables: frozenset[tuple[float, ...]] = frozenset()) -> str:
     """'parameters', 'constant', 'literals' or '' (not accepted) for one state storage of a replay
     record: `entry["data"]` its bytes (uint8), `entry["dtype"]` the dtype it is read as; `literals`
-    the numbers written in the candidate's source (kernelsrc.literals)."""
+    the numbers written in the candidate's source (kernelsrc.literals), `tables` its lists of numbers
+    (kernelsrc.sequences)."""
     data, name = entry.get("data"), entry.get("dtype")
     if type(data) is not torch.Tensor or data.dtype != torch.uint8 or name not in codec.DTYPES:
         return ""
@@ -129,7 +155,7 @@ def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[flo
         return "parameters"
     if _is_constant_or_range(bits, dtype):
         return "constant"
-    return "literals" if _all_literals(bits, dtype, literals) else ""
+    return "literals" if _written_table(bits, dtype, tables) else ""
 
 
 def claim(entry: dict[str, Any], literals: frozenset[float] = frozenset()) -> tuple[str, int] | None:

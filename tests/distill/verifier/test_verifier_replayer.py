@@ -249,10 +249,20 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     assert taken(w.t()) == taken(w[1:3]) == taken(torch.cat([w.flatten(), bias])) == "parameters"
     assert taken(torch.zeros(7)) == taken(torch.arange(6)) == taken(torch.arange(5.0, 0.0, -1.0)) == "constant"
     assert taken(w * 2) == taken(w @ w.t()) == taken(torch.cat([bias, bias])) == ""
-    written = kernelsrc.literals("W = torch.tensor([0.1, -2.5, 3])")
-    table = torch.tensor([0.1, 2.5, -2.5, 3.0, 0.1])
-    assert statecheck.classify({"data": codec.raw_u8(table).clone(), "dtype": "float32"}, ref, written) == "literals"
-    assert statecheck.classify({"data": codec.raw_u8(table * 1.5).clone(), "dtype": "float32"}, ref, written) == ""
+    src = "W = torch.tensor([0.1, -2.5, 3])"
+    written, tables = kernelsrc.literals(src), kernelsrc.sequences(src)
+
+    def table(t):
+        return statecheck.classify({"data": codec.raw_u8(t).clone(), "dtype": codec.dtype_name(t.dtype)}, ref,
+                                   written, tables)
+
+    assert table(torch.tensor([0.1, -2.5, 3.0])) == table(torch.tensor([0.1, -2.5, 3.0] * 4)) == "literals"
+    assert table(torch.tensor([3, 3, 3], dtype=torch.int64)) == "constant"
+    # the source's numbers in another order, or as the bits of something else, are not its table
+    assert table(torch.tensor([0.1, 2.5, -2.5, 3.0, 0.1])) == table(torch.tensor([-2.5, 0.1, 3.0])) == ""
+    bits = kernelsrc.sequences("B = [0, 1]")
+    assert statecheck.classify({"data": codec.raw_u8(torch.tensor([0, 1, 1, 0, 1], dtype=torch.int8)).clone(),
+                                "dtype": "int8"}, ref, frozenset({0.0, 1.0}), bits) == ""
 
 
 def test_a_records_fills_together_claim_at_most_a_few_values():
@@ -272,6 +282,11 @@ def test_a_records_fills_together_claim_at_most_a_few_values():
     _, kinds, poisoned = replaycheck._state(record, {}, 1 << 30, kernelsrc.literals("EPS = 0.1"))
     assert kinds == ["constant"] * (len(free) + n + len(repeats)) + ["poisoned"] * 4, kinds
     assert poisoned == ["a float32 tensor of 4 bytes"] * 4
+    # which of many free fills holds 0 and which 1 is a bit each: past CONSTANT_STORAGES none is free
+    m = statecheck.CONSTANT_STORAGES
+    record = {"storages": [state(torch.full((1,), float(i % 2))) for i in range(m + 3)]}
+    _, kinds, _ = replaycheck._state(record, {}, 1 << 30, frozenset())
+    assert kinds == ["constant"] * m + ["poisoned"] * 3
 
 
 # -- through a pool: whatever the worker says ---------------------------------------------------------------
