@@ -195,7 +195,10 @@ VIEWS = frozenset({
 })
 COPIES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
                     "aten::_copy_from_and_resize", "aten::to", "aten::record_stream", "aten::_pin_memory",
-                    "aten::is_pinned", "aten::pin_memory"})
+                    "aten::is_pinned", "aten::pin_memory",
+                    # tensors joined into new memory (a fused QKV weight, two launches' outputs): each
+                    # value copied, none changed, unless dtypes differ (then op_name names the cast)
+                    "aten::cat", "aten::stack"})
 # A profiler's marks (`with torch.profiler.record_function("name"):` around a launch): a name and a
 # handle, no tensor; the record leaves them out (record.py), the replay has nothing to run.
 ANNOTATIONS = frozenset({"profiler::_record_function_enter", "profiler::_record_function_enter_new",
@@ -205,7 +208,8 @@ ALLOWED_OPS = ALLOCATION | VIEWS | COPIES | ANNOTATIONS
 # made contiguous, an upcast: the problem's work is the move), these are its work and compute for the
 # candidate too (judge.compute_ops): `x.t().contiguous()` beside a memcpy kernel passed as Triton.
 MOVES_VALUES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
-                          "aten::_copy_from_and_resize", "aten::to"})
+                          "aten::_copy_from_and_resize", "aten::to", "aten::cat", "aten::stack"})
+_JOINS = frozenset({"aten::cat", "aten::stack"})
 # Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
 POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                       "aten::new_empty_strided"})
@@ -282,6 +286,19 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
         return name + "(storage)"
     if name in ALLOCATION and name not in _READS_VALUES:
         return name  # a dtype here is the new tensor's: no value is read
+    if name in _JOINS:  # values from every tensor joined, into their promoted dtype
+        parts = [t for t in (args[0] if args and isinstance(args[0], (list, tuple)) else ())
+                 if isinstance(t, torch.Tensor)]
+        if not parts:
+            return name
+        dst = _DTYPE.__get__(parts[0])
+        for t in parts[1:]:
+            dst = torch.promote_types(dst, _DTYPE.__get__(t))
+        for t in parts:
+            src = _DTYPE.__get__(t)
+            if not _keeps(src, dst, False):
+                return f"{name}({_short(src)}->{_short(dst)})"
+        return name
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if not tensors:
         return name
