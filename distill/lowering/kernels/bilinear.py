@@ -111,17 +111,7 @@ class Bilinear(Family):
                       signature=first.signature(["BLOCK_B", "BLOCK_N", "BLOCK_K"]), over="i" if over_i else "j",
                       o_fastest=o_fastest, load_left=load_left[0], load_w=load_w[0], load_right=load_right[0],
                       split_w=split_w, split_k=split_k)
-        second = Launch(fwd)
-        second.buffer("part_ptr", ws)
-        for sym, val in (("B", b), ("O", o), ("PARTS", "PARTS")):
-            second.scalar(sym, val)
-        coords, full = ["rb", "ro"], "(BLOCK,)"
-        epi, value = operand_lines(second, k.expr, coords, "mask", other="0.0", full=full)
-        target = k.target.leaf()
-        out = second.pointer(target, hint="out")
-        off = store_offset(second, target, coords, None, full)
-        src2 = render("bilinear.py.j2", stage="combine", name=name, comment=self.describe(k),
-                      signature=second.signature(["BLOCK"]), epilogue=epi, out=out, out_off=off, value=value)
+        src2, second = self._combine(k, name, fwd, ws, "PARTS")
         n_tiles = f"triton.cdiv({b}, BLOCK_B) * triton.cdiv({n}, BLOCK_N) * {o}"
         lines1 = pre_lines + first.call(part_name(name), f"({n_tiles}" + " * SPLIT" * split_k + ",)", consts)
         # the host lines around the launch name a block size only where it is a symbol: a literal one is
@@ -194,19 +184,26 @@ class Bilinear(Family):
             f"{ws} = torch.empty((SPLIT, {b}, {o}), device={launch.args[0]}.device, dtype=torch.float32)",
             lines1[-1],
         ]
+        src2, second = self._combine(k, name, fwd, ws, "SPLIT")
+        lines += second.call(name, f"(triton.cdiv({b} * {o}, BLOCK),)", {"BLOCK": 1024})
+        return src1 + "\n\n" + src2, lines
+
+    def _combine(self, k: Kernel, name: str, fwd: Forward, ws: str, parts: str) -> tuple[str, Launch]:
+        """The second kernel of both split forms: adds the `parts` partial sums of each y[b, o] in order
+        from the [parts, B, O] workspace `ws`, then the epilogue; its source and its launch."""
+        b, o = k.operands["x1"].space[0], k.operands["w"].space[0]
         second = Launch(fwd)
         second.buffer("part_ptr", ws)
-        for sym, val in (("B", b), ("O", o), ("PARTS", "SPLIT")):
+        for sym, val in (("B", b), ("O", o), ("PARTS", parts)):
             second.scalar(sym, val)
         coords, full = ["rb", "ro"], "(BLOCK,)"
         epi, value = operand_lines(second, k.expr, coords, "mask", other="0.0", full=full)
         target = k.target.leaf()
         out = second.pointer(target, hint="out")
         off = store_offset(second, target, coords, None, full)
-        src2 = render("bilinear.py.j2", stage="combine", name=name, comment=self.describe(k),
-                      signature=second.signature(["BLOCK"]), epilogue=epi, out=out, out_off=off, value=value)
-        lines += second.call(name, f"(triton.cdiv({b} * {o}, BLOCK),)", {"BLOCK": 1024})
-        return src1 + "\n\n" + src2, lines
+        src = render("bilinear.py.j2", stage="combine", name=name, comment=self.describe(k),
+                     signature=second.signature(["BLOCK"]), epilogue=epi, out=out, out_off=off, value=value)
+        return src, second
 
 
 FAMILIES = (Bilinear(),)
