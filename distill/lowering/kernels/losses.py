@@ -9,7 +9,11 @@ Cross entropy over few long rows (19 rows of 881,744 classes: 5 programs of BLOC
 each row into chunks instead (`split.py`): the first kernel stores each (row, chunk)'s online max and
 sum of exp of the logits, and the second combines each row's chunks in a fixed order into its
 logsumexp, subtracts the target class's logit and averages over rows.
-Cosine similarity writes one value per row, so it stays one row-parallel kernel.
+Triplet loss and cosine similarity over few long rows take the same cut: each (row, chunk) stores its
+sums (both squared distances; the dot product and both squared norms), and the second kernel adds each
+row's chunks in a fixed order and finishes the row (triplet: the mean of the row losses, one program;
+cosine: one value per row, row-block programs). Unsplit, 4 rows of 8,388,608 took a level-5 problem to
+0.20x eager on an H200: 4 programs (seed 1010's L5-c1a38f53).
 """
 from __future__ import annotations
 
@@ -44,17 +48,27 @@ class Loss(Family):
     def describe(self, k: Kernel) -> str:
         args = ", ".join(exprs.describe(o.expr) for o in k.operands.values())
         what = describe(k, f"{k.op.op}({args})")
-        if k.op.op == "cross_entropy" and self._split_rows(k):
+        if not self._split_rows(k):
+            return what
+        if k.op.op == "cross_entropy":
             what += ("; few long rows, each cut into chunks of classes: a first kernel stores the online max and "
                      "sum of exp of each (row, chunk)'s logits, a second combines each row's chunks in a fixed "
                      "order into its logsumexp, subtracts the target class's logit and averages over rows")
+        else:
+            sums = "both squared distances" if k.op.op == "triplet_margin_loss" else "the dot product and both norms"
+            what += (f"; few long rows, each cut into chunks: a first kernel stores {sums} of each (row, chunk), "
+                     "a second adds each row's chunks in a fixed order and finishes the row")
         return what
 
-    @staticmethod
-    def _split_rows(k: Kernel) -> bool:
-        """Whether cross entropy's rows are too few to fill the machine and long enough to cut into
-        chunks (kernels/split.py), with the tiles the row kernel would take."""
-        return Rows(Launch(Forward()), k.operands["x"].space, 1).splits()
+    def _split_rows(self, k: Kernel) -> bool:
+        """Whether a row loss's rows are too few to fill the machine and long enough to cut into chunks
+        (kernels/split.py), with the tiles the row kernel would take. Pair losses split their flat
+        elements instead."""
+        if k.op.op not in ("cross_entropy", "triplet_margin_loss", "cosine_similarity"):
+            return False
+        first = next(iter(k.operands.values()))
+        few_rows = self._triplet_tiles(k) if k.op.op == "triplet_margin_loss" else {}
+        return Rows(Launch(Forward()), first.space, 1, **few_rows).splits()
 
     @staticmethod
     def _triplet_tiles(k: Kernel) -> dict:
@@ -84,6 +98,8 @@ class Loss(Family):
         ctx.update(tile=rows.tile(tile_ops))
         if kind == "cross_entropy" and self._split_rows(k):
             return self._split_ce(k, name, launch, rows, ctx)
+        if self._split_rows(k):
+            return self._split_sums(k, name, launch, rows, ctx, {"num_warps": 8} if few_rows else {})
         if kind == "cross_entropy":
             t_body, t = operand_lines(launch, ops["target"].expr, [rows.row_coords[0]], "row_mask", flat="rows",
                                       other="0")
@@ -93,7 +109,7 @@ class Loss(Family):
             epi, value, out, off = rows.out(k, per_row=True)
             ctx.update(epilogue=epi, out=out, out_off=off, value=value)
             ctx = rows.finish(ctx, ("tile",))
-            src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), **ctx)
+            src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]), stage="whole", **ctx)
             return src, launch.call(name, rows.grid(), rows.consts())
         # one partial sum of row losses per program of BLOCK_ROWS rows
         part = fwd.fresh(f"{k.target.value}_part")
@@ -147,6 +163,44 @@ class Loss(Family):
                       comment=ctx["comment"], margin=None, stage="combine", **cctx)
         second_lines = second.call(name, "(1,)", {"BLOCK_ROWS": consts["BLOCK_ROWS"],
                                                  "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
+        lines += [ln for ln in second_lines if not ln.startswith("BLOCK_ROWS =")]
+        return src + "\n\n" + csrc, lines
+
+    def _split_sums(self, k: Kernel, name: str, launch: Launch, rows: Rows, ctx: dict,
+                    options: dict) -> tuple[str, list[str]]:
+        """Few long rows of a triplet loss or cosine similarity: (row block, chunk) programs store each
+        chunk's sums to an [n_rows, SPLIT, n] float32 workspace; a second kernel adds each row's chunks in
+        a fixed order and finishes it (triplet: the mean row loss in one program, then the epilogue;
+        cosine: each row's value, its epilogue and its store, in row-block programs)."""
+        fwd = launch.fwd
+        kind = ctx["kind"]
+        n_sums = 2 if kind == "triplet" else 3
+        part = fwd.fresh(f"{k.target.value}_part")
+        launch.buffer("part_ptr", part)
+        for s in ("SPLIT", "CHUNK"):
+            launch.scalar(s, s)
+        ctx = rows.finish(ctx, ("tile",))
+        src = render("loss.py.j2", signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
+                     **{**ctx, "name": part_name(name), "comment": f"chunk partials of {ctx['comment']}",
+                        "stage": "partial"})
+        lines, first_launch = rows.split_launch(part_name(name), options)
+        lines += [f"{part} = torch.empty(({rows.n_rows}, SPLIT, {n_sums}), device={part_device(launch)}, "
+                  f"dtype=torch.float32)", first_launch]
+        second = Launch(fwd)
+        second.buffer("part_ptr", part)
+        crows = Rows(second, rows.space, 1)
+        second.scalar("SPLIT", "SPLIT")
+        if kind == "cosine":
+            epi, value, out, off = crows.out(k, per_row=True)
+            grid = crows.grid()
+        else:
+            epi, value = operand_lines(second, k.expr, [], None)
+            out, off, grid = second.pointer(k.target.leaf(), hint="out"), "0", "(1,)"
+        cctx = crows.finish(dict(kind=kind, epilogue=epi, out=out, out_off=off, value=value), ())
+        csrc = render("loss.py.j2", name=name, signature=second.signature(["BLOCK_ROWS", "BLOCK_S"]),
+                      comment=ctx["comment"], margin=ctx["margin"], stage="combine", **cctx)
+        second_lines = second.call(name, grid, {"BLOCK_ROWS": rows.consts()["BLOCK_ROWS"],
+                                               "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
         lines += [ln for ln in second_lines if not ln.startswith("BLOCK_ROWS =")]
         return src + "\n\n" + csrc, lines
 
