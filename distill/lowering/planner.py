@@ -246,7 +246,8 @@ class Planner:
                 expr = Load(Leaf(p.name, p.code, p.shape, (), p.dtype).with_steps(list(spec.steps)))
             operands[spec.role] = Operand(spec.role, expr, spec.space)
         target = Target(op.name, op.name, op.shape, tuple(fam.out_steps(op)), op.dtype)
-        sensitive = set(lowering_table()["precision"]["rounding_sensitive"])
+        precision = lowering_table()["precision"]
+        sensitive = set(precision["rounding_sensitive"]) | set(precision["error_growing"])
         return Kernel(op.template, op.name, op.index, target, Acc(), op=op, operands=operands,
                       exact_products=self.prog.reaches(op.name, sensitive))
 
