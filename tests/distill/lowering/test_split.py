@@ -63,3 +63,20 @@ def test_mv_runs_at_other_sizes():
         assert resized != p.source
         res = check(resized, src)
         assert res.ok, f"({rows}, {cols}): {res.message}"
+
+
+@pytest.mark.parametrize("op", ["l1_norm", "var", "argmax"])
+def test_a_whole_tensor_reduced_to_one_value_walks_4096_values_a_step(op):
+    """A split reduction of a whole tensor gives every program one row: its tile is 4,096 of that row's
+    values at 8 warps, not [1, 1024] at 4 (an amin of 94.9M values ran 0.72x eager on the H200). Right at
+    the drawn 40,000 values (not a multiple of 4,096) and at other lengths, from the same module."""
+    from distill.lowering.selfcheck import check
+
+    p = _problem([op], (40000,))
+    src = lower(p).source
+    launch = src[src.index("def forward"):]
+    first = next(ln for ln in launch.splitlines() if "_partial_kernel[" in ln)
+    assert "num_warps=8" in first and "4096)" in launch, launch
+    for n in (40000, 70001, 5000):
+        res = check(p.source.replace(f"D = {p.input_shapes[0][0]}", f"D = {n}"), src)
+        assert res.ok, f"{op} at {n}: {res.message}"
