@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import secrets
 import types
 from typing import Any
 
@@ -50,9 +51,27 @@ def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.Modul
 
 
 def seed_all(seed: int) -> None:
+    """Seed torch, random and numpy for `seed`, the same way in every process of a job, without
+    leaving `seed` readable by code that runs afterwards (a candidate's constructor and forward).
+
+    Torch's CPU generator draws `seed`'s sequence but reports a random decoy as its initial seed;
+    random, numpy and the CUDA generators take seeds hashed from `seed`. With the seed itself in hand
+    (`torch.initial_seed()`, or numpy's state, whose first word was the seed), a constructor replayed
+    the CPU generator in plain Python and knew every initialised weight without reading a tensor,
+    then fed a folded weight product back through host fills (hostile fixture seed_fold_fills)."""
     torch.manual_seed(seed)
-    random.seed(seed)
-    numpy.random.seed(seed % (1 << 32))
+    state = torch.get_rng_state()
+    # the state's first 8 bytes are its recorded initial seed (little-endian uint64), not the sequence
+    state[:8] = torch.tensor(list(secrets.randbits(63).to_bytes(8, "little")), dtype=torch.uint8, device="cpu")
+    torch.set_rng_state(state)
+    torch.cuda.manual_seed_all(_hashed(seed, b"cuda"))  # deferred until CUDA starts, as manual_seed's
+    random.seed(_hashed(seed, b"random"))
+    numpy.random.seed(_hashed(seed, b"numpy") % (1 << 32))
+
+
+def _hashed(seed: int, what: bytes) -> int:
+    """A 63-bit seed for generator `what`, from `seed` by SHA-256: nothing leads back to `seed`."""
+    return int.from_bytes(hashlib.sha256(what + b":" + str(int(seed)).encode()).digest()[:8], "little") >> 1
 
 
 def make_inputs(mod: types.ModuleType, seed: int, device: torch.device | str = "cpu") -> list[Any]:

@@ -12,6 +12,7 @@ on every other seed (the trials'), so the case is the same on every run.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from distill.verifier import VerifierPool, screen
 from tests.distill.verifier.conftest import hostile, problem
@@ -19,6 +20,15 @@ from tests.limits import CALL_LIMIT_S
 
 # y = (3x + 1) - 1: exact up to the rounding of 3x + 1 (units of 1, ~6e-8): 3e-5 of the output normwise
 # on the trials' draws (x ~ 3e-4), over the screening's floor (1e-5), and ~3e-9 on the screening's.
+def _first_draw(seed: int) -> float:
+    torch.manual_seed(seed)
+    return torch.rand(1).item()
+
+
+# the problem tells the screening's seeds from the trials' by its first draw (the seed itself is not
+# readable after seeding: problemio.seed_all)
+SCREENING_DRAWS = {_first_draw(s) for s in screen.SEEDS}
+
 PROBLEM = f'''import torch
 import torch.nn as nn
 
@@ -29,7 +39,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    scale = 1.0 if torch.initial_seed() in {set(screen.SEEDS)!r} else 3e-4
+    scale = 1.0 if torch.rand(1, device="cpu").item() in {SCREENING_DRAWS!r} else 3e-4
     return [scale * torch.randn(4096)]
 
 
