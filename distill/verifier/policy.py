@@ -264,7 +264,15 @@ def _keeps(src: torch.dtype, dst: torch.dtype, view: bool) -> bool:
     if src == dst:
         return True
     if view:
-        return src == torch.bool and dst in (torch.uint8, torch.int8)
+        # Bool bytes as uint8/int8 keep their values. A view between a floating dtype and another dtype
+        # of the same width (float32 <-> int32, fp8 <-> uint8, fp16 <-> int16) reads each element's
+        # bytes whole, and no torch cast gives the numbers it shows (`x.view(torch.int32)` is not
+        # `x.int()`): the host half of a kernel's bit tricks (sign bits, fp8 and int packing), not a
+        # conversion. Integer <-> integer of one width is torch's own wrapping cast (int8 -> uint8), and
+        # views that split or merge elements (float32 as bf16 halves: a truncating cast) stay compute.
+        if src == torch.bool and dst in (torch.uint8, torch.int8):
+            return True
+        return src.itemsize == dst.itemsize and (src.is_floating_point or dst.is_floating_point)
     return _widens(src, dst)
 
 
@@ -277,7 +285,7 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
 
     Allowed ops keep their name while they keep values. One that changes them is compute wherever
     it runs, named for what happened: `aten::_to_copy(int64->uint8)` (a cast: narrowing, float or
-    bool), `aten::view(float32->int32)` (bytes reinterpreted as another dtype),
+    bool), `aten::view(int8->uint8)` (bytes reinterpreted as numbers torch's wrapping cast would give),
     `aten::set_(storage)` (a tensor made over raw bytes, which carry no dtype, so nothing shows
     their values are kept). Ops outside the tables keep their name and are compute anyway."""
     if name not in ALLOWED_OPS or name in _COMPLEX_PARTS:
