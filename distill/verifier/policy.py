@@ -59,6 +59,11 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
     "torch.cuda.memory.change_current_allocator": "ctypes", "torch.cuda.change_current_allocator": "ctypes",
     "torch.cuda.set_per_process_memory_fraction": "harness",
     "torch.cuda.memory.set_per_process_memory_fraction": "harness",
+    # Serialisers hand a tensor's storage bytes to any object with `write` without an ATen op: a
+    # constructor read both weights of `two_linear` through `torch.save(w.untyped_storage(), sink)`, folded
+    # them on the host and fed the product to its kernels as scalars (hostile save_storage_fold).
+    "torch.save": "file", "torch.load": "file", "torch.serialization": "file", "torch.package": "file",
+    "torch.onnx": "file",
 }
 
 # Names inside a forbidden prefix that launch the candidate's own kernels and nothing else. PyTorch's

@@ -307,16 +307,17 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> froze
 def _dependencies(twin: _Twin) -> None:
     """Triton's dependency walk over the whole source (dead branches too), as a GPU launch runs it:
     a plain Python function named anywhere in a kernel refuses it; then the values of the globals it
-    reads must be plain (gpu_deps.refused_constexpr) or classes."""
+    reads must be plain (gpu_deps.refused_constexpr) or Triton's own classes."""
     try:
         _ = twin.cache_key  # computed once per twin: the walk, its hash, used_global_vals
     except RuntimeError as exc:
         raise GpuCompileError(f"kernel {twin.__name__} does not compile for a GPU (sm_90): {exc}") from None
     for (name, _), (value, _) in twin.used_global_vals.items():
-        if type(value) is type:
-            # a class: Triton's walk records it and compiles (record_reference skips types, as for
-            # `from triton.language import constexpr` and `BLOCK: constexpr`); a custom metaclass, which
-            # could answer a compile and the interpreter differently, stays refused below
+        if gpu_deps.is_triton_class(value):
+            # Triton's own class (`from triton.language import constexpr`, then `BLOCK: constexpr`):
+            # Triton's walk records a class and compiles. A class of the candidate's own stays refused:
+            # a NamedTuple whose `__new__` ran an add in host numpy under the interpreter compiled to
+            # no add at all for sm_90
             continue
         why = gpu_deps.refused_constexpr(value)
         if why:

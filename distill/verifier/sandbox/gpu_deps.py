@@ -109,6 +109,19 @@ def changed_global(used: dict, seen: dict) -> str | None:
     return None
 
 
+def _triton_classes() -> frozenset[type]:
+    return frozenset(v for m in (tl, tl.core) for v in vars(m).values() if isinstance(v, type))
+
+
+_TRITON_CLASSES = _triton_classes()
+
+
+def is_triton_class(value: Any) -> bool:
+    """Whether `value` is one of triton.language's own classes (by identity: a class's `__module__`
+    can be set to anything)."""
+    return isinstance(value, type) and value in _TRITON_CLASSES
+
+
 def refused_constexpr(value: Any) -> str | None:
     """Why `value` cannot be a constexpr of a kernel run by the interpreter, or None."""
     kind = type(value)

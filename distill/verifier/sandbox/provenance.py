@@ -189,6 +189,9 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
     out += [(torch, "from_numpy", "torch.from_numpy", "foreign compute"),
             (torch, "frombuffer", "torch.frombuffer", "foreign compute"),
             (torch, "from_dlpack", "torch.from_dlpack", "foreign compute"),
+            # a storage's bytes handed to any object with `write`, no ATen op run (policy's "torch.save")
+            (torch, "save", "torch.save", "file"), (torch.serialization, "save", "torch.serialization.save", "file"),
+            (torch, "load", "torch.load", "file"), (torch.serialization, "load", "torch.serialization.load", "file"),
             (torch, "compile", "torch.compile", "torch.compile"),
             (torch.jit, "script", "torch.jit.script", "torch.compile"),
             (torch.jit, "trace", "torch.jit.trace", "torch.compile")]
