@@ -17,7 +17,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
     {"torch", "triton", "math", "typing", "functools", "itertools", "collections", "dataclasses",
      "numbers", "enum", "__future__", "abc",
-     "warnings"}  # `warnings.warn` in a wrapper's edge case: public kernels' style; it warns, nothing else
+     "warnings",  # `warnings.warn` in a wrapper's edge case: public kernels' style; it warns, nothing else
+     # FlagGems opens every op with `logger = logging.getLogger(__name__)` and `logger.debug(...)`; handlers
+     # write where the sandbox lets them (scratch, stderr), and logging.config / logging.handlers stay refused
+     "logging"}
 )
 
 # Modules refused with a category a person can act on (others: "import of <name> is not allowed").
@@ -64,6 +67,8 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
     # them on the host and fed the product to its kernels as scalars (hostile save_storage_fold).
     "torch.save": "file", "torch.load": "file", "torch.serialization": "file", "torch.package": "file",
     "torch.onnx": "file",
+    # logging's socket listener and its file, socket and queue handlers: an allowed `logging` keeps its loggers
+    "logging.config": "network", "logging.handlers": "network",
 }
 
 # Names inside a forbidden prefix that launch the candidate's own kernels and nothing else. PyTorch's

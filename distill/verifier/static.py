@@ -203,7 +203,11 @@ class _Walker(ast.NodeVisitor):
             cat = policy.module_category(dotted)
             if cat is None and attr in policy.REEXPORTED_MODULES:
                 cat = policy.REEXPORTED_MODULES[attr]  # torch.os, torch.cuda.graphs.gc, F.np, ...
-            if cat is not None and dotted.split(".", 1)[0] in ("torch", "triton"):
+            if dotted.split(".", 1)[0] not in ("torch", "triton", "logging"):
+                # below any other allowed module, a refused module it imported is as refused: warnings.sys,
+                # dataclasses.builtins and typing.types reached sys.stdout, print and FunctionType
+                cat = policy.REEXPORTED_MODULES.get(attr) or policy.MODULE_CATEGORY.get(attr)
+            if cat is not None:
                 self.flag(node, cat, f"use of {dotted}")
         self.generic_visit(node)
 

@@ -68,6 +68,12 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   `device_assert` that returns at once unless `debug` is on: as on a GPU without debug, nothing is
   checked, but the interpreter paid for it. Turned off, outputs were bitwise identical on 240 lowered
   draws and interpreted calls took 2.1-2.6x less CPU (one level-5 program: 13 s a call before).
+* **Device output as on a GPU.** The interpreter's `device_print` called Python's `print`, which a
+  candidate can swap (or `sys.stdout`) around one launch and read back: a kernel printed both weights
+  of `two_linear` bit for bit and the host folded them (hostile print_weights_fold). It now writes to
+  the process's stdout descriptor, taken at install, as a GPU's printf does. A failing `device_assert`
+  (with `debug` on) ends the process, as a device-side assert ends a GPU context: raised as an
+  exception, a `with` block whose `__exit__` returns True could swallow it, one bit a launch.
 * **CUDA as the candidate sees it** (cuda_standin.py): the lane's CPU tensors stand for GPU tensors
   in the candidate's own code: `x.is_cuda`, `torch.cuda.device(x.device)`, CUDA placements, device queries.
 """
@@ -76,6 +82,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import secrets
 import types
 from typing import Any, Callable
@@ -108,7 +115,27 @@ def install() -> None:
     _install_scalar_args()
     _install_bfloat16()
     _install_no_overflow_check()
+    _install_device_io()
     cuda_standin.install()
+
+
+def _install_device_io() -> None:
+    out, err = os.dup(1), os.dup(2)
+
+    def create_print(self: Any, prefix: str, hex: bool, values: list, isSigned: Any) -> None:
+        head = f"({self.grid_idx[0]}, {self.grid_idx[1]}, {self.grid_idx[2]})" + (f" {prefix}" if prefix else "")
+        for value in values:
+            text = np.array2string(np.asarray(value.data), formatter={"all": lambda x: f"0x{int(x):02x}"}) if hex \
+                else str(value.data)
+            os.write(out, f"{head} {text}\n".encode())
+
+    def create_assert(self: Any, condition: Any, message: str) -> None:
+        if not np.all(np.asarray(condition.data)):
+            os.write(err, f"device-side assert failed: {message}\n".encode())
+            os.abort()
+
+    interpreter.InterpreterBuilder.create_print = create_print
+    interpreter.InterpreterBuilder.create_assert = create_assert
 
 
 def _install_no_overflow_check() -> None:

@@ -285,3 +285,62 @@ def test_a_cpu_lane_process_that_stops_running_ends_long_before_its_limit(monkey
     finally:
         for p in made:
             p.kill()
+
+
+# -- device output as on a GPU ------------------------------------------------------------------------------
+_DEVICE_IO = '''
+import builtins, sys
+import torch, triton, triton.language as tl
+import dataclasses
+from triton.runtime import interpreter
+from distill.verifier.sandbox import interp_shims
+interp_shims.install()
+# a worker's interpreter never checks device asserts (its options say debug off); on here, to see one fail
+interpreter.interpreter_builder.options = dataclasses.replace(interpreter.interpreter_builder.options, debug=True)
+
+
+@triton.jit
+def show(x_ptr):
+    tl.device_print("x", tl.load(x_ptr + tl.arange(0, 4)))
+
+
+@triton.jit(debug=True)
+def check(x_ptr):
+    tl.device_assert(tl.load(x_ptr) > 0, "x must be positive")
+
+
+class Sink:
+    text = ""
+
+    def write(self, s):
+        Sink.text += s
+
+    def flush(self):
+        pass
+
+
+real_stdout, real_print = sys.stdout, builtins.print
+sys.stdout, builtins.print = Sink(), lambda *a, **k: Sink.write(None, " ".join(map(str, a)))
+show[(1,)](torch.arange(4.0) + 7)
+sys.stdout, builtins.print = real_stdout, real_print
+assert Sink.text == "", Sink.text  # nothing the candidate can swap saw the values
+check[(1,)](torch.ones(1))  # holds: nothing happens
+print("asserted", flush=True)
+check[(1,)](-torch.ones(1))  # fails: the process ends, no exception to catch
+print("survived", flush=True)
+'''
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the CPU lane runs on Linux")
+def test_device_print_writes_to_the_descriptor_and_a_failed_assert_ends_the_process(tmp_path):
+    """A kernel printed both weights of two_linear through Python's print, swapped around the launch and
+    read back (hostile print_weights_fold); a device assert raised an exception a `with` block could
+    swallow (one bit a launch). Now as on a GPU: printf to the stdout descriptor, and a failed assert
+    ends the process."""
+    script = tmp_path / "device_io.py"
+    script.write_text(_DEVICE_IO)
+    r = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)})
+    assert r.returncode == -signal.SIGABRT, (r.returncode, r.stderr[-3000:])
+    assert "x" in r.stdout and "7" in r.stdout and "asserted" in r.stdout and "survived" not in r.stdout, r.stdout
+    assert "device-side assert failed: x must be positive" in r.stderr
