@@ -117,8 +117,8 @@ def test_the_replayer_refuses_forged_records():
                            r["outputs"][0]])
     assert "changes values" in forged(half_cast)
 
-    def bitcast(r):
-        r["outputs"][0]["dtype"] = "int32"
+    def bitcast(r):  # float32 memory read as fp16 halves (a same-width float/int view is a layout: policy._keeps)
+        r["outputs"][0]["dtype"] = "float16"
     assert "read as" in forged(bitcast)
 
     def other_kernel(r):
