@@ -130,6 +130,7 @@ class Reduce(Family):
         n_kept = len(k.operands["x"].space) - len(_reduced(k.op, len(k.operands["x"].space)))
         x = _memory_order(k.op, k.operands["x"], n_kept)
         tiles = outer_tiles(x.space, n_kept, _row_run(x, n_kept), split_ok=True)
+        options = _options(spec)
         one_row = int(math.prod(x.space[:n_kept])) == 1
         if one_row and worth_splitting(math.prod(x.space[n_kept:]), 1):
             # a whole tensor reduced to one value: every program walks one row, so its tile is that row's
@@ -137,21 +138,22 @@ class Reduce(Family):
             # an amin of 94.9M values split over 528 programs ran at 0.72x eager on the H200 (seed
             # 1111's L1-35e4f199), about 2.6 TB/s
             tiles = {"block_r_cap": FLAT_BLOCK, "tile": FLAT_BLOCK}
+            options = {"num_warps": 8} | options
         rows = Rows(launch, x.space, n_kept, **tiles)
         tile = rows.tile({"x": x.expr}, other=spec["other"])
         if not isinstance(x.expr, exprs.Load):  # a fused operand: padded lanes need the fill value too
             tile.append(f"x = tl.where(m2, x, {spec['other']})")
         if rows.splits():
-            return self._split(k, name, fwd, launch, rows, tile, spec)
+            return self._split(k, name, fwd, launch, rows, tile, spec, options)
         epi, value, out, off = rows.out(k, per_row=True)
         ctx = rows.finish(dict(tile=tile, init=spec["init"], update=spec["update"], final=spec.get("final", []),
                                result=spec["result"], epilogue=epi, out=out, out_off=off, value=value), ("tile",))
         src = render("reduce.py.j2", name=name, signature=launch.signature(["BLOCK_ROWS", "BLOCK_R"]),
                      comment=self.describe(k), welford=spec.get("welford", False), stage="whole", **ctx)
-        return src, launch.call(name, rows.grid(), rows.consts() | _options(spec))
+        return src, launch.call(name, rows.grid(), rows.consts() | _options(spec))  # unsplit: never the flat tile
 
     def _split(self, k: Kernel, name: str, fwd: Forward, launch: Launch, rows: "Rows", tile: list[str],
-               spec: dict) -> tuple[str, list[str]]:
+               spec: dict, options: dict) -> tuple[str, list[str]]:
         """Few long rows: chunk partials from (row block, chunk) programs, then a combining kernel."""
         n_parts = len(spec["parts"])
         dtypes = spec.get("parts_dtype", ["float32"] * n_parts)
@@ -166,8 +168,7 @@ class Reduce(Family):
                      comment=f"chunk partials of {self.describe(k)}", welford=spec.get("welford", False),
                      stage="partial", **ctx)
         consts = rows.consts()
-        flat = {"num_warps": 8} if int(rows.n_rows) == 1 and int(rows.block_r) == FLAT_BLOCK else {}
-        lines, first_launch = rows.split_launch(part_name(name), flat | _options(spec))
+        lines, first_launch = rows.split_launch(part_name(name), options)
         device = f"{launch.args[0]}.device"
         lines += [f"{p} = torch.empty(({rows.n_rows}, SPLIT), device={device}, dtype=torch.{dt})"
                   for p, dt in zip(parts, dtypes)]
