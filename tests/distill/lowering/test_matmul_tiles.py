@@ -124,13 +124,17 @@ def test_products_with_many_rows_split_b_once_and_match_torch(op, launches):
 
 def test_split_b_parts_are_exact_tf32_numbers_and_sum_to_b():
     """The split kernel's hi keeps 10 mantissa bits (a TF32 number: the tensor core's product of two is
-    exact) and hi + lo is B bit for bit."""
+    exact) and hi + lo is B bit for bit. The module's file is gone once it is loaded (its lines stay in
+    linecache, where the interpreter reads the kernel's source at the launch below)."""
+    import os
+
     import torch
 
     from distill.lowering.selfcheck import load_module
 
     p = _problem("matmul", SPLIT_B["matmul"])
     mod = load_module(lower(p).source, "tf_split_check")
+    assert not os.path.exists(mod.__file__)
     split = next(getattr(mod, n) for n in dir(mod) if n.endswith("_split_kernel"))
     torch.manual_seed(0)
     b = torch.randn(70, 40) * torch.logspace(-20, 20, 40)  # every scale of exponent

@@ -3,6 +3,7 @@ a size-generic kernel holds there, one with the problem's sizes baked in does no
 resize through their recipe; module text through its module-level size constants (twins.module_twin)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
@@ -266,3 +267,24 @@ def test_a_resized_size_keeps_its_alignment_where_a_secret_choice_remains():
         got = {_smaller(v, rng) for _ in range(2000)}
         assert all(-(-v // 2) <= s < v and s % d == 0 for s in got), (v, sorted(got))
         assert len(got) >= least, (v, sorted(got))
+
+
+@dataclasses.dataclass
+class _FirstTwinDegenerate(synth.Problem):
+    """A synth problem whose first twin's inputs are all negative (relu then moves no output: the
+    verifier's screening fails that reference), its later twins the recipe's own."""
+    drawn: int = 0
+
+    def twin(self, profile, seed, keep_constructor=False):
+        self.drawn += 1
+        twin = super().twin(profile, seed, keep_constructor)
+        if self.drawn == 1:
+            return dataclasses.replace(twin, source=twin.source.replace("torch.randn(", "-1 - torch.rand("))
+        return twin
+
+
+def test_a_twin_whose_reference_fails_is_drawn_again(pools, relu_problem):
+    problem = _FirstTwinDegenerate(**{f.name: getattr(relu_problem, f.name) for f in dataclasses.fields(relu_problem)})
+    v = pools[0].verify(problem, GENERIC.replace("N_OR_NUMEL", "x.numel()"))
+    assert v.status == "pass", v.reason
+    assert problem.drawn == 2 and v.checks["resized"]["status"] == "pass", v.checks["resized"]
