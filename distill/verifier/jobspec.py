@@ -83,6 +83,13 @@ class JobSpec:
         return self.seeds[1:2 + self.trials + TIMING_SETS]
 
     @property
+    def second_init(self) -> int:
+        """The seed the replay trial's second weights are drawn under (statecheck.py): derived from
+        the replay trial's seed, so it is as secret and a recorded verdict's seeds replay it."""
+        replay = self.reference_seeds[self.replay_trial]
+        return int.from_bytes(hashlib.sha256(f"second weights {replay}".encode()).digest()[:8], "big") >> 2
+
+    @property
     def replay_trial(self) -> int:
         """Index of the replay trial among the reference's trials."""
         return self.trials + TIMING_SETS

@@ -67,6 +67,7 @@ class Trials(TypedDict, total=False):
     calls: int
     budgets: _Budgets | None
     screen: dict[str, Any]
+    second_init: int  # the last seed's trial (the replay trial's) runs on weights drawn under it (statecheck.py)
 
 
 class TrialBounds(TypedDict):
@@ -76,6 +77,7 @@ class TrialBounds(TypedDict):
     source: str
     init_seed: int
     seeds: list[int]
+    second_init: NotRequired[int]  # as in Trials
 
 
 class PrepareTiming(TypedDict):

@@ -67,16 +67,35 @@ class Held:
         self.live -= n
 
 
-def _build(mod: types.ModuleType, init_seed: int, device: torch.device) -> tuple[Any, list, dict, dict[str, int]]:
+def _build(mod: types.ModuleType, init_seed: int, device: torch.device,
+           weights_seed: int | None = None) -> tuple[Any, list, dict, dict[str, int]]:
     """The reference model, its init arguments, and the ATen ops its constructor ran (what a
-    candidate's constructor may run too: creating the same parameters the same way)."""
+    candidate's constructor may run too: creating the same parameters the same way). `weights_seed`:
+    the constructor runs under it (the init arguments stay `init_seed`'s)."""
     seed_all(init_seed)
     init = mod.get_init_inputs()
     args, kwargs = (list(init), {}) if isinstance(init, (list, tuple)) else ([], dict(init or {}))
-    seed_all(init_seed)
+    seed_all(init_seed if weights_seed is None else weights_seed)
     with OpCount() as counter:
         model = mod.Model(*args, **kwargs).to(device)
     return model, args, kwargs, counter.counts
+
+
+def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int | None,
+            device: torch.device) -> tuple[Any, dict[str, torch.Tensor] | None, str]:
+    """The model on its second weights for the replay trial (statecheck.second_weights), their map,
+    and why there is none (no `second_init` asked for, or the draw does not fit)."""
+    if second_init is None:
+        return None, None, "not asked for"
+    sizes: dict[torch.dtype, int] = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
+    past = [f"{n:,} {d} values" for d, n in sizes.items() if n > statecheck.UNION_LIMIT]
+    if past:  # before a second draw doubles them
+        return None, None, f"{past[0]} among the parameters (past {statecheck.UNION_LIMIT:,})"
+    drawn = _build(mod, init_seed, device, weights_seed=second_init)[0]
+    second, why = statecheck.second_weights(model, drawn)
+    return (drawn, second, "") if second is not None else (None, None, why)
 
 
 class ScreenFailed(ProblemError):
@@ -106,34 +125,39 @@ def screened(mod: types.ModuleType, device: torch.device, known: dict[str, Any] 
 
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
                 calls: int = 0, budgets: dict[str, Any] | None = None, screen_first: bool = False,
-                known: dict[str, Any] | None = None,
-                send: Callable[[protocol.Trial], None] | None = None) -> protocol.TrialsReply:
+                known: dict[str, Any] | None = None, send: Callable[[protocol.Trial], None] | None = None,
+                second_init: int | None = None) -> protocol.TrialsReply:
     """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
     (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
     the next one. With `screen_first`, the problem is screened first (`screened`, or `known`: the pool's
     report of an earlier screening) and each trial carries the outputs' bounds (`tolerances`:
     tolerance.Tolerance fields per output, None where exact); the reply's `screen` is the whole report.
     `send` (the reference process's): each trial goes to the parent as it is made, not in the reply, so
-    this process holds one trial's outputs, not every trial's."""
+    this process holds one trial's outputs, not every trial's. With `second_init`, the last seed (the
+    replay trial's) runs on the second weights drawn under it (statecheck.py), which `params` maps."""
     report = screened(mod, device, known) if screen_first else None
     memplan.reset_peak(device)
     held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
-    state = statecheck.summary(model)  # what a replayed forward's kept tensors are checked against
+    model2, second, why = _second(mod, model, init_seed, second_init, device)
+    state = statecheck.summary(model, second)  # what a replayed forward's kept tensors are checked against
+    if second_init is not None and second is None:
+        state["second_off"] = why
     trials: list[protocol.Trial] = []
     plan = None
     forward_ops: dict[str, int] | None = None
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
         host = make_inputs(mod, seed, device)
         held.add(host)
+        on = model2 if model2 is not None and i == len(seeds) - 1 else model
         with torch.no_grad():
             if forward_ops is None:  # what the reference's forward runs (judge.py: a problem of copies alone)
                 with OpCount() as counter:
-                    out = model(*_to(host, device))
+                    out = on(*_to(host, device))
                 forward_ops = counter.counts
             else:
-                out = model(*_to(host, device))
+                out = on(*_to(host, device))
         held.add(out)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -153,7 +177,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     io_bytes = plan.problem_bytes if plan is not None else params
     memory = protocol.ReferenceMemory(plan=plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
                                       reference_peak_bytes=memplan.peak(device), reference_held_peak_bytes=held.peak)
-    del model
+    del model, model2, on
     memplan.release(device)
     out = protocol.TrialsReply(init_args=args, init_kwargs=kwargs, trials=trials, io_bytes=io_bytes,
                                construct_ops=construct_ops, memory=memory, params=state,
@@ -164,21 +188,30 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     return out
 
 
-def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device) -> list[list[Any]]:
+def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
+                 second_init: int | None = None) -> list[list[Any]]:
     """Each output's bound measured on one trial's own inputs (screen.bounds: the reference in fp32 and
     an honest kernel's error against the model in fp64), per seed; the table where the problem is too
     large to measure. Screening measures on two draws of its own, which cannot foresee a draw where an
-    honest kernel errs more (every value small next to a constant added and taken away again)."""
-    model = _build(mod, init_seed, device)[0]
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    honest kernel errs more (every value small next to a constant added and taken away again).
+    `second_init`: the last seed's trial is on the second weights, as make_trials made it."""
+    first = _build(mod, init_seed, device)[0]
+    model2 = _second(mod, first, init_seed, second_init, device)[0]
+    params = sum(p.numel() * p.element_size() for p in first.parameters())
     out: list[list[Any]] = []
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
+        second = model2 is not None and i == len(seeds) - 1
+        model = model2 if second else first
         inputs = _to(make_inputs(mod, seed, device), device)
         with torch.no_grad():
             outs = _outputs(model(*inputs))[0]
         io_bytes = params + sum(t.numel() * t.element_size() for t in [*inputs, *outs] if isinstance(t, torch.Tensor))
         small = 2 * io_bytes <= precision.MEASURE_BYTES
-        twin = _build(mod, init_seed, device)[0] if small else None
+        twin = None
+        if small:  # a copy of the model the trial ran on (screen.bounds evaluates it in fp64)
+            twin = _build(mod, init_seed, device, weights_seed=second_init if second else None)[0]
+            if second:
+                statecheck.second_weights(first, twin)
         out.append(screen.bounds(model, twin, [inputs], [outs], _run, io_bytes)[1])
         del inputs, outs, twin
     memplan.release(device)
@@ -291,12 +324,13 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 try:
                     out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
                                       msg.get("budgets"), screen_first=True, known=msg.get("screen"),
-                                      send=lambda trial: _send_trial(conn, arena, trial))
+                                      send=lambda trial: _send_trial(conn, arena, trial),
+                                      second_init=msg.get("second_init"))
                 except torch.OutOfMemoryError as exc:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "trial_bounds":  # a near miss: each trial's bound measured on its own inputs (judge.py)
                 out = protocol.TrialBoundsReply(bounds=trial_bounds(load_problem(msg["source"], cache), msg["init_seed"],
-                                                                    msg["seeds"], device))
+                                                                    msg["seeds"], device, msg.get("second_init")))
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock
                 mod = load_problem(msg["source"], cache)
                 timers[msg["key"]] = RefTimer(mod, msg["init_seed"], msg["seed"], device, msg.get("compile", True))

@@ -61,7 +61,7 @@ def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[s
     job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
     problem that failed screening fails them at once."""
     msg = protocol.Trials(cmd="trials", source=spec.source, init_seed=spec.seeds[0], seeds=spec.reference_seeds,
-                          calls=len(spec.plan()), budgets=budgets)
+                          calls=len(spec.plan()), budgets=budgets, second_init=spec.second_init)
     key = f"{spec.key}:{spec.device}"
     known = ctx.screens.cache.get(key)
     if known is None:  # the first job on the problem screens it; the others wait for its report
@@ -86,7 +86,8 @@ def trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec) -> list[list[Any]]:
     `spec.reference_seeds`: asked for only when a candidate missed the screening's bound but not the
     dtype table's (job.py), so a pass pays nothing for it."""
     got: protocol.TrialBoundsReply = reference_call(ctx, slot.gpu, protocol.TrialBounds(cmd="trial_bounds", source=spec.source,
-                                                            init_seed=spec.seeds[0], seeds=spec.reference_seeds),
+                                                            init_seed=spec.seeds[0], seeds=spec.reference_seeds,
+                                                            second_init=spec.second_init),
                          max(spec.timeout, 120))
     return got["bounds"]
 

@@ -6,7 +6,8 @@ of the candidate's source itself (kernelsrc.py), checks every tensor the record 
 forward against the reference's parameters (statecheck.py: accepted ones keep the worker's bytes,
 the others are poisoned), and has a replayer (replayer.py, a process that never imported the
 candidate's module) run the record three times: on the replay trial, whose seed only the reference
-and the replayer know; on another of the worker's trials (determinism against that trial's own
+and the replayer know, with the second weights (statecheck.py: the state tensors that are layouts of
+the parameters, mapped; the reference's outputs for that trial computed with them); on another of the worker's trials (determinism against that trial's own
 call); on the replay trial with the candidate's launches left out. judge.judge_replay decides.
 
 So the worker produces no evidence the verdict rests on: a forged record either replays into the
@@ -25,8 +26,8 @@ from distill.verifier import codec, judge, kernelsrc, protocol, statecheck
 from distill.verifier.record import scrub
 
 _PLAIN = re.compile(r"[^A-Za-z0-9_ .,:;()'\-/<>=+\[\]]")
-RUNS = [{"name": "secret", "inputs": "secret"}, {"name": "other", "inputs": "other"},
-        {"name": "ablate", "inputs": "secret", "ablate": True}]
+RUNS = [{"name": "secret", "inputs": "secret", "second": True}, {"name": "other", "inputs": "other"},
+        {"name": "ablate", "inputs": "secret", "ablate": True, "second": True}]
 
 
 def _traced(run: protocol.RunReply, trial: int) -> protocol.CallReport | None:
@@ -72,7 +73,10 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
             fills += 1
             taken = taken if fills <= statecheck.CONSTANT_STORAGES else ""
         kinds.append(taken or "poisoned")
-        if taken:
+        second = statecheck.remap(s, params or {}) if taken == "parameters" else None
+        if second is not None:  # the replay trial's runs place the second weights (statecheck.py)
+            storages.append({**s, "second": second})
+        elif taken:
             storages.append(s)
         else:
             storages.append({k: v for k, v in s.items() if k != "data"} | {"kind": "poison"})
@@ -178,8 +182,11 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
                           kernel_names=source.kernels + [i["name"] for i in instances], instances=instances,
                           trace={**record, "storages": storages}, byte_limit=byte_limit, runs=list(RUNS), seeds=seeds,
                           stream=stream)
-    return Prepared(msg=msg, poisoned=poisoned, checks={**checks, "replay_state": kinds} if kinds else checks,
-                    skipped=source.skipped)
+    checks = {**checks, "replay_state": kinds} if kinds else checks
+    off = (params or {}).get("second_off")
+    return Prepared(msg=msg, poisoned=poisoned, skipped=source.skipped,
+                    checks={**checks, "replay_weights": "second" if (params or {}).get("second")
+                            else f"first: {_PLAIN.sub('?', str(off))[:200]}" if off else "first"})
 
 
 def decide(rep: protocol.ReplayReply, prep: Prepared, trials: list[protocol.Trial], secret: int, other: int,

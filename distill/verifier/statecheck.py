@@ -16,12 +16,26 @@ come out wrong the verdict names that tensor (judge.py).
 
 The reference computes `summary` of its model (bit-pattern digests per tensor, and the sorted
 multiset of all values per dtype up to 16M elements); the parent runs `classify` on each state
-tensor. Not covered: a permutation or selection of parameter values that is itself the work (a
-sort of a weight, its maximum) passes as layout; a constant fill passes whatever its value, so a
-single number folded from the weights beforehand would pass. A record's fills together claim at most
+tensor. A permutation or selection of parameter values that is itself the work (a sort of a
+weight, its maximum) passes as layout, and is no longer the work on the second weights (below); a
+constant fill passes whatever its value, so a single number folded from the weights beforehand
+passes here, and is wrong on the second weights. A record's fills together claim at most
 CONSTANT_CLAIMS values besides 0, +-1 and the source's literals (`claim`), in at most CONSTANT_STORAGES
 storages: a folded weight kept as one one-element tensor per value (1,280 "constants") is a table, not
 a fill. Not covered: a permutation of parameter values carries information by its order too.
+
+**The second weights.** Whatever the candidate's host code knew of the weights could ride per-call
+fills and scalar launch arguments, which the replay takes from the record as they were. So the
+replay trial runs on a second set of weights (`second_weights`): the reference draws the model again
+under a secret seed (the same constructor arguments) and takes, for every value that occurs once among
+its parameters and buffers of a dtype, the second draw's value at that place (a value that recurs, a
+constant fill such as a norm's ones, stays). That is a function of the value, so a state tensor that
+is a layout of the parameters maps through it element by element (`remap`): the parent hands the
+replayer both, the first for the run on the worker's own trial, the second for the replay trial,
+whose expected outputs the reference computes with the second weights. A fill or a scalar folded from
+the first weights is then the wrong number there. Off (the first weights throughout, `checks.replay`
+says why) where a dtype holds more than UNION_LIMIT values or the second draw is not laid out as the
+first.
 """
 from __future__ import annotations
 
@@ -56,11 +70,15 @@ def _digest(dtype: str, bits: torch.Tensor) -> str:
     return dtype + ":" + hashlib.sha256(bits.cpu().numpy().tobytes()).hexdigest()
 
 
-def summary(model: torch.nn.Module) -> dict[str, Any]:
-    """What `classify` needs of the reference's parameters and buffers (computed where they live)."""
+def _tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [t.detach() for t in list(model.parameters()) + list(model.buffers())]
+
+
+def summary(model: torch.nn.Module, second: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+    """What `classify` needs of the reference's parameters and buffers (computed where they live);
+    with `second` (`second_weights`'s map), each dtype's second values beside its values."""
     raw, digests, groups = [], [], {}
-    for t in list(model.parameters()) + list(model.buffers()):
-        t = t.detach()
+    for t in _tensors(model):
         try:
             name = codec.dtype_name(t.dtype)
         except codec.CodecError:
@@ -76,7 +94,73 @@ def summary(model: torch.nn.Module) -> dict[str, Any]:
         if sum(p.numel() for p in parts) <= UNION_LIMIT:
             values, counts = torch.unique(torch.cat(parts), sorted=True, return_counts=True)
             union[name] = {"values": values.cpu(), "counts": counts.cpu()}
-    return {"raw": raw, "digests": digests, "union": union}
+            if second is not None:
+                union[name]["second"] = second[name].cpu()
+    return {"raw": raw, "digests": digests, "union": union, "second": second is not None}
+
+
+def second_weights(first_model: torch.nn.Module, drawn_model: torch.nn.Module) -> tuple[
+        dict[str, torch.Tensor] | None, str]:
+    """Give `drawn_model` (the reference built again under another seed) the second weights of
+    `first_model` (the module docstring), in place; return ({dtype: the second value of each of that
+    dtype's sorted distinct values}, "") or (None, why not)."""
+    first, drawn = _tensors(first_model), _tensors(drawn_model)
+    if [(t.shape, t.dtype) for t in first] != [(t.shape, t.dtype) for t in drawn]:
+        return None, "the second draw's parameters are not laid out as the first's"
+    groups: dict[str, list[int]] = {}
+    for i, t in enumerate(first):
+        try:
+            name = codec.dtype_name(t.dtype)
+        except codec.CodecError:
+            return None, f"a parameter of dtype {t.dtype}"
+        if _bits(codec.raw_u8(t), t.element_size()) is not None and t.numel():
+            groups.setdefault(name, []).append(i)
+        else:  # no bit pattern to map (complex128): it keeps the first weights, as no state can claim it
+            with torch.no_grad():
+                drawn[i].copy_(t)
+    second, rewritten = {}, {}
+    for name, members in groups.items():
+        a = torch.cat([_bits(codec.raw_u8(first[i]), first[i].element_size()) for i in members])
+        b = torch.cat([_bits(codec.raw_u8(drawn[i]), drawn[i].element_size()) for i in members])
+        if a.numel() > UNION_LIMIT:
+            return None, f"{a.numel():,} {name} values among the parameters (past {UNION_LIMIT:,})"
+        values, inverse, counts = torch.unique(a, sorted=True, return_inverse=True, return_counts=True)
+        place = torch.full((values.numel(),), a.numel(), dtype=torch.long, device=a.device)
+        place.scatter_reduce_(0, inverse, torch.arange(a.numel(), device=a.device), "amin")
+        second[name] = torch.where(counts == 1, b[place], values)  # a value that recurs stays
+        mapped, at = second[name][inverse], 0
+        for i in members:
+            n = first[i].numel()
+            rewritten[i] = mapped[at:at + n]
+            at += n
+    with torch.no_grad():
+        for i, bits in rewritten.items():
+            t = torch.view_as_real(drawn[i]) if drawn[i].dtype.is_complex else drawn[i]
+            t.copy_(bits.view(torch.uint8).view(t.dtype).reshape(t.shape))
+    return second, ""
+
+
+def remap(entry: dict[str, Any], ref: dict[str, Any]) -> torch.Tensor | None:
+    """A state storage `classify` took as 'parameters', as it holds the second weights (raw bytes), or
+    None where the summary carries no second weights for its dtype or a value is not among them. A
+    constant fill or a range of more than one value stays as it is: the candidate's own offsets
+    (`torch.arange(16)`) are a sub-multiset of an index buffer's `randperm`, and mapped they would be a
+    random permutation; a parameter that is a fill or a range maps onto itself anyway (a value that
+    recurs stays; a range is drawn the same under any seed)."""
+    group = (ref.get("union") or {}).get(entry.get("dtype"))
+    if not isinstance(group, dict) or not isinstance(group.get("second"), torch.Tensor):
+        return None
+    dtype, width = codec.DTYPES[entry["dtype"]]
+    bits = _bits(entry["data"], width)
+    values = group["values"]
+    if bits is None or values.dtype != bits.dtype or not values.numel():
+        return None
+    if bits.numel() > 1 and _is_constant_or_range(bits, dtype):
+        return None
+    at = torch.searchsorted(values, bits).clamp(max=values.numel() - 1)
+    if not torch.equal(values[at], bits):
+        return None
+    return group["second"][at].view(torch.uint8).clone()
 
 
 def _is_param_layout(bits: torch.Tensor, dtype: str, ref: dict[str, Any]) -> bool:

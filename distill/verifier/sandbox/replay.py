@@ -11,9 +11,10 @@ computes with the candidate's Triton kernels or fails. State the parent could no
 reference's parameters (statecheck.py) arrives poisoned, so cached or precomputed values cannot reach
 the outputs. A run also finds, itself, what the worker only claims (`Program.audit`): a store where no
 tensor of the record reaches (4 KiB guard bands around each storage, and the ranges of a storage around
-its tensors), an input the steps changed, an output that is an input's memory. Not covered: scalar
-arguments and fill values are claims too, and could carry a few numbers computed from the weights
-beforehand (never from the secret trial's inputs); a store into a gap of a strided tensor.
+its tensors), an input the steps changed, an output that is an input's memory. Scalar arguments and
+fill values are claims too: a number computed from the weights beforehand rides them unchanged, so
+the replay trial's run places the state on the second weights (statecheck.py), where such a number is
+wrong. Not covered: a store into a gap of a strided tensor.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class Replayed:
     worker's report of the same is a claim)."""
     outputs: list[torch.Tensor]
     mem: list[torch.UntypedStorage]
+    second: bool = False  # the state placed was the second weights (statecheck.py)
     out_of_bounds: list[str] = field(default_factory=list)
     inputs_changed: list[int] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)
@@ -144,7 +146,12 @@ class Program:
             data = s.get("data")
             if type(data) is not torch.Tensor or data.dtype != torch.uint8 or data.numel() != out["nbytes"]:
                 raise NotReplayable("malformed record: state without its bytes")
-            out["data"] = data
+            out["data"] = out["second"] = data
+            second = s.get("second")  # the parent's: the same layout on the second weights (replaycheck.py)
+            if second is not None:
+                if type(second) is not torch.Tensor or second.dtype != torch.uint8 or second.numel() != out["nbytes"]:
+                    raise NotReplayable("malformed record: state's second weights")
+                out["second"] = second
         return out
 
     def _ref(self, r: Any) -> dict[str, Any]:
@@ -225,15 +232,15 @@ class Program:
         raise NotReplayable("malformed record: a step")
 
     # -- running ---------------------------------------------------------------------------------------------
-    def _allocate(self, device: torch.device) -> list[torch.UntypedStorage]:
-        """Fresh memory for every storage between guard bands (BAND_BYTE): state as accepted, the rest
-        0xFF (NaN in every float width, -1 in every integer one)."""
+    def _allocate(self, device: torch.device, second: bool = False) -> list[torch.UntypedStorage]:
+        """Fresh memory for every storage between guard bands (BAND_BYTE): state as accepted (on the
+        second weights with `second`), the rest 0xFF (NaN in every float width, -1 in every integer one)."""
         mem = []
         for s in self.storages:
             raw = torch.empty(s["nbytes"] + 2 * BAND, dtype=torch.uint8, device=device if s["device"] == "job" else "cpu")
             raw.fill_(BAND_BYTE)
             body = raw[BAND:BAND + s["nbytes"]]
-            body.copy_(s["data"]) if s["kind"] == "state" else body.fill_(0xFF)
+            body.copy_(s["second" if second else "data"]) if s["kind"] == "state" else body.fill_(0xFF)
             mem.append(raw.untyped_storage())
         return mem
 
@@ -285,21 +292,21 @@ class Program:
         return [self._view(mem, r) for r in self.outputs]
 
     def run(self, inputs: list[Any], kernels: dict[str, Any], device: torch.device, ablate: bool,
-            launch: Callable[[Any, tuple, tuple, dict], None]) -> Replayed:
-        """Execute the steps on fresh memory holding `inputs`; the outputs, as views of that memory.
-        With `ablate`, every launch is left out."""
-        mem = self._allocate(device)
+            launch: Callable[[Any, tuple, tuple, dict], None], second: bool = False) -> Replayed:
+        """Execute the steps on fresh memory holding `inputs` (and the state on its second weights with
+        `second`); the outputs, as views of that memory. With `ablate`, every launch is left out."""
+        mem = self._allocate(device, second)
         self._place(mem, inputs)
-        return Replayed(self._execute(mem, kernels, ablate, True, launch), mem)
+        return Replayed(self._execute(mem, kernels, ablate, True, launch), mem, second)
 
     def audit(self, done: Replayed, inputs: list[Any]) -> None:
         """What the run did beyond its outputs: stores past a storage's ends, inputs changed, outputs
         that are an input's memory. Compute on the device: the caller lifts the kernel-table block."""
-        done.out_of_bounds = self._breaches(done.mem)
+        done.out_of_bounds = self._breaches(done.mem, done.second)
         done.inputs_changed = self._changed(done.mem, inputs)
         done.aliases = list(self.aliases)
 
-    def _breaches(self, mem: list[torch.UntypedStorage]) -> list[str]:
+    def _breaches(self, mem: list[torch.UntypedStorage], second: bool = False) -> list[str]:
         """Bytes changed where no tensor of the record reaches: the guard bands around each storage, and
         the ranges of a storage between and around its tensors (`gaps`)."""
         found = []
@@ -308,7 +315,7 @@ class Program:
             body = raw[BAND:BAND + s["nbytes"]]
             bad = int((raw[:BAND] != BAND_BYTE).sum()) + int((raw[BAND + s["nbytes"]:] != BAND_BYTE).sum())
             for a, b in gaps:
-                was = s["data"][a:b].to(body.device) if s["kind"] == "state" else 0xFF
+                was = s["second" if second else "data"][a:b].to(body.device) if s["kind"] == "state" else 0xFF
                 bad += int((body[a:b] != was).sum())
             if bad:
                 what = f"input {s['index']}" if s["kind"] == "input" else f"{s['kind']} storage {sid}"

@@ -266,7 +266,7 @@ def _run(program: Program, inputs: list[Any], run: dict[str, Any], kernels: dict
     done = None
     guard.ctl(token, "record", True)
     try:
-        done = program.run(inputs, kernels, device, bool(run.get("ablate")), _launch)
+        done = program.run(inputs, kernels, device, bool(run.get("ablate")), _launch, bool(run.get("second")))
         sync()
         rep["outputs"] = _copies(done.outputs)
     except NotReplayable as exc:

@@ -527,3 +527,4 @@ def test_what_a_factory_kernel_closed_over_is_a_claim_that_gains_nothing(pool, m
     _forge_runs(monkeypatch, forge)
     v = pool.verify(problem("factory_closure_act"), honest("factory_closure_act"))
     assert v.status == "not_triton" and why in v.reason, v.reason
+

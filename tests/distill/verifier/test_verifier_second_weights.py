@@ -1,0 +1,101 @@
+"""The replay trial runs on a second set of weights (statecheck.py): a number the candidate's host
+code folded from the first weights rides a per-call fill or a scalar argument unchanged, and is wrong
+there. Unit checks of the map (statecheck.second_weights, remap), the reference's trials
+(reference.make_trials) and, through a real pool, a forged record that carries its bias in fills."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+import synth
+from distill.lowering import lower
+from distill.verifier import codec, reference, statecheck
+from tests.distill.verifier.conftest import problem
+from tests.distill.verifier.test_verifier_replayer import _forge_runs, _record
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(5, 3)
+        self.norm = nn.LayerNorm(3)
+        self.register_buffer("perm", torch.randperm(7))
+        self.h16 = nn.Parameter(torch.randn(4, 6, dtype=torch.float16))
+
+
+def _state(t: torch.Tensor) -> dict:
+    return {"data": codec.raw_u8(t.contiguous()).clone(), "dtype": codec.dtype_name(t.dtype)}
+
+
+def test_second_weights_are_fresh_where_a_value_is_drawn_and_kept_where_it_recurs():
+    torch.manual_seed(1)
+    first = _Net()
+    torch.manual_seed(2)
+    drawn = _Net()
+    second, why = statecheck.second_weights(first, drawn)
+    assert why == "" and set(second) == {"float32", "float16", "int64"}
+    assert not torch.equal(drawn.lin.weight, first.lin.weight) and not torch.equal(drawn.h16, first.h16)
+    assert torch.equal(drawn.norm.weight, torch.ones(3)) and torch.equal(drawn.norm.bias, torch.zeros(3))
+    assert sorted(drawn.perm.tolist()) == list(range(7))  # an index buffer stays a permutation
+    ref = statecheck.summary(first, second)
+    # a layout of the parameters (transposed; a slice of the fp16 one) maps element by element
+    for kept, want in ((first.lin.weight.t(), drawn.lin.weight.t()), (first.h16[1:3], drawn.h16[1:3])):
+        entry = _state(kept.detach())
+        assert statecheck.classify(entry, ref) == "parameters"
+        assert torch.equal(statecheck.remap(entry, ref), codec.raw_u8(want.detach().contiguous()))
+    assert statecheck.remap(_state(torch.randn(3)), ref) is None  # not among the values: nothing to map
+    # the candidate's own offsets are among the index buffer's values, and stay offsets
+    offsets = _state(torch.arange(7))
+    assert statecheck.classify(offsets, ref) == "parameters" and statecheck.remap(offsets, ref) is None
+    lone = _state(first.lin.bias.detach()[:1])  # one value of a parameter is a 'fill' of one, and maps
+    assert torch.equal(statecheck.remap(lone, ref), codec.raw_u8(drawn.lin.bias.detach()[:1].clone()))
+    assert statecheck.remap(_state(first.lin.weight.detach()), statecheck.summary(first)) is None  # no map sent
+
+
+def test_second_weights_are_off_where_the_second_draw_is_laid_out_otherwise():
+    second, why = statecheck.second_weights(nn.Linear(4, 3), nn.Linear(4, 2))
+    assert second is None and "not laid out as the first" in why
+
+
+def test_the_reference_runs_the_replay_trial_alone_on_the_second_weights():
+    """The last seed's trial (the replay trial's) on the second weights; the others, and a problem
+    without parameters, on the first."""
+    src = synth.sample(1, level=2, seed=1, ops=["linear", "gelu"])[0].source
+    mod = reference.load_problem(src, {})
+    cpu = torch.device("cpu")
+    seeds = [11, 12, 11]  # the first and the last trial see the same inputs
+    plain = reference.make_trials(mod, 5, seeds, cpu)
+    twice = reference.make_trials(mod, 5, seeds, cpu, second_init=99)
+    out = [t["outputs"][0] for t in twice["trials"]]
+    assert torch.equal(out[0], plain["trials"][0]["outputs"][0]) and torch.equal(out[1], plain["trials"][1]["outputs"][0])
+    assert not torch.allclose(out[2], out[0], atol=1e-3), "the replay trial ran on the first weights"
+    assert twice["params"]["second"] and not plain["params"]["second"]
+    assert torch.equal(reference.make_trials(mod, 5, seeds, cpu, second_init=99)["trials"][2]["outputs"][0], out[2])
+    free = reference.load_problem(problem("add"), {})
+    trials = reference.make_trials(free, 5, seeds, cpu, second_init=99)["trials"]
+    assert torch.equal(trials[0]["outputs"][0], trials[2]["outputs"][0])
+
+
+def _weights_into_fills(reply):
+    """What a candidate that knew its bias on the host would send: the bias no longer read from the kept
+    parameter but written into a fresh buffer by one fill per value, each call (the values the worker's
+    own state held, so every trial the worker ran is right)."""
+    record = _record(reply)
+    sid, bias = min(((i, s) for i, s in enumerate(record["storages"]) if s.get("kind") == "state"),
+                    key=lambda item: item[1]["nbytes"])
+    values = bias["data"].view(torch.float32).tolist()
+    record["storages"][sid] = {k: v for k, v in bias.items() if k != "data"} | {"kind": "alloc"}
+    ref = {"s": sid, "dtype": "float32", "size": [1], "stride": [1]}
+    record["steps"][:0] = [["fill", {**ref, "off": 4 * i}, v] for i, v in enumerate(values)]  # offsets in bytes
+
+
+def test_weights_folded_into_per_call_fills_are_wrong_on_the_second_weights(pool, monkeypatch):
+    """The replay trial runs on a second set of weights (statecheck.py): a number folded from the first
+    ones rides a fill unchanged and is wrong there, though every trial the worker ran was right."""
+    p = synth.sample(1, level=2, seed=1, ops=["linear", "gelu"])[0]
+    honest_run = pool.verify(p, lower(p).source)
+    assert honest_run.status == "pass" and honest_run.checks["replay_weights"] == "second", honest_run.reason
+    _forge_runs(monkeypatch, _weights_into_fills)
+    v = pool.verify(p, lower(p).source)
+    assert v.status == "not_triton" and "give wrong outputs" in v.reason, (v.status, v.reason)
+    assert v.checks["replay_state"] == ["parameters"]  # the weight matrix, kept; the bias went into fills
