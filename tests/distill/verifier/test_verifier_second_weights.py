@@ -99,3 +99,15 @@ def test_weights_folded_into_per_call_fills_are_wrong_on_the_second_weights(pool
     v = pool.verify(p, lower(p).source)
     assert v.status == "not_triton" and "give wrong outputs" in v.reason, (v.status, v.reason)
     assert v.checks["replay_state"] == ["parameters"]  # the weight matrix, kept; the bias went into fills
+
+
+def test_the_replay_trials_bound_is_measured_on_the_weights_it_ran_on():
+    """A near miss's per-trial bounds (reference.trial_bounds) measure the fp32 model against its fp64
+    copy: on the replay trial both hold the second weights. A copy on the first weights would read
+    the change of weights as fp32 error and widen that trial's bound to the most it may be."""
+    src = synth.sample(1, level=2, seed=1, ops=["linear", "gelu"])[0].source
+    mod = reference.load_problem(src, {})
+    first, replay = reference.trial_bounds(mod, 5, [11, 11], torch.device("cpu"), second_init=99)
+    assert first[0]["basis"] == replay[0]["basis"] == "measured"
+    # fp32 against fp64 of one model: rounding (2e-7 on both trials); against the other weights it read 1.4
+    assert replay[0]["measured"]["fp32_norm"] < 10 * first[0]["measured"]["fp32_norm"] < 1e-5, (first, replay)
