@@ -10,6 +10,7 @@ for the physical floor.
 """
 from __future__ import annotations
 
+import copy
 import os
 import time
 import types
@@ -82,20 +83,23 @@ def _build(mod: types.ModuleType, init_seed: int, device: torch.device,
 
 
 def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int | None,
-            device: torch.device) -> tuple[Any, dict[str, torch.Tensor] | None, str]:
+            device: torch.device) -> tuple[Any, dict[str, torch.Tensor], list[str], str]:
     """The model on its second weights for the replay trial (statecheck.second_weights), their map,
-    and why there is none (no `second_init` asked for, or the draw does not fit)."""
+    the dtypes left on their first weights, and why there is no such model (no `second_init` asked
+    for, or the draw does not fit)."""
     if second_init is None:
-        return None, None, "not asked for"
+        return None, {}, [], "not asked for"
     sizes: dict[torch.dtype, int] = {}
     for t in list(model.parameters()) + list(model.buffers()):
-        sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
-    past = [f"{n:,} {d} values" for d, n in sizes.items() if n > statecheck.UNION_LIMIT]
-    if past:  # before a second draw doubles them
-        return None, None, f"{past[0]} among the parameters (past {statecheck.UNION_LIMIT:,})"
+        if t.dtype.is_floating_point:
+            sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
+    if not sizes or all(n > statecheck.UNION_LIMIT for n in sizes.values()):  # before a second draw doubles them
+        why = "no floating-point parameters" if not sizes else \
+            f"{max(sizes.values()):,} values of a dtype among the parameters (past {statecheck.UNION_LIMIT:,})"
+        return None, {}, [], why
     drawn = _build(mod, init_seed, device, weights_seed=second_init)[0]
-    second, why = statecheck.second_weights(model, drawn)
-    return (drawn, second, "") if second is not None else (None, None, why)
+    model2, second, kept, why = statecheck.second_weights(model, drawn, second_init)
+    return model2, second, kept, why
 
 
 class ScreenFailed(ProblemError):
@@ -140,10 +144,10 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
-    model2, second, why = _second(mod, model, init_seed, second_init, device)
+    model2, second, kept, why = _second(mod, model, init_seed, second_init, device)
     state = statecheck.summary(model, second)  # what a replayed forward's kept tensors are checked against
-    if second_init is not None and second is None:
-        state["second_off"] = why
+    if second_init is not None and (why or kept):
+        state["second_off"] = why or "; ".join(kept) + " on their first weights"
     trials: list[protocol.Trial] = []
     plan = None
     forward_ops: dict[str, int] | None = None
@@ -209,9 +213,7 @@ def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device
         small = 2 * io_bytes <= precision.MEASURE_BYTES
         twin = None
         if small:  # a copy of the model the trial ran on (screen.bounds evaluates it in fp64)
-            twin = _build(mod, init_seed, device, weights_seed=second_init if second else None)[0]
-            if second:
-                statecheck.second_weights(first, twin)
+            twin = copy.deepcopy(model2) if second else _build(mod, init_seed, device)[0]
         out.append(screen.bounds(model, twin, [inputs], [outs], _run, io_bytes)[1])
         del inputs, outs, twin
     memplan.release(device)

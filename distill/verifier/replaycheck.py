@@ -73,7 +73,7 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
             fills += 1
             taken = taken if fills <= statecheck.CONSTANT_STORAGES else ""
         kinds.append(taken or "poisoned")
-        second = statecheck.remap(s, params or {}) if taken == "parameters" else None
+        second = statecheck.remap(s, params or {}, tables) if taken == "parameters" else None
         if second is not None:  # the replay trial's runs place the second weights (statecheck.py)
             storages.append({**s, "second": second})
         elif taken:
@@ -183,10 +183,9 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
                           trace={**record, "storages": storages}, byte_limit=byte_limit, runs=list(RUNS), seeds=seeds,
                           stream=stream)
     checks = {**checks, "replay_state": kinds} if kinds else checks
-    off = (params or {}).get("second_off")
-    return Prepared(msg=msg, poisoned=poisoned, skipped=source.skipped,
-                    checks={**checks, "replay_weights": "second" if (params or {}).get("second")
-                            else f"first: {_PLAIN.sub('?', str(off))[:200]}" if off else "first"})
+    off = _PLAIN.sub("?", str((params or {}).get("second_off") or ""))[:200]
+    weights = ("second" + (f" ({off})" if off else "")) if (params or {}).get("second") else f"first: {off or '?'}"
+    return Prepared(msg=msg, poisoned=poisoned, skipped=source.skipped, checks={**checks, "replay_weights": weights})
 
 
 def decide(rep: protocol.ReplayReply, prep: Prepared, trials: list[protocol.Trial], secret: int, other: int,

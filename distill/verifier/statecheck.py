@@ -27,18 +27,21 @@ a fill. Not covered: a permutation of parameter values carries information by it
 **The second weights.** Whatever the candidate's host code knew of the weights could ride per-call
 fills and scalar launch arguments, which the replay takes from the record as they were. So the
 replay trial runs on a second set of weights (`second_weights`): the reference draws the model again
-under a secret seed (the same constructor arguments) and takes, for every value that occurs once among
-its parameters and buffers of a dtype, the second draw's value at that place (a value that recurs, a
-constant fill such as a norm's ones, stays). That is a function of the value, so a state tensor that
-is a layout of the parameters maps through it element by element (`remap`): the parent hands the
-replayer both, the first for the run on the worker's own trial, the second for the replay trial,
-whose expected outputs the reference computes with the second weights. A fill or a scalar folded from
-the first weights is then the wrong number there. Off (the first weights throughout, `checks.replay`
-says why) where a dtype holds more than UNION_LIMIT values or the second draw is not laid out as the
-first.
+under a secret seed (the same constructor arguments) and gives a copy of the first model, value by
+value, the second draw's value at that value's first place, scaled per tensor by a secret factor (a
+norm or a mean of a large tensor barely moves between two draws); a value the second draw left as it
+was (a fill, a range) stays, and so do integer and bool tensors (indices, masks, counters) and
+whatever else the constructor drew (a Python float, a plain tensor attribute), which the candidate
+holds as it was. That is a function of the value, so a state tensor that is a layout of the
+parameters maps through it element by element (`remap`): the parent hands the replayer both, the
+first for the run on the worker's own trial, the second for the replay trial, whose expected outputs
+the reference computes with the second weights. A fill or a scalar folded from the first weights is
+then the wrong number there. A floating dtype past UNION_LIMIT values keeps its first weights, and
+`checks.replay_weights` says so.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any
 
@@ -94,59 +97,73 @@ def summary(model: torch.nn.Module, second: dict[str, torch.Tensor] | None = Non
         if sum(p.numel() for p in parts) <= UNION_LIMIT:
             values, counts = torch.unique(torch.cat(parts), sorted=True, return_counts=True)
             union[name] = {"values": values.cpu(), "counts": counts.cpu()}
-            if second is not None:
+            if second and name in second:
                 union[name]["second"] = second[name].cpu()
-    return {"raw": raw, "digests": digests, "union": union, "second": second is not None}
+    return {"raw": raw, "digests": digests, "union": union, "second": bool(second)}
 
 
-def second_weights(first_model: torch.nn.Module, drawn_model: torch.nn.Module) -> tuple[
-        dict[str, torch.Tensor] | None, str]:
-    """Give `drawn_model` (the reference built again under another seed) the second weights of
-    `first_model` (the module docstring), in place; return ({dtype: the second value of each of that
-    dtype's sorted distinct values}, "") or (None, why not)."""
+def _factor(gen: torch.Generator) -> float:
+    """A secret scale in [0.67, 0.9] or [1.1, 1.33]: a statistic of a large tensor (its norm, its mean)
+    barely moves between two draws of it, and must move between the two sets of weights."""
+    u, side = torch.rand(2, generator=gen).tolist()
+    return 1.0 + (0.1 + 0.23 * u) * (1.0 if side < 0.5 else -1.0)
+
+
+def second_weights(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed: int) -> tuple[
+        torch.nn.Module | None, dict[str, torch.Tensor], list[str], str]:
+    """The reference on its second weights (the module docstring): a copy of `first_model` (whatever
+    else its constructor drew stays as it was, as it is in the candidate) whose floating-point
+    parameters and buffers take, value by value, `drawn_model`'s value at the value's first place,
+    scaled per tensor by a secret factor drawn from `seed`; a value the second draw left as it was (a
+    fill, a range, a table) stays. Integer and bool tensors (indices, masks, counters) stay. Returns
+    (the model, {dtype: the second value of each of that dtype's sorted distinct values}, the dtypes
+    left on their first weights and why, "") or (None, {}, [], why there is none)."""
     first, drawn = _tensors(first_model), _tensors(drawn_model)
     if [(t.shape, t.dtype) for t in first] != [(t.shape, t.dtype) for t in drawn]:
-        return None, "the second draw's parameters are not laid out as the first's"
+        return None, {}, [], "the second draw's parameters are not laid out as the first's"
+    try:
+        model = copy.deepcopy(first_model)
+    except Exception as exc:  # noqa: BLE001 - a problem's own attributes: then no second weights
+        return None, {}, [], f"the reference cannot be copied ({type(exc).__name__})"
+    target = _tensors(model)
+    gen = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
     groups: dict[str, list[int]] = {}
     for i, t in enumerate(first):
-        try:
-            name = codec.dtype_name(t.dtype)
-        except codec.CodecError:
-            return None, f"a parameter of dtype {t.dtype}"
-        if _bits(codec.raw_u8(t), t.element_size()) is not None and t.numel():
-            groups.setdefault(name, []).append(i)
-        else:  # no bit pattern to map (complex128): it keeps the first weights, as no state can claim it
-            with torch.no_grad():
-                drawn[i].copy_(t)
-    second, rewritten = {}, {}
+        if t.dtype.is_floating_point and t.numel():
+            groups.setdefault(codec.dtype_name(t.dtype), []).append(i)
+    second, kept = {}, []
     for name, members in groups.items():
-        a = torch.cat([_bits(codec.raw_u8(first[i]), first[i].element_size()) for i in members])
-        b = torch.cat([_bits(codec.raw_u8(drawn[i]), drawn[i].element_size()) for i in members])
-        if a.numel() > UNION_LIMIT:
-            return None, f"{a.numel():,} {name} values among the parameters (past {UNION_LIMIT:,})"
-        values, inverse, counts = torch.unique(a, sorted=True, return_inverse=True, return_counts=True)
+        total = sum(first[i].numel() for i in members)
+        if total > UNION_LIMIT:
+            kept.append(f"{total:,} {name} values (past {UNION_LIMIT:,})")
+            continue
+        width = first[members[0]].element_size()
+        a = torch.cat([_bits(codec.raw_u8(first[i]), width) for i in members])
+        b = torch.cat([_bits(codec.raw_u8(drawn[i]), width) for i in members])
+        scaled = torch.cat([_bits(codec.raw_u8(drawn[i] * _factor(gen)), width) for i in members])
+        values, inverse = torch.unique(a, sorted=True, return_inverse=True)
         place = torch.full((values.numel(),), a.numel(), dtype=torch.long, device=a.device)
         place.scatter_reduce_(0, inverse, torch.arange(a.numel(), device=a.device), "amin")
-        second[name] = torch.where(counts == 1, b[place], values)  # a value that recurs stays
+        second[name] = torch.where(b[place] == values, values, scaled[place])
         mapped, at = second[name][inverse], 0
-        for i in members:
-            n = first[i].numel()
-            rewritten[i] = mapped[at:at + n]
-            at += n
-    with torch.no_grad():
-        for i, bits in rewritten.items():
-            t = torch.view_as_real(drawn[i]) if drawn[i].dtype.is_complex else drawn[i]
-            t.copy_(bits.view(torch.uint8).view(t.dtype).reshape(t.shape))
-    return second, ""
+        with torch.no_grad():
+            for i in members:
+                n = first[i].numel()
+                target[i].copy_(mapped[at:at + n].view(torch.uint8).view(target[i].dtype).reshape(target[i].shape))
+                at += n
+    return model, second, kept, ""
 
 
-def remap(entry: dict[str, Any], ref: dict[str, Any]) -> torch.Tensor | None:
+def remap(entry: dict[str, Any], ref: dict[str, Any], tables: frozenset[tuple[float, ...]] = frozenset()) -> \
+        torch.Tensor | None:
     """A state storage `classify` took as 'parameters', as it holds the second weights (raw bytes), or
-    None where the summary carries no second weights for its dtype or a value is not among them. A
-    constant fill or a range of more than one value stays as it is: the candidate's own offsets
-    (`torch.arange(16)`) are a sub-multiset of an index buffer's `randperm`, and mapped they would be a
-    random permutation; a parameter that is a fill or a range maps onto itself anyway (a value that
-    recurs stays; a range is drawn the same under any seed)."""
+    None where it stays: no second weights for its dtype (integer and bool tensors keep theirs), a
+    value not among them, or a tensor that is the candidate's own rather than a copy of a parameter
+    (a constant fill or a range of more than one value, a table written in its source (`tables`), one
+    value that recurs among the parameters): in fp16 or bf16 weights most small numbers occur, so the
+    candidate's own `torch.full((8,), 0.5)` is a sub-multiset of them, and mapped it would be a random
+    number. A parameter that is a fill, a range or a fixed table is drawn alike under any seed and stays
+    on the second weights too."""
     group = (ref.get("union") or {}).get(entry.get("dtype"))
     if not isinstance(group, dict) or not isinstance(group.get("second"), torch.Tensor):
         return None
@@ -155,10 +172,10 @@ def remap(entry: dict[str, Any], ref: dict[str, Any]) -> torch.Tensor | None:
     values = group["values"]
     if bits is None or values.dtype != bits.dtype or not values.numel():
         return None
-    if bits.numel() > 1 and _is_constant_or_range(bits, dtype):
+    if bits.numel() > 1 and (_is_constant_or_range(bits, dtype) or _written_table(bits, dtype, tables)):
         return None
     at = torch.searchsorted(values, bits).clamp(max=values.numel() - 1)
-    if not torch.equal(values[at], bits):
+    if not torch.equal(values[at], bits) or (bits.numel() == 1 and int(group["counts"][at[0]]) > 1):
         return None
     return group["second"][at].view(torch.uint8).clone()
 

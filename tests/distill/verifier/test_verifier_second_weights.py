@@ -21,40 +21,61 @@ class _Net(nn.Module):
         self.norm = nn.LayerNorm(3)
         self.register_buffer("perm", torch.randperm(7))
         self.h16 = nn.Parameter(torch.randn(4, 6, dtype=torch.float16))
+        self.b16 = nn.Parameter(torch.randn(64, 64, dtype=torch.bfloat16))  # most values recur
+        self.scale = torch.rand(1).item()  # drawn by the constructor, not a parameter
 
 
 def _state(t: torch.Tensor) -> dict:
     return {"data": codec.raw_u8(t.contiguous()).clone(), "dtype": codec.dtype_name(t.dtype)}
 
 
-def test_second_weights_are_fresh_where_a_value_is_drawn_and_kept_where_it_recurs():
+def _pair():
     torch.manual_seed(1)
     first = _Net()
     torch.manual_seed(2)
-    drawn = _Net()
-    second, why = statecheck.second_weights(first, drawn)
-    assert why == "" and set(second) == {"float32", "float16", "int64"}
-    assert not torch.equal(drawn.lin.weight, first.lin.weight) and not torch.equal(drawn.h16, first.h16)
-    assert torch.equal(drawn.norm.weight, torch.ones(3)) and torch.equal(drawn.norm.bias, torch.zeros(3))
-    assert sorted(drawn.perm.tolist()) == list(range(7))  # an index buffer stays a permutation
+    return first, _Net()
+
+
+def test_second_weights_are_a_copy_of_the_first_with_fresh_scaled_float_values():
+    first, drawn = _pair()
+    second_model, second, kept, why = statecheck.second_weights(first, drawn, seed=7)
+    assert why == "" and kept == [] and set(second) == {"float32", "float16", "bfloat16"}
+    assert second_model.scale == first.scale  # what else the constructor drew stays as the candidate holds it
+    assert torch.equal(second_model.perm, first.perm)  # integer tensors (indices, masks, counters) stay
+    assert torch.equal(second_model.norm.weight, torch.ones(3)) and torch.equal(second_model.norm.bias, torch.zeros(3))
+    ratio = float(second_model.lin.weight.norm() / drawn.lin.weight.norm())
+    assert 0.67 <= ratio <= 0.9 or 1.1 <= ratio <= 1.33, ratio  # a secret scale: a norm folded ahead moves
+    # bf16 values recur (4,096 values, few hundred patterns) and are mapped all the same
+    assert float((second_model.b16 == first.b16).float().mean()) < 0.05
+    again = statecheck.second_weights(first, drawn, seed=7)[0]
+    assert all(torch.equal(x, y) for x, y in zip(again.parameters(), second_model.parameters()))
+
+
+def test_a_layout_of_the_parameters_maps_and_the_candidates_own_tensors_stay():
+    first, drawn = _pair()
+    second_model, second, _, _ = statecheck.second_weights(first, drawn, seed=7)
     ref = statecheck.summary(first, second)
-    # a layout of the parameters (transposed; a slice of the fp16 one) maps element by element
-    for kept, want in ((first.lin.weight.t(), drawn.lin.weight.t()), (first.h16[1:3], drawn.h16[1:3])):
+    # a transposed copy, a slice of the fp16 parameter, one value of the bias: each maps element by element
+    for kept, want in ((first.lin.weight.t(), second_model.lin.weight.t()), (first.h16[1:3], second_model.h16[1:3]),
+                       (first.lin.bias[:1], second_model.lin.bias[:1])):
         entry = _state(kept.detach())
         assert statecheck.classify(entry, ref) == "parameters"
         assert torch.equal(statecheck.remap(entry, ref), codec.raw_u8(want.detach().contiguous()))
-    assert statecheck.remap(_state(torch.randn(3)), ref) is None  # not among the values: nothing to map
-    # the candidate's own offsets are among the index buffer's values, and stay offsets
-    offsets = _state(torch.arange(7))
-    assert statecheck.classify(offsets, ref) == "parameters" and statecheck.remap(offsets, ref) is None
-    lone = _state(first.lin.bias.detach()[:1])  # one value of a parameter is a 'fill' of one, and maps
-    assert torch.equal(statecheck.remap(lone, ref), codec.raw_u8(drawn.lin.bias.detach()[:1].clone()))
+    # the candidate's own: offsets among an index buffer's values, a bf16 fill and one recurring value
+    # among bf16 weights, a table of its source; and a tensor of no parameter's values
+    half = torch.tensor(0.5, dtype=torch.bfloat16)
+    assert bool((first.b16 == half).sum() > 1)
+    for own, tables in ((torch.arange(7), frozenset()), (torch.full((8,), 0.5, dtype=torch.bfloat16), frozenset()),
+                        (half.reshape(1), frozenset()), (first.b16.reshape(-1)[:3].float().to(torch.bfloat16),
+                                                          frozenset({tuple(first.b16.reshape(-1)[:3].float().tolist())})),
+                        (torch.randn(3), frozenset())):
+        assert statecheck.remap(_state(own), ref, tables) is None, own
     assert statecheck.remap(_state(first.lin.weight.detach()), statecheck.summary(first)) is None  # no map sent
 
 
 def test_second_weights_are_off_where_the_second_draw_is_laid_out_otherwise():
-    second, why = statecheck.second_weights(nn.Linear(4, 3), nn.Linear(4, 2))
-    assert second is None and "not laid out as the first" in why
+    model, second, _, why = statecheck.second_weights(nn.Linear(4, 3), nn.Linear(4, 2), seed=7)
+    assert model is None and not second and "not laid out as the first" in why
 
 
 def test_the_reference_runs_the_replay_trial_alone_on_the_second_weights():
@@ -111,3 +132,18 @@ def test_the_replay_trials_bound_is_measured_on_the_weights_it_ran_on():
     assert first[0]["basis"] == replay[0]["basis"] == "measured"
     # fp32 against fp64 of one model: rounding (2e-7 on both trials); against the other weights it read 1.4
     assert replay[0]["measured"]["fp32_norm"] < 10 * first[0]["measured"]["fp32_norm"] < 1e-5, (first, replay)
+
+
+def test_an_integer_or_bool_buffer_past_the_limit_leaves_the_float_weights_second():
+    """Only floating-point tensors take second values, and only they count towards UNION_LIMIT: a
+    causal mask of 2^24 + 1 bools beside a linear layer keeps the layer's second weights."""
+    src = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.lin = nn.Linear(8, 4)\n"
+           "        self.register_buffer('mask', torch.ones((1 << 24) + 1, dtype=torch.bool))\n\n"
+           "    def forward(self, x):\n        return self.lin(x)\n\n"
+           "def get_inputs():\n    return [torch.randn(3, 8)]\n\ndef get_init_inputs():\n    return []\n")
+    mod = reference.load_problem(src, {})
+    first = reference._build(mod, 5, torch.device("cpu"))[0]
+    model2, second, kept, why = reference._second(mod, first, 5, 99, torch.device("cpu"))
+    assert why == "" and kept == [] and set(second) == {"float32"}
+    assert not torch.equal(model2.lin.weight, first.lin.weight) and torch.equal(model2.mask, first.mask)
