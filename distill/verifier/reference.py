@@ -10,7 +10,6 @@ for the physical floor.
 """
 from __future__ import annotations
 
-import copy
 import os
 import time
 import types
@@ -84,7 +83,7 @@ def _build(mod: types.ModuleType, init_seed: int, device: torch.device,
 
 def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int | None,
             device: torch.device) -> tuple[Any, dict[str, torch.Tensor], list[str], str]:
-    """The model on its second weights for the replay trial (statecheck.second_weights), their map,
+    """The model on its second weights for the replay trial (statecheck.second_map), their map,
     the dtypes left on their first weights, and why there is no such model (no `second_init` asked
     for, or the draw does not fit)."""
     if second_init is None:
@@ -98,8 +97,15 @@ def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int 
             f"{max(sizes.values()):,} values of a dtype among the parameters (past {statecheck.UNION_LIMIT:,})"
         return None, {}, [], why
     drawn = _build(mod, init_seed, device, weights_seed=second_init)[0]
-    model2, second, kept, why = statecheck.second_weights(model, drawn, second_init)
-    return model2, second, kept, why
+    second, kept, why = statecheck.second_map(model, drawn, second_init)
+    del drawn
+    if why:
+        return None, {}, [], why
+    again = _build(mod, init_seed, device)[0]  # what else the constructor drew stays as the candidate holds it
+    if not statecheck.same_values(again, model):
+        return None, {}, [], "the reference is not built the same twice under one seed"
+    statecheck.apply_second(again, second)
+    return again, second, kept, ""
 
 
 class ScreenFailed(ProblemError):
@@ -200,7 +206,7 @@ def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device
     honest kernel errs more (every value small next to a constant added and taken away again).
     `second_init`: the last seed's trial is on the second weights, as make_trials made it."""
     first = _build(mod, init_seed, device)[0]
-    model2 = _second(mod, first, init_seed, second_init, device)[0]
+    model2, second_weights = _second(mod, first, init_seed, second_init, device)[:2]
     params = sum(p.numel() * p.element_size() for p in first.parameters())
     out: list[list[Any]] = []
     for i, seed in enumerate(seeds):
@@ -213,7 +219,9 @@ def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device
         small = 2 * io_bytes <= precision.MEASURE_BYTES
         twin = None
         if small:  # a copy of the model the trial ran on (screen.bounds evaluates it in fp64)
-            twin = copy.deepcopy(model2) if second else _build(mod, init_seed, device)[0]
+            twin = _build(mod, init_seed, device)[0]
+            if second:
+                statecheck.apply_second(twin, second_weights)
         out.append(screen.bounds(model, twin, [inputs], [outs], _run, io_bytes)[1])
         del inputs, outs, twin
     memplan.release(device)

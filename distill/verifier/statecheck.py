@@ -26,22 +26,22 @@ a fill. Not covered: a permutation of parameter values carries information by it
 
 **The second weights.** Whatever the candidate's host code knew of the weights could ride per-call
 fills and scalar launch arguments, which the replay takes from the record as they were. So the
-replay trial runs on a second set of weights (`second_weights`): the reference draws the model again
-under a secret seed (the same constructor arguments) and gives a copy of the first model, value by
-value, the second draw's value at that value's first place, scaled per tensor by a secret factor (a
-norm or a mean of a large tensor barely moves between two draws); a value the second draw left as it
-was (a fill, a range) stays, and so do integer and bool tensors (indices, masks, counters) and
-whatever else the constructor drew (a Python float, a plain tensor attribute), which the candidate
-holds as it was. That is a function of the value, so a state tensor that is a layout of the
-parameters maps through it element by element (`remap`): the parent hands the replayer both, the
-first for the run on the worker's own trial, the second for the replay trial, whose expected outputs
-the reference computes with the second weights. A fill or a scalar folded from the first weights is
-then the wrong number there. A floating dtype past UNION_LIMIT values keeps its first weights, and
-`checks.replay_weights` says so.
+replay trial runs on a second set of weights (`second_map`, `apply_second`): the reference draws the
+model again under a secret seed (the same constructor arguments) and maps each floating value of its
+parameters and buffers to the second draw's value at the value's first place where that draw changed
+it, scaled per tensor by a secret factor (a norm or a mean of a large tensor barely moves between
+two draws). A value the second draw left as it was at every place (a fill, a range, a fixed table)
+stays; integer and bool tensors (indices, masks, counters) stay; the model it applies to is the
+first built again under the init seed, so whatever else the constructor drew (a Python float, a
+plain tensor attribute) stays as the candidate holds it. The map is a function of the value, so a
+state tensor that is a layout of the parameters maps through it element by element (`remap`): the
+parent hands the replayer both, the first for the run on the worker's own trial, the second for the
+replay trial, whose expected outputs the reference computes with the second weights. A fill or a
+scalar folded from the first weights is then the wrong number there. A floating dtype past
+UNION_LIMIT values keeps its first weights, and `checks.replay_weights` says so.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 from typing import Any
 
@@ -77,9 +77,9 @@ def _tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [t.detach() for t in list(model.parameters()) + list(model.buffers())]
 
 
-def summary(model: torch.nn.Module, second: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+def summary(model: torch.nn.Module, second: dict[str, dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
     """What `classify` needs of the reference's parameters and buffers (computed where they live);
-    with `second` (`second_weights`'s map), each dtype's second values beside its values."""
+    with `second` (`second_map`'s map of the same model), each dtype's second values beside its values."""
     raw, digests, groups = [], [], {}
     for t in _tensors(model):
         try:
@@ -97,8 +97,8 @@ def summary(model: torch.nn.Module, second: dict[str, torch.Tensor] | None = Non
         if sum(p.numel() for p in parts) <= UNION_LIMIT:
             values, counts = torch.unique(torch.cat(parts), sorted=True, return_counts=True)
             union[name] = {"values": values.cpu(), "counts": counts.cpu()}
-            if second and name in second:
-                union[name]["second"] = second[name].cpu()
+            if second and name in second and torch.equal(second[name]["values"].cpu(), union[name]["values"]):
+                union[name]["second"] = second[name]["second"].cpu()
     return {"raw": raw, "digests": digests, "union": union, "second": bool(second)}
 
 
@@ -109,30 +109,30 @@ def _factor(gen: torch.Generator) -> float:
     return 1.0 + (0.1 + 0.23 * u) * (1.0 if side < 0.5 else -1.0)
 
 
-def second_weights(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed: int) -> tuple[
-        torch.nn.Module | None, dict[str, torch.Tensor], list[str], str]:
-    """The reference on its second weights (the module docstring): a copy of `first_model` (whatever
-    else its constructor drew stays as it was, as it is in the candidate) whose floating-point
-    parameters and buffers take, value by value, `drawn_model`'s value at the value's first place,
-    scaled per tensor by a secret factor drawn from `seed`; a value the second draw left as it was (a
-    fill, a range, a table) stays. Integer and bool tensors (indices, masks, counters) stay. Returns
-    (the model, {dtype: the second value of each of that dtype's sorted distinct values}, the dtypes
-    left on their first weights and why, "") or (None, {}, [], why there is none)."""
-    first, drawn = _tensors(first_model), _tensors(drawn_model)
-    if [(t.shape, t.dtype) for t in first] != [(t.shape, t.dtype) for t in drawn]:
-        return None, {}, [], "the second draw's parameters are not laid out as the first's"
-    try:
-        model = copy.deepcopy(first_model)
-    except Exception as exc:  # noqa: BLE001 - a problem's own attributes: then no second weights
-        return None, {}, [], f"the reference cannot be copied ({type(exc).__name__})"
-    target = _tensors(model)
-    gen = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
+def _float_groups(tensors: list[torch.Tensor]) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
-    for i, t in enumerate(first):
+    for i, t in enumerate(tensors):
         if t.dtype.is_floating_point and t.numel():
             groups.setdefault(codec.dtype_name(t.dtype), []).append(i)
+    return groups
+
+
+def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed: int) -> tuple[
+        dict[str, dict[str, torch.Tensor]], list[str], str]:
+    """The second weights as a map of values (the module docstring): for each floating dtype, the
+    sorted distinct values (bit patterns) of `first_model`'s parameters and buffers and the second value
+    of each ({dtype: {"values", "second"}}). A value takes `drawn_model`'s value at its first place where the second draw changed it,
+    scaled by that tensor's secret factor (drawn from `seed`); a value the second draw left as it was
+    at every place (a fill, a range, a table) stays. One that is left at one place and drawn at another
+    (a norm's 1.0 that a bf16 embedding also holds; a 0.0 of a bias that a fp32 `uniform_` also drew,
+    once in 2^25) maps everywhere, so a table of fixed values cannot shield a weight whose values it
+    shares. Also returns the dtypes left on their first weights and why, and why there is no map."""
+    first, drawn = _tensors(first_model), _tensors(drawn_model)
+    if [(t.shape, t.dtype) for t in first] != [(t.shape, t.dtype) for t in drawn]:
+        return {}, [], "the second draw's parameters are not laid out as the first's"
+    gen = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
     second, kept = {}, []
-    for name, members in groups.items():
+    for name, members in _float_groups(first).items():
         total = sum(first[i].numel() for i in members)
         if total > UNION_LIMIT:
             kept.append(f"{total:,} {name} values (past {UNION_LIMIT:,})")
@@ -142,28 +142,46 @@ def second_weights(first_model: torch.nn.Module, drawn_model: torch.nn.Module, s
         b = torch.cat([_bits(codec.raw_u8(drawn[i]), width) for i in members])
         scaled = torch.cat([_bits(codec.raw_u8(drawn[i] * _factor(gen)), width) for i in members])
         values, inverse = torch.unique(a, sorted=True, return_inverse=True)
+        drawn_at = torch.where(b != a, torch.arange(a.numel(), device=a.device), a.numel())
         place = torch.full((values.numel(),), a.numel(), dtype=torch.long, device=a.device)
-        place.scatter_reduce_(0, inverse, torch.arange(a.numel(), device=a.device), "amin")
-        second[name] = torch.where(b[place] == values, values, scaled[place])
-        mapped, at = second[name][inverse], 0
-        with torch.no_grad():
+        place.scatter_reduce_(0, inverse, drawn_at, "amin")
+        changed = place < a.numel()
+        second[name] = {"values": values, "second": torch.where(changed, scaled[place.clamp(max=a.numel() - 1)], values)}
+    return second, kept, ""
+
+
+def same_values(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    """Do two models hold the same parameters and buffers, bit for bit (the reference built twice)?"""
+    x, y = _tensors(a), _tensors(b)
+    return len(x) == len(y) and all(p.shape == q.shape and p.dtype == q.dtype and torch.equal(codec.raw_u8(p), codec.raw_u8(q))
+                                    for p, q in zip(x, y))
+
+
+def apply_second(model: torch.nn.Module, second: dict[str, dict[str, torch.Tensor]]) -> None:
+    """Rewrite `model`'s floating parameters and buffers, in place, through `second_map`'s map (the
+    model is the first one built again: every value is among the map's)."""
+    tensors = _tensors(model)
+    with torch.no_grad():
+        for name, members in _float_groups(tensors).items():
+            if name not in second:
+                continue
+            values, mapped = second[name]["values"], second[name]["second"]
             for i in members:
-                n = first[i].numel()
-                target[i].copy_(mapped[at:at + n].view(torch.uint8).view(target[i].dtype).reshape(target[i].shape))
-                at += n
-    return model, second, kept, ""
+                t = tensors[i]
+                at = torch.searchsorted(values, _bits(codec.raw_u8(t), t.element_size()))
+                t.copy_(mapped[at].view(torch.uint8).view(t.dtype).reshape(t.shape))
 
 
 def remap(entry: dict[str, Any], ref: dict[str, Any], tables: frozenset[tuple[float, ...]] = frozenset()) -> \
         torch.Tensor | None:
     """A state storage `classify` took as 'parameters', as it holds the second weights (raw bytes), or
     None where it stays: no second weights for its dtype (integer and bool tensors keep theirs), a
-    value not among them, or a tensor that is the candidate's own rather than a copy of a parameter
-    (a constant fill or a range of more than one value, a table written in its source (`tables`), one
-    value that recurs among the parameters): in fp16 or bf16 weights most small numbers occur, so the
-    candidate's own `torch.full((8,), 0.5)` is a sub-multiset of them, and mapped it would be a random
-    number. A parameter that is a fill, a range or a fixed table is drawn alike under any seed and stays
-    on the second weights too."""
+    value not among them, or a tensor that is the candidate's own rather than a copy of a parameter.
+    A copy of one parameter (its bytes, or their permutation: the summary's digests) always maps: a
+    norm's ones map wherever the second weights moved 1.0. Otherwise a constant fill or a range of more
+    than one value, a table written in its source (`tables`), or one value that recurs among the
+    parameters is the candidate's own: in fp16 or bf16 weights most small numbers occur, so its own
+    `torch.full((8,), 0.5)` is a sub-multiset of them, and mapped it would be a random number."""
     group = (ref.get("union") or {}).get(entry.get("dtype"))
     if not isinstance(group, dict) or not isinstance(group.get("second"), torch.Tensor):
         return None
@@ -172,10 +190,12 @@ def remap(entry: dict[str, Any], ref: dict[str, Any], tables: frozenset[tuple[fl
     values = group["values"]
     if bits is None or values.dtype != bits.dtype or not values.numel():
         return None
-    if bits.numel() > 1 and (_is_constant_or_range(bits, dtype) or _written_table(bits, dtype, tables)):
+    copied = _digest(entry["dtype"], bits) in set(ref.get("raw") or ()) or \
+        _digest(entry["dtype"], torch.sort(bits).values) in set(ref.get("digests") or ())
+    if not copied and bits.numel() > 1 and (_is_constant_or_range(bits, dtype) or _written_table(bits, dtype, tables)):
         return None
     at = torch.searchsorted(values, bits).clamp(max=values.numel() - 1)
-    if not torch.equal(values[at], bits) or (bits.numel() == 1 and int(group["counts"][at[0]]) > 1):
+    if not torch.equal(values[at], bits) or (not copied and bits.numel() == 1 and int(group["counts"][at[0]]) > 1):
         return None
     return group["second"][at].view(torch.uint8).clone()
 
