@@ -82,12 +82,14 @@ def _build(mod: types.ModuleType, init_seed: int, device: torch.device,
 
 
 def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int | None,
-            device: torch.device) -> tuple[Any, dict[str, torch.Tensor], list[str], str]:
-    """The model on its second weights for the replay trial (statecheck.second_map), their map,
-    the dtypes left on their first weights, and why there is no such model (no `second_init` asked
-    for, or the draw does not fit)."""
+            device: torch.device) -> tuple[dict[str, dict[str, torch.Tensor]], list[str], str]:
+    """The second weights' map for the replay trial (statecheck.second_map), the dtypes left on their
+    first weights, and why there is none (no `second_init` asked for, or the draw does not fit). The
+    caller applies it to `model` in place (statecheck.apply_second) once the other trials are run, so
+    whatever else the constructor drew stays as the candidate holds it, and at most one more model is
+    ever held: the second draw, here, while the map is made."""
     if second_init is None:
-        return None, {}, [], "not asked for"
+        return {}, [], "not asked for"
     sizes: dict[torch.dtype, int] = {}
     for t in list(model.parameters()) + list(model.buffers()):
         if t.dtype.is_floating_point:
@@ -95,17 +97,9 @@ def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int 
     if not sizes or all(n > statecheck.UNION_LIMIT for n in sizes.values()):  # before a second draw doubles them
         why = "no floating-point parameters" if not sizes else \
             f"{max(sizes.values()):,} values of a dtype among the parameters (past {statecheck.UNION_LIMIT:,})"
-        return None, {}, [], why
+        return {}, [], why
     drawn = _build(mod, init_seed, device, weights_seed=second_init)[0]
-    second, kept, why = statecheck.second_map(model, drawn, second_init)
-    del drawn
-    if why:
-        return None, {}, [], why
-    again = _build(mod, init_seed, device)[0]  # what else the constructor drew stays as the candidate holds it
-    if not statecheck.same_values(again, model):
-        return None, {}, [], "the reference is not built the same twice under one seed"
-    statecheck.apply_second(again, second)
-    return again, second, kept, ""
+    return statecheck.second_map(model, drawn, second_init)
 
 
 class ScreenFailed(ProblemError):
@@ -150,7 +144,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
-    model2, second, kept, why = _second(mod, model, init_seed, second_init, device)
+    second, kept, why = _second(mod, model, init_seed, second_init, device)
     state = statecheck.summary(model, second)  # what a replayed forward's kept tensors are checked against
     if second_init is not None and (why or kept):
         state["second_off"] = why or "; ".join(kept) + " on their first weights"
@@ -160,14 +154,15 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     for i, seed in enumerate(seeds):
         host = make_inputs(mod, seed, device)
         held.add(host)
-        on = model2 if model2 is not None and i == len(seeds) - 1 else model
+        if second and i == len(seeds) - 1:  # the replay trial: on the second weights, from here on
+            statecheck.apply_second(model, second)
         with torch.no_grad():
             if forward_ops is None:  # what the reference's forward runs (judge.py: a problem of copies alone)
                 with OpCount() as counter:
-                    out = on(*_to(host, device))
+                    out = model(*_to(host, device))
                 forward_ops = counter.counts
             else:
-                out = on(*_to(host, device))
+                out = model(*_to(host, device))
         held.add(out)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -187,7 +182,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     io_bytes = plan.problem_bytes if plan is not None else params
     memory = protocol.ReferenceMemory(plan=plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
                                       reference_peak_bytes=memplan.peak(device), reference_held_peak_bytes=held.peak)
-    del model, model2, on
+    del model
     memplan.release(device)
     out = protocol.TrialsReply(init_args=args, init_kwargs=kwargs, trials=trials, io_bytes=io_bytes,
                                construct_ops=construct_ops, memory=memory, params=state,
@@ -205,13 +200,14 @@ def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device
     large to measure. Screening measures on two draws of its own, which cannot foresee a draw where an
     honest kernel errs more (every value small next to a constant added and taken away again).
     `second_init`: the last seed's trial is on the second weights, as make_trials made it."""
-    first = _build(mod, init_seed, device)[0]
-    model2, second_weights = _second(mod, first, init_seed, second_init, device)[:2]
-    params = sum(p.numel() * p.element_size() for p in first.parameters())
+    model = _build(mod, init_seed, device)[0]
+    second_weights = _second(mod, model, init_seed, second_init, device)[0]
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
     out: list[list[Any]] = []
     for i, seed in enumerate(seeds):
-        second = model2 is not None and i == len(seeds) - 1
-        model = model2 if second else first
+        second = bool(second_weights) and i == len(seeds) - 1
+        if second:
+            statecheck.apply_second(model, second_weights)
         inputs = _to(make_inputs(mod, seed, device), device)
         with torch.no_grad():
             outs = _outputs(model(*inputs))[0]

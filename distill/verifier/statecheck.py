@@ -31,9 +31,10 @@ model again under a secret seed (the same constructor arguments) and maps each f
 parameters and buffers to the second draw's value at the value's first place where that draw changed
 it, scaled per tensor by a secret factor (a norm or a mean of a large tensor barely moves between
 two draws). A value the second draw left as it was at every place (a fill, a range, a fixed table)
-stays; integer and bool tensors (indices, masks, counters) stay; the model it applies to is the
-first built again under the init seed, so whatever else the constructor drew (a Python float, a
-plain tensor attribute) stays as the candidate holds it. The map is a function of the value, so a
+stays; integer and bool tensors (indices, masks, counters) stay; the reference applies it to its own
+model in place once the other trials ran, so whatever else the constructor drew (a Python float, a
+plain tensor attribute) stays as the candidate holds it, and one more model is held only while the
+map is made. The map is a function of the value, so a
 state tensor that is a layout of the parameters maps through it element by element (`remap`): the
 parent hands the replayer both, the first for the run on the worker's own trial, the second for the
 replay trial, whose expected outputs the reference computes with the second weights. A fill or a
@@ -159,7 +160,7 @@ def same_values(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 def apply_second(model: torch.nn.Module, second: dict[str, dict[str, torch.Tensor]]) -> None:
     """Rewrite `model`'s floating parameters and buffers, in place, through `second_map`'s map (the
-    model is the first one built again: every value is among the map's)."""
+    model is the first one, or it built again: every value is among the map's)."""
     tensors = _tensors(model)
     with torch.no_grad():
         for name, members in _float_groups(tensors).items():
