@@ -124,10 +124,10 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
     sorted distinct values (bit patterns) of `first_model`'s parameters and buffers and the second value
     of each ({dtype: {"values", "second"}}). A value takes `drawn_model`'s value at its first place where the second draw changed it,
     scaled by that tensor's secret factor (drawn from `seed`); a value the second draw left as it was
-    at every place (a fill, a range, a table) stays. One that is left at one place and drawn at another
-    (a norm's 1.0 that a bf16 embedding also holds; a 0.0 of a bias that a fp32 `uniform_` also drew,
-    once in 2^25) maps everywhere, so a table of fixed values cannot shield a weight whose values it
-    shares. Also returns the dtypes left on their first weights and why, and why there is no map."""
+    at every place (a fill, a range, a table) stays, and so does the value of a whole tensor that is one
+    fixed value (a norm's ones, which a bf16 embedding may also draw). Any other value that is left at
+    one place and drawn at another maps everywhere, so a table of fixed values cannot shield a weight
+    whose values it shares. Also returns the dtypes left on their first weights and why, and why there is no map."""
     first, drawn = _tensors(first_model), _tensors(drawn_model)
     if [(t.shape, t.dtype) for t in first] != [(t.shape, t.dtype) for t in drawn]:
         return {}, [], "the second draw's parameters are not laid out as the first's"
@@ -147,6 +147,18 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
         place = torch.full((values.numel(),), a.numel(), dtype=torch.long, device=a.device)
         place.scatter_reduce_(0, inverse, drawn_at, "amin")
         changed = place < a.numel()
+        # a value some whole tensor holds at every place, as the second draw does too (a norm's ones and
+        # zeros), stays wherever else it occurs: the candidate may keep it in any layout (two norms'
+        # weights stacked, an fp32 copy), where `remap` cannot tell it from its own fill
+        fills, at = [], 0
+        for i in members:
+            n = first[i].numel()
+            seg = a[at:at + n]
+            if n > 1 and bool((seg == seg[0]).all()) and torch.equal(seg, b[at:at + n]):
+                fills.append(seg[:1])
+            at += n
+        if fills:
+            changed &= ~torch.isin(values, torch.cat(fills))
         second[name] = {"values": values, "second": torch.where(changed, scaled[place.clamp(max=a.numel() - 1)], values)}
     return second, kept, ""
 

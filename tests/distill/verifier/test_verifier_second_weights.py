@@ -56,10 +56,10 @@ def test_second_weights_are_the_first_model_with_fresh_scaled_float_values():
     assert 0.67 <= ratio <= 0.9 or 1.1 <= ratio <= 1.33, ratio  # a secret scale: a norm folded ahead moves
     # bf16 values recur (4,096 values, a few hundred patterns, most also in the fixed table): all map
     assert float((model2.b16 == first.b16).float().mean()) < 0.05
-    # the norm's ones stay a fill, but b16 drew 1.0 too: 1.0 maps everywhere (a candidate's copy of the
-    # norm's weight maps with it: test below)
-    w = model2.norm.weight.detach()
-    assert bool((first.b16 == 1).any()) and torch.equal(w, torch.full_like(w, float(w[0]))) and float(w[0]) != 1.0
+    # the norm's ones stay, though b16 drew 1.0 too (a candidate may keep them stacked or cast, where
+    # they look like its own fill); so do b16's few 1.0s
+    assert bool((first.b16 == 1).any()) and torch.equal(model2.norm.weight, first.norm.weight)
+    assert bool((model2.b16[first.b16 == 1] == 1).all())
 
 
 def test_a_layout_of_the_parameters_maps_and_the_candidates_own_tensors_stay():
