@@ -7,8 +7,9 @@ forward against the reference's parameters (statecheck.py: accepted ones keep th
 the others are poisoned), and has a replayer (replayer.py, a process that never imported the
 candidate's module) run the record three times: on the replay trial, whose seed only the reference
 and the replayer know, with the second weights (statecheck.py: the state tensors that are layouts of
-the parameters, mapped; the reference's outputs for that trial computed with them); on another of the worker's trials (determinism against that trial's own
-call); on the replay trial with the candidate's launches left out. judge.judge_replay decides.
+the parameters, mapped; the reference's outputs for that trial computed with them); on another of the
+worker's trials (determinism against that trial's own call); on the replay trial with the
+candidate's launches left out. judge.judge_replay decides.
 
 So the worker produces no evidence the verdict rests on: a forged record either replays into the
 reference's outputs for inputs the worker never saw, from the candidate's Triton kernels alone (which

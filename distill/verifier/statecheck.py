@@ -34,9 +34,8 @@ two draws). A value the second draw left as it was at every place (a fill, a ran
 stays; integer and bool tensors (indices, masks, counters) stay; the reference applies it to its own
 model in place once the other trials ran, so whatever else the constructor drew (a Python float, a
 plain tensor attribute) stays as the candidate holds it, and one more model is held only while the
-map is made. The map is a function of the value, so a
-state tensor that is a layout of the parameters maps through it element by element (`remap`): the
-parent hands the replayer both, the first for the run on the worker's own trial, the second for the
+map is made. The map is a function of the value, so a state tensor that is a layout of the
+parameters maps through it element by element (`remap`): the parent hands the replayer both, the first for the run on the worker's own trial, the second for the
 replay trial, whose expected outputs the reference computes with the second weights. A fill or a
 scalar folded from the first weights is then the wrong number there. A floating dtype past
 UNION_LIMIT values keeps its first weights, and `checks.replay_weights` says so.
@@ -122,12 +121,13 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
         dict[str, dict[str, torch.Tensor]], list[str], str]:
     """The second weights as a map of values (the module docstring): for each floating dtype, the
     sorted distinct values (bit patterns) of `first_model`'s parameters and buffers and the second value
-    of each ({dtype: {"values", "second"}}). A value takes `drawn_model`'s value at its first place where the second draw changed it,
-    scaled by that tensor's secret factor (drawn from `seed`); a value the second draw left as it was
-    at every place (a fill, a range, a table) stays, and so does the value of a whole tensor that is one
-    fixed value (a norm's ones, which a bf16 embedding may also draw). Any other value that is left at
-    one place and drawn at another maps everywhere, so a table of fixed values cannot shield a weight
-    whose values it shares. Also returns the dtypes left on their first weights and why, and why there is no map."""
+    of each ({dtype: {"values", "second"}}). A value takes `drawn_model`'s value at its first place
+    where the second draw changed it, scaled by that tensor's secret factor (drawn from `seed`); a
+    value the second draw left as it was at every place (a fill, a range, a table) stays, and so does
+    the value of a whole tensor that is one fixed value (a norm's ones, which a bf16 embedding may also
+    draw). Any other value that is left at one place and drawn at another maps everywhere, so a table
+    of fixed values cannot shield a weight whose values it shares. Also returns the dtypes left on
+    their first weights and why, and why there is no map."""
     first, drawn = _tensors(first_model), _tensors(drawn_model)
     if [(t.shape, t.dtype) for t in first] != [(t.shape, t.dtype) for t in drawn]:
         return {}, [], "the second draw's parameters are not laid out as the first's"
@@ -161,13 +161,6 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
             changed &= ~torch.isin(values, torch.cat(fills))
         second[name] = {"values": values, "second": torch.where(changed, scaled[place.clamp(max=a.numel() - 1)], values)}
     return second, kept, ""
-
-
-def same_values(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    """Do two models hold the same parameters and buffers, bit for bit (the reference built twice)?"""
-    x, y = _tensors(a), _tensors(b)
-    return len(x) == len(y) and all(p.shape == q.shape and p.dtype == q.dtype and torch.equal(codec.raw_u8(p), codec.raw_u8(q))
-                                    for p, q in zip(x, y))
 
 
 def apply_second(model: torch.nn.Module, second: dict[str, dict[str, torch.Tensor]]) -> None:
