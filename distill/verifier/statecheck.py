@@ -164,8 +164,11 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
 
 
 def apply_second(model: torch.nn.Module, second: dict[str, dict[str, torch.Tensor]]) -> None:
-    """Rewrite `model`'s floating parameters and buffers, in place, through `second_map`'s map (the
-    model is the first one, or it built again: every value is among the map's)."""
+    """Rewrite `model`'s floating parameters and buffers, in place, through `second_map`'s map. A value
+    not among the map's stays: the model is the first one after its trials, and a forward in training
+    mode moved its buffers (a batch norm's running statistics) to values no draw made; its outputs do
+    not read them. Looked up as the nearest value, one past the largest failed every BatchNorm problem
+    in training mode (an IndexError, so no verdict), and a moved value took a neighbour's."""
     tensors = _tensors(model)
     with torch.no_grad():
         for name, members in _float_groups(tensors).items():
@@ -174,8 +177,10 @@ def apply_second(model: torch.nn.Module, second: dict[str, dict[str, torch.Tenso
             values, mapped = second[name]["values"], second[name]["second"]
             for i in members:
                 t = tensors[i]
-                at = torch.searchsorted(values, _bits(codec.raw_u8(t), t.element_size()))
-                t.copy_(mapped[at].view(torch.uint8).view(t.dtype).reshape(t.shape))
+                bits = _bits(codec.raw_u8(t), t.element_size())
+                at = torch.searchsorted(values, bits).clamp(max=values.numel() - 1)
+                out = torch.where(values[at] == bits, mapped[at], bits)
+                t.copy_(out.view(torch.uint8).view(t.dtype).reshape(t.shape))
 
 
 def remap(entry: dict[str, Any], ref: dict[str, Any], tables: frozenset[tuple[float, ...]] = frozenset()) -> \
