@@ -45,6 +45,9 @@ _COPY_OUT = frozenset({"aten::clone", "aten::_to_copy", "aten::to", "aten::lift_
                        "aten::pin_memory"})
 # Ops that change a tensor's layout or storage in place: the record keeps one layout per tensor object.
 _RELAYOUT = frozenset({"aten::set_", "aten::resize_", "aten::resize_as_"})
+_JOINS = frozenset({"aten::cat", "aten::stack"})
+# Values from scalars alone: the replay makes them again with the same factory (sandbox/replay.RANGES).
+_RANGES = frozenset({"aten::arange", "aten::linspace", "aten::logspace", "aten::eye"})
 SCALARS = (int, float, bool, str, type(None))
 _OP_SCALARS = SCALARS + (torch.dtype, torch.device, torch.layout, torch.memory_format)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,79}\Z")
@@ -185,11 +188,43 @@ class _Writer:
             if self.keys.get(self._key(target)) is None:
                 self.steps.append(["alloc", self.ref(target, fresh=True), "poison"])
             self.steps.append(["copy", self.ref(target), self.ref(args[0])])
+        elif name in _JOINS:
+            self._join(name, args, kwargs, target)
+        elif name in _RANGES:
+            values = [*args, *(kwargs[k] for k in ("base",) if k in kwargs)]
+            if target is not None and all(type(v) in (int, float, bool) for v in values) and len(values) <= 4:
+                self.steps.append(["range", self.ref(target, fresh=True), name, values])
+            # else its values are state, read after the call (statecheck: ranges of step 1 only)
         elif name in _RELAYOUT:
             if args and id(args[0]) in self.used:
                 raise NotReplayable(f"{name} changed the layout of a tensor forward had already used (the replay "
                                     "keeps one layout per tensor: allocate a new one instead)")
         # views, lift_fresh, record_stream, is_pinned, detach_: nothing to redo (they alias or ask)
+
+    def _join(self, name: str, args: tuple, kwargs: dict, target: Any) -> None:
+        """`cat`/`stack` as one copy per joined tensor into its slice of the result (its `out=` too): the
+        replay redoes them on its own memory. Kept as state read after the call, two launches' outputs
+        joined were the outputs of the traced call (stale NaN on every other)."""
+        parts = args[0] if args else kwargs.get("tensors")
+        target = kwargs.get("out", target)
+        if type(target) not in _TENSORS or type(parts) not in (list, tuple) or any(type(t) not in _TENSORS for t in parts):
+            raise NotReplayable(f"{name} whose tensors are not plain")
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        if type(dim) is not int:
+            raise NotReplayable(f"{name} over a named dim")
+        if self.keys.get(self._key(target)) is None:
+            self.steps.append(["alloc", self.ref(target, fresh=True), "poison"])
+        dim %= target.dim()
+        at = 0
+        for i, t in enumerate(parts):
+            if name == "aten::stack":
+                dst = target.select(dim, i)
+            elif t.dim() == 1 and t.numel() == 0 and target.dim() > 1:
+                continue  # torch.cat skips a legacy empty 1-d tensor
+            else:
+                dst, at = target.narrow(dim, at, t.size(dim)), at + t.size(dim)
+            if dst.numel():
+                self.steps.append(["copy", self.ref(dst), self.ref(t)])
 
     @staticmethod
     def _scalar(v: Any, name: str) -> Any:

@@ -91,7 +91,7 @@ def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int 
     if second_init is None:
         return {}, [], "not asked for"
     sizes: dict[torch.dtype, int] = {}
-    for t in list(model.parameters()) + list(model.buffers()):
+    for t in statecheck.held_tensors(model):
         if t.dtype.is_floating_point:
             sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
     if not sizes or all(n > statecheck.UNION_LIMIT for n in sizes.values()):  # before a second draw doubles them

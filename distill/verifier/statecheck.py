@@ -73,15 +73,46 @@ def _digest(dtype: str, bits: torch.Tensor) -> str:
     return dtype + ":" + hashlib.sha256(bits.cpu().numpy().tobytes()).hexdigest()
 
 
-def _tensors(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [t.detach() for t in list(model.parameters()) + list(model.buffers())]
+def held_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The tensors the reference's model holds, each once: its parameters and buffers, then those held
+    outside them, as plain attributes (`self.scale = torch.randn(n)`) or in plain lists, tuples and
+    dicts of tensors or modules (`self.layers = [nn.Linear(...)]`, as some KernelBench files do). An
+    honest copy of those was the candidate's own state, replaced by NaN. Those on another device than
+    the first are left out (not covered: a plain attribute the model's `.to(device)` left on the CPU)."""
+    out, seen = [], set()
+
+    def add(t: torch.Tensor) -> None:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t.detach())
+
+    def walk(value: Any, depth: int) -> None:
+        if isinstance(value, torch.Tensor):
+            add(value)
+        elif isinstance(value, torch.nn.Module):
+            for t in [*value.parameters(), *value.buffers()]:
+                add(t)
+            if depth < 4:
+                for v in list(vars(value).values()):
+                    walk(v, depth + 1)
+        elif type(value) in (list, tuple) and depth < 4:
+            for v in value:
+                walk(v, depth + 1)
+        elif isinstance(value, dict) and depth < 4:
+            for v in list(value.values()):
+                walk(v, depth + 1)
+
+    walk(model, 0)
+    # one device: `.to(device)` leaves plain attributes where the constructor made them (the CPU)
+    return [t for t in out if t.device == out[0].device] if out else out
+
 
 
 def summary(model: torch.nn.Module, second: dict[str, dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
     """What `classify` needs of the reference's parameters and buffers (computed where they live);
     with `second` (`second_map`'s map of the same model), each dtype's second values beside its values."""
     raw, digests, groups = [], [], {}
-    for t in _tensors(model):
+    for t in held_tensors(model):
         try:
             name = codec.dtype_name(t.dtype)
         except codec.CodecError:
@@ -128,7 +159,7 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
     draw). Any other value that is left at one place and drawn at another maps everywhere, so a table
     of fixed values cannot shield a weight whose values it shares. Also returns the dtypes left on
     their first weights and why, and why there is no map."""
-    first, drawn = _tensors(first_model), _tensors(drawn_model)
+    first, drawn = held_tensors(first_model), held_tensors(drawn_model)
     if [(t.shape, t.dtype) for t in first] != [(t.shape, t.dtype) for t in drawn]:
         return {}, [], "the second draw's parameters are not laid out as the first's"
     gen = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
@@ -169,7 +200,7 @@ def apply_second(model: torch.nn.Module, second: dict[str, dict[str, torch.Tenso
     mode moved its buffers (a batch norm's running statistics) to values no draw made; its outputs do
     not read them. Looked up as the nearest value, one past the largest failed every BatchNorm problem
     in training mode (an IndexError, so no verdict), and a moved value took a neighbour's."""
-    tensors = _tensors(model)
+    tensors = held_tensors(model)
     with torch.no_grad():
         for name, members in _float_groups(tensors).items():
             if name not in second:

@@ -37,6 +37,10 @@ __all__ = ["Bound", "NotReplayable", "Program", "Replayed"]
 # reads as 1.5e16 in float32: a load past an input's end spoils the result instead of reading zeros.
 BAND = bands.BAND_BYTES
 BAND_BYTE = 0x5A
+# A record's "range" steps: values made from scalars alone (position ids, an identity), made again here
+# by the same factory into the same dtype and device, as forward made them (record._RANGES).
+RANGES = {"aten::arange": torch.arange, "aten::linspace": torch.linspace, "aten::logspace": torch.logspace,
+          "aten::eye": torch.eye}
 
 
 @dataclass
@@ -212,6 +216,9 @@ class Program:
             return ("alloc", self._ref(st[1]), st[2])
         if kind == "fill" and len(st) == 3 and type(st[2]) in (int, float, bool):
             return ("fill", self._ref(st[1]), st[2])
+        if kind == "range" and len(st) == 4 and st[2] in RANGES and type(st[3]) is list and len(st[3]) <= 4 \
+                and all(type(v) in (int, float, bool) for v in st[3]):
+            return ("range", self._ref(st[1]), st[2], list(st[3]))
         if kind == "copy" and len(st) == 3:
             dst, src = self._ref(st[1]), self._ref(st[2])
             if not _keeps_values(src["dtype"], dst["dtype"], view=False):
@@ -287,6 +294,10 @@ class Program:
                     provenance.poison_(self._view(mem, st[1]))
             elif st[0] == "fill":
                 self._view(mem, st[1]).fill_(st[2])
+            elif st[0] == "range":
+                view = self._view(mem, st[1])
+                made = RANGES[st[2]](*st[3], dtype=view.dtype, device=view.device)
+                view.copy_(made.reshape(view.shape))
             else:
                 self._view(mem, st[1]).copy_(self._view(mem, st[2]))
         return [self._view(mem, r) for r in self.outputs]
