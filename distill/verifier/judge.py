@@ -66,12 +66,16 @@ def compute_ops(call: protocol.CallReport | protocol.TimeReply | protocol.TimeRe
 
 
 def copies_are_work(ref_forward: dict[str, int] | None) -> bool:
-    """Whether moving values is the problem's work: its reference's forward ran ops, none of them compute
-    (views, layout copies, widening casts), or one of them selects or rearranges values
-    (policy.SELECTS_VALUES: tril, roll, pad, gather, ...), which copies can do in torch. Unknown (an
-    older reference reply): no."""
-    return bool(ref_forward) and (not any(policy.is_compute(op) for op in ref_forward)
-                                  or any(op in policy.SELECTS_VALUES for op in ref_forward))
+    """Whether the problem's whole work is moving values: its reference's forward ran ops, none of them
+    compute (views, layout copies, widening casts). Unknown (an older reference reply): no."""
+    return bool(ref_forward) and not any(policy.is_compute(op) for op in ref_forward)
+
+
+def selects_values(ref_forward: dict[str, int] | None) -> list[str]:
+    """The ops of the reference's forward that select or rearrange values (policy.SELECTS_VALUES:
+    tril, roll, pads, upsampling, masked_fill, ...): work torch can do by writing into parts of a
+    tensor (replaycheck.writes_part)."""
+    return sorted(op for op in ref_forward or () if op in policy.SELECTS_VALUES)
 
 
 def error_status(err: protocol.Failure, call: Any) -> Finding:
@@ -196,8 +200,8 @@ def judge_calls(run: protocol.RunReply, trials: list[protocol.Trial], device: st
             return Finding("forbidden", _denial_reason(call["denials"]), {**checks, "denials": call["denials"]})
         ops = compute_ops(call, moves)
         if ops:
-            why = " (the problem's work is moving values: its reference computes nothing but moves, selects or " \
-                "rearranges values)" if moves and not compute_ops(call) else ""
+            why = " (the problem's work is moving values: its reference computes nothing)" \
+                if moves and not compute_ops(call) else ""
             return Finding("not_triton", f"ATen compute ran inside forward: {', '.join(ops[:5])}{why}", checks)
         if call.get("launches", 0) == 0:
             why = "none of its own Triton kernels launched during forward"
