@@ -190,7 +190,7 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsRepl
     `phases` gets the wait for a replayer and the replayer's own seconds (`replay.*`)."""
     prep = replaycheck.prepare(spec.candidate, spec.source, run, spec.traced, ref.get("params") or {},
                                {"secret": spec.seeds[1 + spec.replay_trial], "other": spec.seeds[1 + spec.other]},
-                               grant.device_bytes, found.checks, stream, ref.get("forward_ops"))
+                               grant.device_bytes, found.checks, stream)
     if prep.msg is None:
         return prep.finding, prep
     if grant.fraction is not None:  # the job's device cap, set by the replayer's harness before the record runs

@@ -71,13 +71,6 @@ def copies_are_work(ref_forward: dict[str, int] | None) -> bool:
     return bool(ref_forward) and not any(policy.is_compute(op) for op in ref_forward)
 
 
-def selects_values(ref_forward: dict[str, int] | None) -> list[str]:
-    """The ops of the reference's forward that select or rearrange values (policy.SELECTS_VALUES:
-    tril, roll, pads, upsampling, masked_fill, ...): work torch can do by writing into parts of a
-    tensor (replaycheck.writes_part)."""
-    return sorted(op for op in ref_forward or () if op in policy.SELECTS_VALUES)
-
-
 def error_status(err: protocol.Failure, call: Any) -> Finding:
     """`err` as the worker (or a replayer's timing) reported it; `call`: the report beside it (its denials, ops)."""
     if call.get("denials") or err.get("denied"):

@@ -220,25 +220,6 @@ ALLOWED_OPS = ALLOCATION | VIEWS | COPIES | ANNOTATIONS
 MOVES_VALUES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
                           "aten::_copy_from_and_resize", "aten::to", "aten::cat", "aten::stack"})
 _JOINS = frozenset({"aten::cat", "aten::stack"})
-# Reference ops whose work is selecting or rearranging values (nothing computed from them). Where the
-# reference's forward runs one, torch writing into part of a tensor in the candidate's forward (a copy
-# into a slice, a fill of a slice, a join) is that work (replaycheck.writes_part): `tril(x) * 3` done as
-# row slices copied into zeros, or as rows zeroed, `roll` as two slices joined by `cat`, nearest
-# upsampling as strided slice copies, beside a Triton kernel that only scaled or copied, passed.
-SELECTS_VALUES = frozenset({
-    "aten::roll", "aten::flip", "aten::fliplr", "aten::flipud", "aten::rot90", "aten::tril", "aten::triu",
-    "aten::tril_", "aten::triu_", "aten::constant_pad_nd", "aten::pad", "aten::reflection_pad1d",
-    "aten::reflection_pad2d", "aten::reflection_pad3d", "aten::replication_pad1d", "aten::replication_pad2d",
-    "aten::replication_pad3d", "aten::_pad_circular", "aten::repeat", "aten::repeat_interleave", "aten::tile",
-    "aten::index_select", "aten::gather", "aten::take", "aten::take_along_dim", "aten::masked_select",
-    "aten::index", "aten::diag", "aten::diag_embed", "aten::diagonal_copy", "aten::narrow_copy",
-    "aten::embedding", "aten::im2col", "aten::col2im", "aten::pixel_shuffle", "aten::pixel_unshuffle",
-    "aten::channel_shuffle", "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
-    "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
-    "aten::masked_fill", "aten::masked_fill_", "aten::index_fill", "aten::index_fill_", "aten::slice_scatter",
-    "aten::select_scatter", "aten::diagonal_scatter", "aten::masked_scatter", "aten::index_put",
-    "aten::index_put_",
-})
 # Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
 POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                       "aten::new_empty_strided"})

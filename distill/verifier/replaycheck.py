@@ -17,7 +17,6 @@ is the candidate computing the answer with Triton), or fails.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,35 +153,10 @@ class Prepared:
         return len(_launched_steps(self.msg["trace"])) if self.msg else 0
 
 
-def writes_part(record: dict[str, Any]) -> str | None:
-    """The first step of the record in which torch writes into part of a tensor (a copy into a slice, a
-    fill of a slice, a join's copies, a range made into a slice), named, or None. A copy of a whole
-    tensor (a layout: `q.transpose(1, 2).contiguous()` of a head split) writes all of its result. The
-    record is what the replay runs, so a step left out of it is a write the replay never makes."""
-    storages = record.get("storages") or []
-    for st in record.get("steps") or []:
-        if type(st) is not list or len(st) < 2 or st[0] not in ("copy", "fill", "range") or type(st[1]) is not dict:
-            continue
-        ref = st[1]
-        try:
-            width = codec.DTYPES[ref["dtype"]][1]
-            span = width * math.prod(int(n) for n in ref["size"])
-            whole = storages[ref["s"]]["nbytes"]
-        except (KeyError, IndexError, TypeError, ValueError):
-            return "a malformed step"
-        if span < whole:
-            return {"copy": "a copy into part of a tensor", "fill": "a fill of part of a tensor",
-                    "range": "a range made into part of a tensor"}[st[0]]
-    return None
-
-
 def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, params: dict[str, Any],
-            seeds: dict[str, int], byte_limit: int, checks: dict[str, Any], stream: bool = False,
-            ref_forward: dict[str, int] | None = None) -> Prepared:
+            seeds: dict[str, int], byte_limit: int, checks: dict[str, Any], stream: bool = False) -> Prepared:
     """The `replay` command for the record of trial `traced` in the worker's `run` report; `seeds`:
-    the secret trial's and the other trial's; `stream`: the job's input sets are made per call;
-    `ref_forward`: the ops of the reference's forward (where one selects values, torch may not write
-    into parts of tensors: writes_part)."""
+    the secret trial's and the other trial's; `stream`: the job's input sets are made per call."""
     call = _traced(run, traced)
     if call is None:
         return Prepared(finding=judge.Finding("not_triton", "no call could be replayed: the traced trial sent no "
@@ -193,12 +167,6 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
         return Prepared(finding=judge.Finding("not_triton", why + _PLAIN.sub("?", str(record["error"]))[:300], checks))
     if type(record.get("storages")) is not list or type(record.get("steps")) is not list:
         return Prepared(finding=judge.Finding("not_triton", f"{why}malformed record", checks))
-    selects = judge.selects_values(ref_forward)
-    part = writes_part(record) if selects else None
-    if part:
-        return Prepared(finding=judge.Finding(
-            "not_triton", f"torch did the problem's selection in forward: {part}, where the reference "
-            f"selects or rearranges values ({', '.join(selects[:3])}): select inside the kernels", checks))
     source = kernelsrc.extract(candidate)
     try:
         record, instances = _instances(record, source)
