@@ -219,7 +219,7 @@ ALLOWED_OPS = ALLOCATION | VIEWS | COPIES | ANNOTATIONS
 # candidate too (judge.compute_ops): `x.t().contiguous()` beside a memcpy kernel passed as Triton.
 MOVES_VALUES = frozenset({"aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from",
                           "aten::_copy_from_and_resize", "aten::to", "aten::cat", "aten::stack"})
-_JOINS = frozenset({"aten::cat", "aten::stack"})
+JOINS = frozenset({"aten::cat", "aten::stack"})  # values from several tensors into one (record.py replays each)
 # Allocations whose memory is uninitialised: filled with a poison value so unwritten output fails.
 POISONED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                       "aten::new_empty_strided"})
@@ -304,7 +304,7 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
         return name + "(storage)"
     if name in ALLOCATION and name not in _READS_VALUES:
         return name  # a dtype here is the new tensor's: no value is read
-    if name in _JOINS:  # values from every tensor joined, into their promoted dtype
+    if name in JOINS:  # values from every tensor joined, into their promoted dtype
         parts = [t for t in (args[0] if args and isinstance(args[0], (list, tuple)) else ())
                  if isinstance(t, torch.Tensor)]
         if not parts:

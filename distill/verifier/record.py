@@ -45,7 +45,6 @@ _COPY_OUT = frozenset({"aten::clone", "aten::_to_copy", "aten::to", "aten::lift_
                        "aten::pin_memory"})
 # Ops that change a tensor's layout or storage in place: the record keeps one layout per tensor object.
 _RELAYOUT = frozenset({"aten::set_", "aten::resize_", "aten::resize_as_"})
-_JOINS = frozenset({"aten::cat", "aten::stack"})
 # Values from scalars alone: the replay makes them again with the same factory (sandbox/replay.RANGES).
 _RANGES = frozenset({"aten::arange", "aten::linspace", "aten::logspace", "aten::eye"})
 SCALARS = (int, float, bool, str, type(None))
@@ -188,7 +187,7 @@ class _Writer:
             if self.keys.get(self._key(target)) is None:
                 self.steps.append(["alloc", self.ref(target, fresh=True), "poison"])
             self.steps.append(["copy", self.ref(target), self.ref(args[0])])
-        elif name in _JOINS:
+        elif name in policy.JOINS:
             self._join(name, args, kwargs, target)
         elif name in _RANGES:
             values = [*args, *(kwargs[k] for k in ("base",) if k in kwargs)]

@@ -32,13 +32,13 @@ parameters and buffers to the second draw's value at the value's first place whe
 it, scaled per tensor by a secret factor (a norm or a mean of a large tensor barely moves between
 two draws). A value the second draw left as it was at every place (a fill, a range, a fixed table)
 stays; integer and bool tensors (indices, masks, counters) stay; the reference applies it to its own
-model in place once the other trials ran, so whatever else the constructor drew (a Python float, a
-plain tensor attribute) stays as the candidate holds it, and one more model is held only while the
-map is made. The map is a function of the value, so a state tensor that is a layout of the
-parameters maps through it element by element (`remap`): the parent hands the replayer both, the first for the run on the worker's own trial, the second for the
-replay trial, whose expected outputs the reference computes with the second weights. A fill or a
-scalar folded from the first weights is then the wrong number there. A floating dtype past
-UNION_LIMIT values keeps its first weights, and `checks.replay_weights` says so.
+model in place once the other trials ran, so whatever else the constructor drew (a Python float)
+stays as the candidate holds it, and one more model is held only while the map is made. The map is a
+function of the value, so a state tensor that is a layout of the parameters maps through it element by
+element (`remap`): the parent hands the replayer both, the first for the run on the worker's own
+trial, the second for the replay trial, whose expected outputs the reference computes with the second
+weights. A fill or a scalar folded from the first weights is then the wrong number there. A floating
+dtype past UNION_LIMIT values keeps its first weights, and `checks.replay_weights` says so.
 """
 from __future__ import annotations
 
@@ -107,9 +107,8 @@ def held_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [t for t in out if t.device == out[0].device] if out else out
 
 
-
 def summary(model: torch.nn.Module, second: dict[str, dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
-    """What `classify` needs of the reference's parameters and buffers (computed where they live);
+    """What `classify` needs of the reference's held tensors (`held_tensors`, computed where they live);
     with `second` (`second_map`'s map of the same model), each dtype's second values beside its values."""
     raw, digests, groups = [], [], {}
     for t in held_tensors(model):
