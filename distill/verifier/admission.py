@@ -13,6 +13,11 @@ over the whole is still refused, naming the bytes.
 The wait is writer-preferring: once a job waits to run alone, no new job starts sharing that GPU, so a
 stream of small jobs cannot starve it. Every job holds its GPU (shared or alone) from its plan to its
 end; a job that waits longer than `seconds` (the pool's longest job) raises PoolError.
+
+The scratch disk is held the same way (`disk`): a job whose spill (memplan.job_disk) the disk cannot hold
+beside the spills of the jobs in flight waits for them, and is the verifier's ResourceError only when it
+does not fit with none in flight. Checking the free bytes alone let side-by-side jobs fill a 252 GiB disk
+(KernelBench level 2 on the H200, 2026-11-30: three ResourceErrors and a candidate's `No space left`).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from distill.verifier import memplan
+from distill.verifier import memfault, memplan
 from distill.verifier.context import DeviceBudget
 from distill.verifier.handout import PoolError
 
@@ -51,6 +56,7 @@ class Admission:
         self._shared = dict.fromkeys(workers_per_gpu, 0)
         self._alone = dict.fromkeys(workers_per_gpu, False)
         self._waiting = dict.fromkeys(workers_per_gpu, 0)
+        self._disk: dict[object, int] = {}  # a job in flight -> the spill bytes it holds back
 
     def share(self, budget: DeviceBudget, gpu: int) -> Grant:
         """One worker's grant: the pool's budget as configured."""
@@ -105,4 +111,36 @@ class Admission:
                     self._alone[gpu] = False
                 else:
                     self._shared[gpu] -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def disk(self, need: int, path: str, what: str) -> Iterator[None]:
+        """Hold `need` bytes of the scratch disk at `path` for one job, until it ends. A job in flight
+        counts whole, however much it has written yet: a wait too many, never a full disk. `what` says
+        what the bytes are, in the ResourceError of a job the disk cannot hold alone."""
+        if not need:
+            yield
+            return
+        deadline = time.monotonic() + self.seconds
+        token = object()
+        with self._cond:
+            while True:
+                others = sum(self._disk.values())
+                full = memfault.disk_full(path, need + others)
+                if full is None:
+                    break
+                if not others:
+                    full = memfault.disk_full(path, need) or full
+                    full.args = (f"{full} {what}",)
+                    raise full
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolError(f"waited {self.seconds:g} s for {need >> 20} MiB of the scratch disk")
+                self._cond.wait(min(left, 1.0))
+            self._disk[token] = need
+        try:
+            yield
+        finally:
+            with self._cond:
+                del self._disk[token]
                 self._cond.notify_all()

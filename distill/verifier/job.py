@@ -14,8 +14,9 @@ import secrets
 import time
 from typing import Any, TypeVar
 
-from distill.verifier import (callstream, codec, environ, inflight, judge, memfault, procs, protocol, reference, refwork,
-                              replaycheck, running, timing)
+from distill.verifier import (callstream, codec, environ, inflight, judge, memfault, procs, protocol, record, reference,
+                              refwork, replaycheck, running, timing)
+from distill.verifier import admission
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_CHECKS, TIMING_SETS, JobSpec
@@ -264,6 +265,12 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         grant, stream = refwork.memory_plan(ctx, slot, spec, base)
         if ctx.admission is not None:
             held.enter_context(ctx.admission.hold(slot.gpu, grant.alone))
+        disk = base["memory"].pop("disk_bytes", 0)
+        if disk:
+            plan = base["memory"]["plan"]
+            what = f"for the job's spill (the expected outputs of {plan['sets']} input sets and three more outputs)"
+            disks = ctx.admission or admission.Admission({}, spec.timeout)  # none: this job's own check
+            held.enter_context(disks.disk(disk, ctx.scratch or codec.overflow_dir(), what))
         ctx.memory.raise_limit(proc.pid, grant.host_mb)  # a job alone: the worker is retired after
         lap("plan")
         phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)
@@ -287,6 +294,9 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
+        full = memfault.disk_error(load.get("error"), "import", ctx.scratch or codec.overflow_dir())
+        if full is not None:
+            raise full
         f = judge.hygiene(load)
         if f is None and load.get("error"):
             f = judge.error_status(load["error"], {"denials": []})
@@ -303,7 +313,8 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         run: protocol.RunReply = proc.request(
             protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"], init_seed=spec.seeds[0],
                          call_seed=spec.seeds[-3], n_trials=spec.trials,
-                         construct_ops=sorted(ref.get("construct_ops") or {}), plan=plan),
+                         construct_ops=sorted(ref.get("construct_ops") or {}), plan=plan,
+                         state_limit=record.state_limit(base["memory"].get("plan"))),
             t, phase, total=t * (len(plan) + 2), on_progress=steps, on_data=lambda msg: _take_call(judged, msg))
         run = _watched(ctx, slot.proc, run)
         # A top-level error is the codec's (a protocol.ErrorReply in the RunReply's place): the run's reply
@@ -326,6 +337,11 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                 err = memfault.device_oom(call, base["memory"].get("plan"), grant.device_bytes)
                 if err is not None:
                     raise err
+        for call in run.get("calls") or ():
+            err = memfault.disk_error(call.get("error"), f"call {call.get('kind')} {call.get('trial')}",
+                                      ctx.scratch or codec.overflow_dir())
+            if err is not None:
+                raise err
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {},
                                                         judged, ref.get("forward_ops"))
         if found.status == "wrong_output" and (found.checks.get("compare") or {}).get("within_table"):

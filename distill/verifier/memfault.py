@@ -169,3 +169,20 @@ def disk_fault(exitcode: int | None, phase: str, path: str) -> ResourceError | N
         err.args = (f"{err} when a process died with SIGBUS during {phase} (its reply had no room)",)
         err.step = phase
     return err
+
+
+# ENOSPC, EDQUOT: what a write meets on a full disk (Triton writing its compiled kernel to the cache in a
+# candidate's first call, KernelBench level 2 #54 on the H200, 2026-11-30)
+_DISK_ERRNOS = ("[Errno 28]", "[Errno 122]")
+
+
+def disk_error(err: protocol.Failure | None, step: str, path: str) -> ResourceError | None:
+    """A call that raised "no space left on device": the verifier's scratch disk, never the candidate's
+    runtime error. Not conditioned on the disk being full when the parent looks (a job beside it may have
+    freed it since): a candidate that raises it itself gains nothing, as a ResourceError is no pass."""
+    if not err or not any(e in str(err.get("message", "")) for e in _DISK_ERRNOS):
+        return None
+    free, total = disk_free(path)
+    return ResourceError(f"a write found no room on the disk during {step} ({_gib(free)} free of {_gib(total)} "
+                         f"on the verifier's scratch disk, {path})", step, total - free, total, "disk")
+

@@ -131,6 +131,7 @@ class Run(TypedDict):
     n_trials: int
     construct_ops: list[str]
     plan: list[dict[str, Any]]
+    state_limit: int  # bytes of tensors made before forward that the traced call's record may carry
 
 
 class Time(TypedDict):

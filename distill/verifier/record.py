@@ -280,8 +280,19 @@ def closure_value(cell: Any, kernel: str) -> list:
                         "constexprs, dtypes and the module's jit functions)")
 
 
+STATE_LIMIT = 1 << 30
+
+
+def state_limit(plan: dict[str, Any] | None) -> int:
+    """The state a traced call's record may carry (tensors made before forward, copied to the host for the
+    replayer): 1 GiB, or four times the problem's parameters when larger (KernelBench level 2's #68 holds a
+    1 GiB weight: a candidate keeping it, or it and its transpose, is honest). A verifier's own limit, so it
+    follows the problem, not a fixed figure a large honest model passes."""
+    return max(STATE_LIMIT, 4 * int((plan or {}).get("param_bytes") or 0))
+
+
 def serialise(trace: list[tuple], inputs: list[Any], outputs: list[torch.Tensor], device: torch.device,
-              state_limit: int = 1 << 30) -> dict[str, Any]:
+              state_limit: int = STATE_LIMIT) -> dict[str, Any]:
     """The wire form of a traced call (module docstring), or {"error": why it cannot be replayed}."""
     w = _Writer(inputs, device)
     try:

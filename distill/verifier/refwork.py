@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from distill.verifier import codec, memfault, memplan, procs, protocol, reference, screen
+from distill.verifier import memplan, procs, protocol, reference, screen
 from distill.verifier.admission import Grant
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_SETS, JobSpec
@@ -113,14 +113,9 @@ def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]
                       "alone": grant.alone, "wait_s": got["wait_s"]}  # run_job moves wait_s to its phases
     if plan:
         base["memory"]["plan"] = plan
-        # The scratch disk is the verifier's: a job it cannot hold ends here, before minutes of work and
-        # a child's SIGBUS on a full disk (memfault.disk_fault), and never as the candidate's verdict.
-        need = memplan.job_disk(plan, spills.SPILL_BYTES)
-        full = memfault.disk_full(ctx.scratch or codec.overflow_dir(), need) if need else None
-        if full is not None:
-            full.args = (f"{full} for the job's spill (the expected outputs of {plan['sets']} input sets and three "
-                         "more outputs)",)
-            raise full
+        # The scratch disk is the verifier's: a job it cannot hold waits or ends (job.py, admission.disk),
+        # before minutes of work and a child's SIGBUS on a full disk, never as the candidate's verdict.
+        base["memory"]["disk_bytes"] = memplan.job_disk(plan, spills.SPILL_BYTES)
     if ctx.stream_inputs is not None:
         return grant, ctx.stream_inputs
     if not plan:

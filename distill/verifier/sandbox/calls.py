@@ -120,7 +120,7 @@ def aliasing(outputs: list[torch.Tensor], inputs: Any) -> list[str]:
 
 
 def run_call(model: Any, inputs: list, pristine: list | None, token: object, trace: bool,
-             sync: Callable[[], None], input_bands: Bands | None = None,
+             sync: Callable[[], None], input_bands: Bands | None = None, state_limit: int = record.STATE_LIMIT,
              returned: Callable[[], None] | None = None) -> protocol.CallReport:
     """Run `model(*inputs)` under the audit; returns a report with outputs, records and errors (the worker
     adds its `kind`, `trial` and `state`, worker._calls).
@@ -165,7 +165,7 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
             report["aliases"] = aliasing(tensors, inputs)
             if trace:
                 device = next((t.device for t in _tensors(inputs)), tensors[0].device if tensors else None)
-                report["trace"] = record.serialise(box[0], inputs, tensors, device) if device is not None else \
+                report["trace"] = record.serialise(box[0], inputs, tensors, device, state_limit) if device is not None else \
                     {"error": "forward returned no tensor"}
             # Copies now: a candidate may hand back the same buffer next call, or write it later. On
             # the device (microseconds); the reply's encoding moves them to the host in one copy.

@@ -380,6 +380,7 @@ def _calls(job: dict, msg: protocol.Run, device: torch.device, token: object, sy
         reply(protocol.Progress(progress=f"call {spec['kind']} {spec['trial']}"))
         held = calls.device_mark(device, out)
         rep: protocol.CallReport = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands,
+                             msg["state_limit"],
                              lambda _s=spec: reply(protocol.Progress(progress=f"outputs {_s['kind']} {_s['trial']}")))
         if rep["inputs_changed"] is None:
             rep["inputs_changed"] = inputsets.changed(inputs, values, lift)

@@ -145,3 +145,38 @@ def test_a_job_whose_spill_cannot_fit_the_disk_is_refused_before_it_starts(monke
         with pytest.raises(ResourceError, match=r"20\.0 MiB needed for the job's spill") as exc:
             pool.verify(PROBLEM.format(n=1 << 19), RELU.format(block=1 << 16))
         assert exc.value.resource == "disk"
+
+
+def test_side_by_side_jobs_hold_the_disk_their_spills_need(monkeypatch):
+    """Two jobs of 6 GiB each on a disk with 8 GiB free: checking the free bytes alone let both start and
+    fill it (KernelBench level 2 on the H200). The second waits for the first to end; a job the disk
+    cannot hold with none in flight is the verifier's ResourceError at once."""
+    from distill.verifier.admission import Admission
+
+    gib = 1 << 30
+    monkeypatch.setattr(memfault, "disk_free", lambda path: (8 * gib, 64 * gib))
+    adm = Admission({0: 2}, seconds=30)
+    started = threading.Event()
+    with adm.disk(6 * gib, "/tmp", "for a spill"):
+        threading.Thread(target=lambda: (adm.disk(6 * gib, "/tmp", "for a spill").__enter__(), started.set()),
+                         daemon=True).start()
+        assert not started.wait(1.5)  # 6 + 6 GiB do not fit 8 GiB less the floor
+    assert started.wait(5)  # the first job ended
+    with pytest.raises(ResourceError, match=r"for a spill") as exc:
+        with Admission({0: 1}, seconds=30).disk(20 * gib, "/tmp", "for a spill"):
+            pass
+    assert exc.value.resource == "disk"
+
+
+ENOSPC = RELU.format(block=1024).replace(
+    "        y = torch.empty_like(x)",  # what Triton's cache write met on a full disk, in the first call
+    '        raise OSError(28, "No space left on device")')
+
+
+def test_no_space_left_in_a_call_is_the_verifiers_disk_not_the_candidates_error():
+    """KernelBench level 2 #54 on the H200: `forward raised OSError: [Errno 28] No space left on device`
+    was the candidate's runtime_error while side-by-side jobs filled the scratch disk."""
+    with VerifierPool(workers=1, device="cpu", timeout=120, resized="off") as pool:
+        with pytest.raises(ResourceError, match="no room on the disk during call") as exc:
+            pool.verify(PROBLEM.format(n=4096), ENOSPC)
+    assert exc.value.resource == "disk"

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from distill.verifier import codec, kernelsrc, procs, statecheck
 from distill.verifier.sandbox import replay
-from distill.verifier.record import serialise
+from distill.verifier.record import serialise, state_limit
 from tests.distill.verifier.conftest import honest, problem
 
 
@@ -64,6 +64,17 @@ def test_state_travels_as_the_workers_claim():
     record = serialise(trace, [a], [out], torch.device("cpu"))
     state = [s for s in record["storages"] if s["kind"] == "state"]
     assert len(state) == 1 and torch.equal(state[0]["data"].view(torch.float32), w)
+
+
+def test_the_state_a_record_may_carry_follows_the_problems_parameters():
+    """A verifier's own limit: 1 GiB, or four times the parameters (KernelBench level 2's #68 holds a 1 GiB
+    weight and its honest kernel was `not_triton` at a fixed 1 GiB, H200, 2026-11-30)."""
+    assert state_limit(None) == state_limit({"param_bytes": 1 << 20}) == 1 << 30
+    assert state_limit({"param_bytes": 1 << 30}) == 4 << 30
+    a, w = torch.randn(100), torch.randn(100)
+    trace, out = _traced_add(a, None, extra_state=w)
+    assert "made before it" in serialise(trace, [a], [out], torch.device("cpu"), 399).get("error", "")
+    assert "error" not in serialise(trace, [a], [out], torch.device("cpu"), 400)
 
 
 def test_the_worker_refuses_records_it_cannot_write_faithfully():
