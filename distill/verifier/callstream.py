@@ -164,9 +164,9 @@ def _follows(ts: list[int], trials: list[protocol.Trial], subset: Any, picks: di
         if not same:
             break
     if same:
-        from distill.verifier.problemio import ProblemError
+        from distill.verifier.problemio import ReferenceFailed
 
-        raise ProblemError("the reference returns the same outputs for every input draw, so any fixed answer "
+        raise ReferenceFailed("the reference returns the same outputs for every input draw, so any fixed answer "
                            "passes: the problem is degenerate")
     for i in range(len(trials[ts[0]]["outputs"])):
         refs = [trials[t]["outputs"][i] for t in ts]

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from distill.verifier import sizing
-from distill.verifier.problemio import ProblemError, seed_all
+from distill.verifier.problemio import ProblemError, ReferenceFailed, seed_all
 
 # Fixed device bytes of a worker besides the problem (flush buffer, warm-up tensors).
 DEVICE_BASE = 320 << 20
@@ -191,20 +191,20 @@ def check(plan: MemoryPlan, device: str, device_budget: int, host_budget: int, t
             f"{_gib(plan.output_bytes)}, parameters {_gib(plan.param_bytes)}; {plan.source})")
     need = plan.device_need(device, timed)
     if device == "cuda" and need > device_budget:
-        raise ProblemError(f"too large for this verifier: {what}; verifying it streamed needs "
+        raise ReferenceFailed(f"too large for this verifier: {what}; verifying it streamed needs "
                            f"{_gib(need)} ({need} bytes) of device memory per process, the budget is "
                            f"{_gib(device_budget)} ({device_budget} bytes) for one job, its GPU's workers' together "
                            f"(VerifierPool device_memory_mb; admission.py)")
     host = plan.worker_host(device)
     budget = _host_budget(device, device_budget, host_budget)
     if host > budget:
-        raise ProblemError(f"too large for this verifier: {what}; a worker needs {_gib(host)} ({host} bytes) of "
+        raise ReferenceFailed(f"too large for this verifier: {what}; a worker needs {_gib(host)} ({host} bytes) of "
                            f"host memory for one call's outputs, the most one job gets is {_gib(budget)} ({budget} "
                            "bytes) (VerifierPool max_memory_mb times the workers, device_memory_mb on the CPU)")
     total = plan.job_host()
     avail = host_available()
     if avail is not None and total > avail:
-        raise ProblemError(f"too large for this machine: {what}; the job's outputs take {_gib(total)} ({total} bytes) "
+        raise ReferenceFailed(f"too large for this machine: {what}; the job's outputs take {_gib(total)} ({total} bytes) "
                            f"of host memory across the reference, the worker and the parent, {_gib(avail)} "
                            f"({avail} bytes) are available")
 

@@ -22,6 +22,15 @@ class ProblemError(ValueError):
     """The problem itself (not the candidate) could not be built or run."""
 
 
+class ReferenceFailed(ProblemError):
+    """The problem's own failure, decided by the parent from what only trusted processes said (the
+    reference process's screening, trials and memory plan; the parent's reading of the problem's text):
+    it says nothing of a candidate. Any other ProblemError may come from a process a candidate ran in
+    (a worker's memory or disk, a replay of its record, the CPU lane's refusal of a construct it uses),
+    so a check that a candidate's run decides (the resized twin, twins.check_resized) never reads one
+    as "the problem broke": a candidate raising "no space left on device" on a twin only kept its pass."""
+
+
 class ResourceError(ProblemError):
     """The verifier's own memory limit, hit outside the candidate's doing: a harness step (making or
     refilling inputs, copies, the replay, sending outputs) past a worker's host cap, or an
@@ -45,7 +54,7 @@ def load_problem(source: str, cache: dict[str, types.ModuleType]) -> types.Modul
         exec(compile(source, f"<problem {key[:12]}>", "exec"), mod.__dict__)  # noqa: S102 - trusted: synth's own text
         for name in ("Model", "get_inputs", "get_init_inputs"):
             if name not in mod.__dict__:
-                raise ProblemError(f"problem defines no {name}")
+                raise ReferenceFailed(f"problem defines no {name}")
         cache[key] = mod
     return cache[key]
 

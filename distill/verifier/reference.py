@@ -20,7 +20,7 @@ import torch
 
 from distill.verifier import codec, memplan, precision, protocol, screen, statecheck, timing
 from distill.verifier.policy import OpCount
-from distill.verifier.problemio import ProblemError, fingerprint, load_problem, make_inputs, seed_all
+from distill.verifier.problemio import ProblemError, ReferenceFailed, fingerprint, load_problem, make_inputs, seed_all
 
 __all__ = ["ProblemError", "RefTimer", "make_trials", "reference_main"]
 
@@ -102,7 +102,7 @@ def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int 
     return statecheck.second_map(model, drawn, second_init)
 
 
-class ScreenFailed(ProblemError):
+class ScreenFailed(ReferenceFailed):
     """The problem failed screening; `report` says how (the pool keeps it, and fails later jobs on the
     problem without screening it again)."""
 

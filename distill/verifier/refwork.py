@@ -12,6 +12,7 @@ from typing import Any
 
 from distill.verifier import memplan, procs, protocol, reference, screen
 from distill.verifier.admission import Grant
+from distill.verifier.problemio import ReferenceFailed
 from distill.verifier.context import JobContext, Slot
 from distill.verifier.jobspec import TIMING_SETS, JobSpec
 from distill.verifier import spill as spills  # the module; `spill` below is a job's Spill
@@ -46,13 +47,13 @@ def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: floa
         out["wait_s"] = round(waited, 4)
     except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
         broken = True
-        raise reference.ProblemError(f"reference process failed: {exc}") from None
+        raise ReferenceFailed(f"reference process failed: {exc}") from None
     finally:
         ctx.release_reference(gpu, ref, broken)
     if "problem_error" in out:
         if isinstance(out.get("screen"), dict):
             raise reference.ScreenFailed(screen.ScreenReport(**out["screen"]))
-        raise reference.ProblemError(out["problem_error"])
+        raise ReferenceFailed(out["problem_error"])
     return out
 
 

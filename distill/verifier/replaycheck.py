@@ -223,7 +223,7 @@ def same_inputs(rep: protocol.ReplayReply | protocol.TimeReplayReply, trials: li
     prints = rep.get("fingerprints") or {}
     for name, i in index.items():
         if name in prints and prints[name] != trials[i]["fingerprint"]:
-            from distill.verifier.problemio import ProblemError
+            from distill.verifier.problemio import ReferenceFailed
 
-            raise ProblemError("get_inputs() made different inputs from the same seed in the reference and the "
+            raise ReferenceFailed("get_inputs() made different inputs from the same seed in the reference and the "
                                "replayer: inputs must come from torch/random/numpy RNGs seeded by the harness")

@@ -33,7 +33,7 @@ import secrets
 from typing import Any, Callable
 
 from distill.verifier.jobspec import JobSpec
-from distill.verifier.reference import ProblemError
+from distill.verifier.problemio import ProblemError, ReferenceFailed
 from distill.verifier.verdict import Verdict
 
 # What a passing candidate's run on a resized twin decides (`VerifierPool(resized=...)`); the first
@@ -239,9 +239,11 @@ def check_resized(attempt: Callable[[JobSpec], Verdict | None], problem: Any, ca
     docstring). Kernels with baked-in sizes or shape-keyed shortcuts fail there. Recorded in
     `checks["resized"]`; when `required` (the pool's resized="required") a failure there is the
     verdict. A twin that cannot be made ("unavailable" for a synth recipe with nothing to resize, "not
-    covered" for module text) or whose reference fails (on each of TWIN_DRAWS draws) decides nothing.
-    `attempt` runs a job once, as the pool's last try (a failed reference raises ProblemError), and
-    returns its verdict."""
+    covered" for module text) or whose reference fails (on each of TWIN_DRAWS draws: ReferenceFailed, what
+    trusted processes said) decides nothing. Any other ProblemError on the twin (a worker's memory or
+    disk, the replay's, the CPU lane's refusal of a construct: what a candidate's run can raise) is
+    raised: no verdict, never the main run's pass kept unchecked. `attempt` runs a job once, as the
+    pool's last try, and returns its verdict."""
     for draw in range(TWIN_DRAWS):
         try:
             twin, record = _twin_of(problem)
@@ -254,7 +256,7 @@ def check_resized(attempt: Callable[[JobSpec], Verdict | None], problem: Any, ca
         try:
             tv = attempt(tspec)
             break
-        except ProblemError as exc:  # the twin's reference broke: says nothing of the candidate; draw another
+        except ReferenceFailed as exc:  # the twin's reference broke: says nothing of the candidate; draw another
             status = "unavailable" if "sizes" not in record else "not covered"
             failed = {"status": status, "reason": f"twin's reference failed ({draw + 1} of {TWIN_DRAWS} drawn): "
                       f"{exc}"[:300], **record}

@@ -517,6 +517,44 @@ def test_a_bound_record_alternates_input_sets_on_memory_allocated_once():
     assert got[0].untyped_storage().data_ptr() == bound.call({"add_k": add_k}, _launch)[0].untyped_storage().data_ptr()
 
 
+@triton.jit
+def cached_add_k(a_ptr, b_ptr, out_ptr, memo_ptr, n, BLOCK: tl.constexpr):
+    """out = a + b, remembered in `memo` (forward's own `torch.empty` scratch): once memo holds a's first
+    value in its last slot, it serves memo's copy instead of adding (a cache keyed by the input's content)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    key = tl.load(a_ptr)
+    hit = tl.load(memo_ptr + n) == key
+    fresh = a + tl.load(b_ptr + offs, mask=mask)
+    val = tl.where(hit, tl.load(memo_ptr + offs, mask=mask), fresh)
+    tl.store(out_ptr + offs, val, mask=mask)
+    tl.store(memo_ptr + offs, val, mask=mask)
+    tl.store(memo_ptr + n, key)
+
+
+def test_a_bound_record_remakes_its_memory_between_timed_calls():
+    """A cache a kernel keeps in forward's own scratch (memory allocated once in timing, input sets
+    alternating) must not survive to the next timed call: every load remakes the storages as fresh
+    memory is made, so the second call on a set with the same first value but other data is right."""
+    a, b = torch.randn(100), torch.randn(100)
+    out = torch.empty_like(a).fill_(float("nan"))
+    memo = torch.empty(101).fill_(float("nan"))
+    trace = [("op", torch.ops.aten.empty_like.default, (a,), {}, out),
+             ("op", torch.ops.aten.empty.memory_format, ([101],), {}, memo),
+             ("launch", cached_add_k, (a, b, out, memo, 100), (1,), {"BLOCK": 128}, True)]  # one program: no race
+    record = _wire(serialise(trace, [a, b], [out], torch.device("cpu")))
+    program = replay.Program(record, frozenset({"cached_add_k"}), 1 << 30)
+    bound = program.bind(torch.device("cpu"))
+    first = [torch.randn(100), torch.randn(100)]
+    second = [first[0].clone(), torch.randn(100)]  # the same key, other data: a stale cache hits
+    bound.load(first)
+    bound.call({"cached_add_k": cached_add_k}, _launch)
+    bound.load(second)
+    got = bound.call({"cached_add_k": cached_add_k}, _launch)
+    assert torch.equal(got[0], second[0] + second[1])
+
+
 def _closure_launches(reply):
     return [st for st in _record(reply)["steps"] if st[0] == "launch" and len(st) == 6]
 

@@ -288,3 +288,32 @@ def test_a_twin_whose_reference_fails_is_drawn_again(pools, relu_problem):
     v = pools[0].verify(problem, GENERIC.replace("N_OR_NUMEL", "x.numel()"))
     assert v.status == "pass", v.reason
     assert problem.drawn == 2 and v.checks["resized"]["status"] == "pass", v.checks["resized"]
+
+
+@pytest.mark.parametrize("claim", ['raise OSError(28, "No space left on device")',  # a disk ResourceError
+                                   "tl.inline_asm_elementwise"])  # the CPU lane's refusal: LaneError
+def test_a_failure_the_candidate_can_raise_on_the_twin_never_keeps_the_pass(pools, relu_problem, claim):
+    """Baked sizes that raise, on any other shape, what the verifier reads as its own limit or the lane's
+    gap: the twin decides nothing then, and the main run's pass stood (a red-team find). Only the twin's
+    reference failing (trusted processes: screening, trials, the plan) draws another; anything else is
+    no verdict."""
+    from distill.verifier import LaneError, ResourceError
+
+    numel = _numel(relu_problem)
+    if claim.startswith("raise"):
+        guard = f"        if x.numel() != {numel}:\n            {claim}\n"
+    else:  # a construct the interpreter refuses, reached only off the original sizes
+        guard = f"        if x.numel() != {numel}:\n            _asm_kernel[(1,)](x)\n"
+    cand = GENERIC.replace("N_OR_NUMEL", str(numel)).replace("        out = torch.empty_like(x)\n",
+                                                              guard + "        out = torch.empty_like(x)\n")
+    if not claim.startswith("raise"):
+        cand = cand.replace("class ModelNew", '''@triton.jit
+def _asm_kernel(x_ptr):
+    x = tl.load(x_ptr)
+    y = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+    tl.store(x_ptr, y)
+
+
+class ModelNew''')
+    with pytest.raises((ResourceError, LaneError)):
+        pools[0].verify(relu_problem, cand)
