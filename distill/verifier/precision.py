@@ -9,8 +9,8 @@ parameter, input and default dtype in float64), for two fp32 evaluations:
 
   fp32    the reference as written: its own rounding, amplified by the problem's conditioning;
   honest  the reference as an honest GPU kernel might compute it: the operands of its dot products
-          (mm, addmm, bmm, convolution, attention, ...) rounded to tf32 (10 explicit mantissa bits,
-          to nearest even), what `tl.dot` does with float32 data by default; every sum (sum, mean,
+          (mm, addmm, bmm, convolution, attention, ...) cut to tf32 (10 explicit mantissa bits,
+          toward zero), what `tl.dot` does with float32 data by default; every sum (sum, mean,
           cumsum) moved by up to ULPS units of rounding of its terms' absolute mass (the same sum
           over |x|), since another order of summation errs by that, not by units of the result,
           which cancellation can make far smaller (a mean of 2,032 randn values: an honest blocked
@@ -80,10 +80,15 @@ class Measured:
 
 
 def tf32(t: torch.Tensor) -> torch.Tensor:
-    """`t` (float32) with its mantissa rounded to tf32's 10 bits, to nearest even."""
-    bits = t.contiguous().view(torch.int32)
-    bits = (bits + (0xFFF + ((bits >> 13) & 1))) & -0x2000
-    return bits.view(torch.float32).view(t.shape)
+    """`t` (float32) with its mantissa cut to tf32's 10 bits, toward zero: what an NVIDIA tensor core
+    reads of the fp32 operands of Triton's `tl.dot` (input_precision "tf32", the default), which are not
+    rounded first (triton-lang/triton#4574: Triton's tf32 matmul far less exact than PyTorch's, which
+    rounds). Unlike rounding, the cut has a sign: on operands of one sign (`torch.rand` inputs) the
+    products' errors add up instead of cancelling. On the H200, KernelBench level 2's
+    ConvTranspose3d_Max_Max_Sum lowered with one tf32 product missed fp64 by 6.7e-4 where the operands
+    rounded to nearest measured 1.7e-5 (the bound, x10: 1.7e-4), a correct kernel failed by the model."""
+    bits = t.contiguous().view(torch.int32) & -0x2000
+    return torch.where(t.isnan(), t, bits.view(torch.float32).view(t.shape))
 
 
 class _HonestKernel(TorchDispatchMode):

@@ -198,7 +198,7 @@ def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
     with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S, start_timeout=60, references=2) as pool:
         got = pool.verify_many(pairs)
         replaced = pool.fleet.references_replaced()
-    assert [type(g).__name__ for g in got] == ["Verdict", "ProblemError", "Verdict", "ProblemError", "Verdict"]
+    assert [type(g).__name__ for g in got] == ["Verdict", "ReferenceFailed", "Verdict", "ReferenceFailed", "Verdict"]
     assert [g.status for g in got if isinstance(g, Verdict)] == ["pass", "pass", "not_triton"]
     assert "get_inputs" in str(got[1]) and "exit code 3" in str(got[3])
     # two reference processes, one screening of `add`: the pool hands the first job's report to the other

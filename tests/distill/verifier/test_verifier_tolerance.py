@@ -173,9 +173,11 @@ def test_an_output_that_is_rounding_noise_is_refused_as_ill_conditioned():
     assert ok.status == "ok", ok.reason
 
 
-def test_tf32_rounds_to_nearest_even():
-    x = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.0 + 2.0 ** -10 + 2.0 ** -12, float("inf")])
-    assert precision.tf32(x).tolist() == [1.0, 1.0 + 2.0 ** -9, 1.0 + 2.0 ** -10, float("inf")]
+def test_tf32_cuts_toward_zero_as_a_tensor_core_reads_fp32():
+    x = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, -1.0 - 3 * 2.0 ** -11, 1.0 + 2.0 ** -10 + 2.0 ** -12,
+                      float("inf"), 2.0 ** -140])
+    assert precision.tf32(x).tolist() == [1.0, 1.0 + 2.0 ** -10, -1.0 - 2.0 ** -10, 1.0 + 2.0 ** -10, float("inf"), 0.0]
+    assert precision.tf32(torch.tensor([float("nan")])).isnan().all()
 
 
 def test_a_large_problem_streams_its_draws_and_keeps_the_table(monkeypatch):
