@@ -205,6 +205,11 @@ class _Extractor:
             return self.keep_import(node)
         if isinstance(node, ast.Try) and static.import_guard(node, self.aliases):
             return self.keep_guarded_imports(node)
+        if isinstance(node, ast.If):
+            shim = _if_as_try(node, self.aliases)
+            if shim is not None and self.keep_guarded_imports(shim):
+                self.rewritten = shim
+                return True
         if isinstance(node, ast.FunctionDef):
             dec = self.jit_decorator(node)
             # `@triton.jit(do_not_specialize=[...], noinline=True)`: the options are checked, not the call of
@@ -280,6 +285,36 @@ def _bound_names(node: ast.stmt) -> list[str]:
     if isinstance(node, (ast.ClassDef, ast.AsyncFunctionDef, ast.FunctionDef)):
         return [node.name]
     return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def _if_as_try(node: ast.If, aliases: dict[str, str]) -> ast.Try | None:
+    """A module-level `if` that only picks where names are imported from (Liger-Kernel's `if
+    compare_version("triton", operator.ge, "3.0.0"): try: from ...libdevice import rsqrt ... else: from
+    triton.language.math import rsqrt`), as `try: <if branch> except ImportError: <else branch>` (an
+    `elif` likewise, inside): the replay never evaluates the test, which is the candidate's code, and
+    takes the first branch whose imports hold. None when a branch does more than import (`static.import_guard`'s
+    statements, such a `try`, or another such `if`)."""
+    def branch(stmts: list[ast.stmt]) -> list[ast.stmt] | None:
+        out: list[ast.stmt] = []
+        for s in stmts:
+            if isinstance(s, ast.If):
+                s = _if_as_try(s, aliases)
+                if s is None:
+                    return None
+            elif isinstance(s, ast.Try):
+                if not static.import_guard(s, aliases):
+                    return None
+            elif not (isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) or static.import_alias(s, aliases)):
+                return None
+            out.append(s)
+        return out
+
+    body, other = branch(node.body), branch(node.orelse or [ast.Pass()])
+    if body is None or other is None:
+        return None
+    handler = ast.ExceptHandler(type=ast.Name("ImportError", ast.Load()), name=None, body=other)
+    return ast.fix_missing_locations(ast.copy_location(ast.Try(body=body, handlers=[handler], orelse=[], finalbody=[]),
+                                                       node))
 
 
 def extract(source: str) -> KernelSource:

@@ -20,7 +20,10 @@ ALLOWED_IMPORTS: frozenset[str] = frozenset(
      "warnings",  # `warnings.warn` in a wrapper's edge case: public kernels' style; it warns, nothing else
      # FlagGems opens every op with `logger = logging.getLogger(__name__)` and `logger.debug(...)`; handlers
      # write where the sandbox lets them (scratch, stderr), and logging.config / logging.handlers stay refused
-     "logging"}
+     "logging",
+     # Liger-Kernel opens its ops with `compare_version("triton", operator.ge, "3.0.0")`; attrgetter and
+     # methodcaller (attributes and methods by a string, dunders too) stay refused (FORBIDDEN_TORCH_PREFIXES)
+     "operator"}
 )
 
 # Modules refused with a category a person can act on (others: "import of <name> is not allowed").
@@ -37,7 +40,7 @@ MODULE_CATEGORY: dict[str, str] = {
     **{m: "timer" for m in ("time", "timeit", "datetime")},
     **{m: "introspection" for m in ("sys", "gc", "inspect", "traceback", "builtins", "importlib", "code",
                                     "codeop", "marshal", "types", "dis", "weakref", "ast", "linecache",
-                                    "operator", "copyreg", "pdb")},
+                                    "copyreg", "pdb")},
     **{m: "foreign compute" for m in ("numpy", "cupy", "numba", "jax", "jaxlib", "scipy", "tensorflow",
                                       "pycuda", "cuda", "tvm", "tilelang")},
     "distill": "harness", "tritonforge": "harness", "synth": "harness", "pytest": "harness",
@@ -69,6 +72,7 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
     "torch.onnx": "file",
     # logging's socket listener and its file, socket and queue handlers: an allowed `logging` keeps its loggers
     "logging.config": "network", "logging.handlers": "network",
+    "operator.attrgetter": "introspection", "operator.methodcaller": "introspection",
 }
 
 # Names inside a forbidden prefix that launch the candidate's own kernels and nothing else. PyTorch's

@@ -28,11 +28,11 @@ def import_guard(node: ast.Try, aliases: dict[str, str] | None = None) -> bool:
                       and all(isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS for n in names(h.type))
                       for h in node.handlers)
     stmts = [*node.body, *node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)]
-    return handlers_ok and all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) or _alias(s, aliases or {})
+    return handlers_ok and all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) or import_alias(s, aliases or {})
                                for s in stmts)
 
 
-def _alias(stmt: ast.stmt, aliases: dict[str, str]) -> bool:
+def import_alias(stmt: ast.stmt, aliases: dict[str, str]) -> bool:
     """`tanh = tl.math.tanh`, `libdevice = None`: a name bound to something of Triton's or math's, or to a
     constant, the fallback branch of a version shim (no call: nothing computes; `tanh = torch.tanh`
     would bind compute, and is no shim)."""
@@ -206,7 +206,7 @@ class _Walker(ast.NodeVisitor):
             if dotted.split(".", 1)[0] not in ("torch", "triton", "logging"):
                 # below any other allowed module, a refused module it imported is as refused: warnings.sys,
                 # dataclasses.builtins and typing.types reached sys.stdout, print and FunctionType
-                cat = policy.REEXPORTED_MODULES.get(attr) or policy.MODULE_CATEGORY.get(attr)
+                cat = policy.REEXPORTED_MODULES.get(attr) or policy.MODULE_CATEGORY.get(attr) or cat
             if cat is not None:
                 self.flag(node, cat, f"use of {dotted}")
         self.generic_visit(node)
@@ -223,6 +223,8 @@ class _Walker(ast.NodeVisitor):
                     self.flag(node, "introspection", "getattr with a computed name")
                 elif key.value.startswith("_"):
                     self.flag(node, "introspection", f"getattr of {key.value}")
+                else:  # `getattr(operator, "attrgetter")`, `getattr(torch, "compile")`: the attribute's own rules
+                    self.visit_Attribute(ast.copy_location(ast.Attribute(node.args[0], key.value, ast.Load()), node))
             elif name == "type" and len(node.args) == 3:
                 self.flag(node, "dynamic code", "type() with three arguments")
         self.generic_visit(node)

@@ -440,6 +440,13 @@ def make_import(real_import: Callable, allowed: frozenset[str]) -> Callable:
         if top not in allowed and level == 0 and not (  # `import packaging.version`, `from packaging import version`
                 policy.allowed_name(name) or fromlist and all(policy.allowed_name(f"{name}.{f}") for f in fromlist)):
             audit("tritonforge.import", name, policy.MODULE_CATEGORY.get(top, "import"))
+        elif top in allowed and top not in ("torch", "triton") and level == 0 and fromlist:
+            # the refused parts of an allowed library module (`from operator import attrgetter`, `from
+            # logging import config`); torch and triton import their own parts on a candidate frame's behalf
+            for f in fromlist:
+                cat = policy.module_category(f"{name}.{f}") if isinstance(f, str) else None
+                if cat is not None:
+                    audit("tritonforge.import", f"{name}.{f}", cat)
         return real_import(name, globals, locals, fromlist, level)
 
     return guarded_import
