@@ -92,10 +92,10 @@ def _second(mod: types.ModuleType, model: Any, init_seed: int, second_init: int 
         return {}, [], "not asked for"
     sizes: dict[torch.dtype, int] = {}
     for t in statecheck.held_tensors(model):
-        if t.dtype.is_floating_point:
+        if statecheck.mapped(t.dtype):
             sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
     if not sizes or all(n > statecheck.UNION_LIMIT for n in sizes.values()):  # before a second draw doubles them
-        why = "no floating-point parameters" if not sizes else \
+        why = "no floating-point or integer parameters" if not sizes else \
             f"{max(sizes.values()):,} values of a dtype among the parameters (past {statecheck.UNION_LIMIT:,})"
         return {}, [], why
     drawn = _build(mod, init_seed, device, weights_seed=second_init)[0]

@@ -50,6 +50,60 @@ def _launched(record: dict[str, Any]) -> set[str]:
     return {st[1] for st in _launched_steps(record) if type(st[1]) is str}
 
 
+def _reached(record: dict[str, Any]) -> dict[int, list[tuple[int, int]]]:
+    """Per storage, the byte hulls (first to last byte) of the tensors the record's steps and outputs take
+    of it. The worker serves forward's `torch.empty` with guard bands around it (bands.py), so a state
+    storage a kernel filled holds bands that no tensor of it reaches: they are not its value. The walk
+    reads the worker's words defensively: anything malformed is left out (the replayer refuses it)."""
+    hulls: dict[int, list[tuple[int, int]]] = {}
+
+    def add(r: Any, depth: int = 0) -> None:
+        if depth > 6:
+            return
+        if type(r) in (list, tuple):
+            for x in r:
+                add(x, depth + 1)
+        elif type(r) is dict and {"s", "off", "size", "stride", "dtype"} <= r.keys():
+            size, stride, off, sid = r["size"], r["stride"], r["off"], r["s"]
+            if (r["dtype"] in codec.DTYPES and type(sid) is int and type(off) is int and off >= 0
+                    and type(size) is list and type(stride) is list and len(size) == len(stride)
+                    and all(type(n) is int and n >= 0 for n in size) and all(type(x) is int and x >= 0 for x in stride)):
+                if all(size):
+                    width = codec.DTYPES[r["dtype"]][1]
+                    hulls.setdefault(sid, []).append((off, off + width * (1 + sum((n - 1) * x for n, x in zip(size, stride)))))
+        elif type(r) is dict:
+            for x in r.values():
+                add(x, depth + 1)
+
+    add(record.get("steps"))
+    add(record.get("outputs"))
+    return hulls
+
+
+def _taken_bytes(s: dict[str, Any], hulls: list[tuple[int, int]] | None) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """What `classify` and `remap` judge of one state storage, its bytes within the tensors' hulls, and
+    which bytes those are (None: the whole storage, where the hulls are unknown or cut a value)."""
+    data = s.get("data")
+    if not hulls or type(data) is not torch.Tensor or s.get("dtype") not in codec.DTYPES:
+        return s, None
+    keep = torch.zeros(data.numel(), dtype=torch.bool)
+    for a, b in hulls:
+        keep[max(a, 0):max(min(b, data.numel()), 0)] = True
+    if bool(keep.all()) or int(keep.sum()) % codec.DTYPES[s["dtype"]][1]:
+        return s, None
+    return {**s, "data": data[keep]}, keep
+
+
+def _whole(part: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """`part` (the bytes `_taken_bytes` kept) back in its storage, every other byte 0xFF (no value;
+    the replay's band check reads these)."""
+    if keep is None:
+        return part
+    whole = torch.full(keep.shape, 0xFF, dtype=torch.uint8)
+    whole[keep] = part
+    return whole
+
+
 def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals: frozenset[float],
            tables: frozenset[tuple[float, ...]] = frozenset()) -> tuple[
         list[dict[str, Any]], list[str], list[str]]:
@@ -59,14 +113,17 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
     storages, kinds, poisoned = [], [], []
     claims: set[tuple[str, int]] = set()
     fills = 0
-    for s in record["storages"]:
+    reached = _reached(record)
+    for sid, s in enumerate(record["storages"]):
         if not isinstance(s, dict) or s.get("kind") != "state":
             storages.append(s)
             continue
         limit -= s["data"].numel() if type(s.get("data")) is torch.Tensor else 0  # the bytes sent, not the claim
-        taken = statecheck.classify(s, params or {}, literals, tables) if limit >= 0 else ""
+        judged, keep = _taken_bytes(s, reached.get(sid))
+        s = {**s, "data": _whole(judged["data"], keep)}
+        taken = statecheck.classify(judged, params or {}, literals, tables) if limit >= 0 else ""
         if taken == "constant":  # fills together: past CONSTANT_CLAIMS values they are a table
-            value = statecheck.claim(s, literals)
+            value = statecheck.claim(judged, literals)
             if value is not None and value not in claims:
                 claims.add(value)
                 taken = taken if len(claims) <= statecheck.CONSTANT_CLAIMS else ""
@@ -74,9 +131,9 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
             fills += 1
             taken = taken if fills <= statecheck.CONSTANT_STORAGES else ""
         kinds.append(taken or "poisoned")
-        second = statecheck.remap(s, params or {}, tables) if taken == "parameters" else None
+        second = statecheck.remap(judged, params or {}, tables) if taken == "parameters" else None
         if second is not None:  # the replay trial's runs place the second weights (statecheck.py)
-            storages.append({**s, "second": second})
+            storages.append({**s, "second": _whole(second, keep)})
         elif taken:
             storages.append(s)
         else:

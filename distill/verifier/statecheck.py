@@ -31,7 +31,10 @@ model again under a secret seed (the same constructor arguments) and maps each f
 parameters and buffers to the second draw's value at the value's first place where that draw changed
 it, scaled per tensor by a secret factor (a norm or a mean of a large tensor barely moves between
 two draws). A value the second draw left as it was at every place (a fill, a range, a fixed table)
-stays; integer and bool tensors (indices, masks, counters) stay; the reference applies it to its own
+stays. Integer tensors map the same way, unscaled (a `randperm` or `randint` buffer's values become
+the second draw's, still in range, so indices stay indices; an `arange` stays): a cache derived from
+one on the first call (its argsort kept in state, a sub-multiset of its values) passed while integers
+stayed. Bool tensors stay. The reference applies it to its own
 model in place once the other trials ran, so whatever else the constructor drew (a Python float)
 stays as the candidate holds it, and one more model is held only while the map is made. The map is a
 function of the value, so a state tensor that is a layout of the parameters maps through it element by
@@ -139,10 +142,16 @@ def _factor(gen: torch.Generator) -> float:
     return 1.0 + (0.1 + 0.23 * u) * (1.0 if side < 0.5 else -1.0)
 
 
-def _float_groups(tensors: list[torch.Tensor]) -> dict[str, list[int]]:
+def mapped(dtype: torch.dtype) -> bool:
+    """Whether a dtype's values get second weights: floating and integer ones. Not bool: with two values a
+    map can only keep, swap or merge them, and a merged mask is degenerate."""
+    return dtype.is_floating_point or (not dtype.is_complex and dtype != torch.bool)
+
+
+def _groups(tensors: list[torch.Tensor]) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
     for i, t in enumerate(tensors):
-        if t.dtype.is_floating_point and t.numel():
+        if mapped(t.dtype) and t.numel():
             groups.setdefault(codec.dtype_name(t.dtype), []).append(i)
     return groups
 
@@ -163,7 +172,7 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
         return {}, [], "the second draw's parameters are not laid out as the first's"
     gen = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
     second, kept = {}, []
-    for name, members in _float_groups(first).items():
+    for name, members in _groups(first).items():
         total = sum(first[i].numel() for i in members)
         if total > UNION_LIMIT:
             kept.append(f"{total:,} {name} values (past {UNION_LIMIT:,})")
@@ -171,7 +180,9 @@ def second_map(first_model: torch.nn.Module, drawn_model: torch.nn.Module, seed:
         width = first[members[0]].element_size()
         a = torch.cat([_bits(codec.raw_u8(first[i]), width) for i in members])
         b = torch.cat([_bits(codec.raw_u8(drawn[i]), width) for i in members])
-        scaled = torch.cat([_bits(codec.raw_u8(drawn[i] * _factor(gen)), width) for i in members])
+        # integers unscaled: an index buffer's values map to the second draw's, in its range still
+        scaled = torch.cat([_bits(codec.raw_u8(drawn[i] * _factor(gen) if drawn[i].dtype.is_floating_point
+                                               else drawn[i]), width) for i in members])
         values, inverse = torch.unique(a, sorted=True, return_inverse=True)
         drawn_at = torch.where(b != a, torch.arange(a.numel(), device=a.device), a.numel())
         place = torch.full((values.numel(),), a.numel(), dtype=torch.long, device=a.device)
@@ -201,22 +212,22 @@ def apply_second(model: torch.nn.Module, second: dict[str, dict[str, torch.Tenso
     in training mode (an IndexError, so no verdict), and a moved value took a neighbour's."""
     tensors = held_tensors(model)
     with torch.no_grad():
-        for name, members in _float_groups(tensors).items():
+        for name, members in _groups(tensors).items():
             if name not in second:
                 continue
-            values, mapped = second[name]["values"], second[name]["second"]
+            values, to = second[name]["values"], second[name]["second"]
             for i in members:
                 t = tensors[i]
                 bits = _bits(codec.raw_u8(t), t.element_size())
                 at = torch.searchsorted(values, bits).clamp(max=values.numel() - 1)
-                out = torch.where(values[at] == bits, mapped[at], bits)
+                out = torch.where(values[at] == bits, to[at], bits)
                 t.copy_(out.view(torch.uint8).view(t.dtype).reshape(t.shape))
 
 
 def remap(entry: dict[str, Any], ref: dict[str, Any], tables: frozenset[tuple[float, ...]] = frozenset()) -> \
         torch.Tensor | None:
     """A state storage `classify` took as 'parameters', as it holds the second weights (raw bytes), or
-    None where it stays: no second weights for its dtype (integer and bool tensors keep theirs), a
+    None where it stays: no second weights for its dtype (bool tensors keep theirs), a
     value not among them, or a tensor that is the candidate's own rather than a copy of a parameter.
     A copy of one parameter (its bytes, or their permutation: the summary's digests) always maps: a
     norm's ones map wherever the second weights moved 1.0. Otherwise a constant fill or a range of more
@@ -231,9 +242,12 @@ def remap(entry: dict[str, Any], ref: dict[str, Any], tables: frozenset[tuple[fl
     values = group["values"]
     if bits is None or values.dtype != bits.dtype or not values.numel():
         return None
-    copied = _digest(entry["dtype"], bits) in set(ref.get("raw") or ()) or \
-        _digest(entry["dtype"], torch.sort(bits).values) in set(ref.get("digests") or ())
-    if not copied and bits.numel() > 1 and (_is_constant_or_range(bits, dtype) or _written_table(bits, dtype, tables)):
+    # integers: a permutation of a buffer's values is no copy (a `randperm(n)` buffer and the candidate's
+    # own `arange(n)` offsets are the same multiset); only the bytes as they are
+    copied = _digest(entry["dtype"], bits) in set(ref.get("raw") or ()) or (dtype.is_floating_point and
+        _digest(entry["dtype"], torch.sort(bits).values) in set(ref.get("digests") or ()))
+    if not copied and bits.numel() > 1 and (_is_constant_or_range(bits, dtype) or _written_table(bits, dtype, tables)
+                                            or (not dtype.is_floating_point and _is_progression(bits, dtype))):
         return None
     at = torch.searchsorted(values, bits).clamp(max=values.numel() - 1)
     if not torch.equal(values[at], bits) or (not copied and bits.numel() == 1 and int(group["counts"][at[0]]) > 1):
@@ -266,6 +280,13 @@ def _is_constant_or_range(bits: torch.Tensor, dtype: torch.dtype) -> bool:
     if float(step) not in (1.0, -1.0):
         return False
     return bool(torch.equal(vals, vals[0] + step * torch.arange(vals.numel(), dtype=torch.float64)))
+
+
+def _is_progression(bits: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Integers in one step (`torch.arange(0, d, 32)`: a kernel's tile starts beside a `randperm(d)` buffer,
+    whose values they are among): the candidate's own, two numbers' worth, never a derived table."""
+    vals = bits.view(dtype).long()
+    return bool(torch.equal(vals, vals[0] + (vals[1] - vals[0]) * torch.arange(vals.numel())))
 
 
 def _written_table(bits: torch.Tensor, dtype: torch.dtype, tables: frozenset[tuple[float, ...]]) -> bool:

@@ -48,11 +48,13 @@ def _second():
 
 def test_second_weights_are_the_first_model_with_fresh_scaled_float_values():
     first, second, model2 = _second()
-    assert set(second) == {"float32", "float16", "bfloat16"}
+    assert set(second) == {"float32", "float16", "bfloat16", "int64"}
     assert model2.scale == first.scale  # what else the constructor drew stays as the candidate holds it
-    assert torch.equal(model2.perm, first.perm)  # integer tensors (indices, masks, counters) stay
     torch.manual_seed(2)
     drawn = _Net()
+    # an index buffer maps, unscaled, to the second draw's (a permutation stays one): a cache derived from
+    # it on the first call is stale on the replay trial
+    assert torch.equal(model2.perm, drawn.perm) and not torch.equal(model2.perm, first.perm)
     ratio = float(model2.lin.weight.detach().norm() / drawn.lin.weight.detach().norm())
     assert 0.67 <= ratio <= 0.9 or 1.1 <= ratio <= 1.33, ratio  # a secret scale: a norm folded ahead moves
     # bf16 values recur (4,096 values, a few hundred patterns, most also in the fixed table): all map
