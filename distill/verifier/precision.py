@@ -56,6 +56,9 @@ MEASURE_BYTES = 1 << 30
 # Units of fp32 rounding (2^-24) by which the honest evaluation moves each op's result, at most: fast
 # exp/log/division are within 2-3 of them (PTX ex2/lg2/div.full), libdevice within 1-2.
 ULPS = 4.0
+# The unit of rounding of each measured dtype. float64 outputs are measured too: against the table alone
+# (1e-7, ~1.7x fp32's unit) a kernel computing a float64 problem in float32 passed (red-team, 2026-11-30).
+_UNIT = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
 _NOISE_SEED = 20261124
 
 
@@ -102,12 +105,12 @@ class _HonestKernel(TorchDispatchMode):
 
     def _noisy(self, t: Any, mass: Any = None) -> Any:
         """`t` moved by up to ULPS units of rounding of `mass` (a sum's |terms|), else of itself."""
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() == 0:
+        if not isinstance(t, torch.Tensor) or t.dtype not in _UNIT or t.numel() == 0:
             return t
-        r = torch.rand(t.shape, generator=self.gen, device=t.device, dtype=torch.float32)
+        r = torch.rand(t.shape, generator=self.gen, device=t.device, dtype=t.dtype)
         if mass is None:
-            return t * (1.0 + (2.0 * r - 1.0) * (ULPS * 2.0 ** -24))
-        return t + mass * ((2.0 * r - 1.0) * (ULPS * 2.0 ** -24))
+            return t * (1.0 + (2.0 * r - 1.0) * (ULPS * _UNIT[t.dtype]))
+        return t + mass * ((2.0 * r - 1.0) * (ULPS * _UNIT[t.dtype]))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         name = func._schema.name
@@ -121,7 +124,7 @@ class _HonestKernel(TorchDispatchMode):
         if isinstance(out, (tuple, list)):
             return type(out)(self._noisy(t) for t in out)
         x = args[0] if args else None
-        if name in _SUMS and isinstance(x, torch.Tensor) and x.dtype == torch.float32 and isinstance(out, torch.Tensor):
+        if name in _SUMS and isinstance(x, torch.Tensor) and x.dtype in _UNIT and isinstance(out, torch.Tensor):
             return self._noisy(out, func(x.abs(), *args[1:], **(kwargs or {})))  # the mode is off in here
         return self._noisy(out)
 
@@ -165,8 +168,8 @@ def measure(model: Any, model64: Any, draws: list[list[Any]], outs: list[list[to
     """Per output, the fp32 and honest-kernel errors of the reference against `model64` (the same model in
     float64) over `draws` (whose fp32 outputs are `outs`); None for outputs that are not float32.
     A string instead says why nothing could be measured."""
-    if not any(o.dtype == torch.float32 for o in outs[0]):
-        return "no float32 output"
+    if not any(o.dtype in _UNIT for o in outs[0]):
+        return "no float32 or float64 output"
     worst: list[list[float]] = [[0.0] * 4 for _ in outs[0]]
     before = torch.get_default_dtype()
     for inputs, got in zip(draws, outs):
@@ -189,14 +192,14 @@ def measure(model: Any, model64: Any, draws: list[list[Any]], outs: list[list[to
         if len(exact) != len(got) or len(rounded) != len(got):
             return "the fp64 evaluation returns another number of outputs"
         for k, (g, e, r) in enumerate(zip(got, exact, rounded)):
-            if g.dtype != torch.float32:
+            if g.dtype not in _UNIT:
                 continue
             if e.shape != g.shape or r.shape != g.shape:
                 return f"output {k} has another shape in the fp64 evaluation"
             errs = _errors(g, e) + _errors(r, e)
             worst[k] = [max(a, b) for a, b in zip(worst[k], errs)]
         del exact, rounded
-    return [Measured(*w) if o.dtype == torch.float32 else None for w, o in zip(worst, outs[0])]
+    return [Measured(*w) if o.dtype in _UNIT else None for w, o in zip(worst, outs[0])]
 
 
 def rounding_noise(outs: list[torch.Tensor], records: list[dict[str, Any] | None]) -> tuple[int, float, float] | None:

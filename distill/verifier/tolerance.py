@@ -94,6 +94,10 @@ _RMS_FLOOR = 1e-6
 # [FLOOR_FP32, the table] (module docstring).
 MARGIN = 10.0
 FLOOR_FP32 = Tolerance(norm_rel=1e-5, atol_rel=1e-4, rtol=1e-4, det_rel=5e-6)
+# float64's floor, as float32's: a few units of rounding per op (~1e-16 to 1e-15) pass it 1,000x over; a
+# float64 problem computed in float32 (~6e-8) does not.
+FLOOR_FP64 = Tolerance(norm_rel=1e-12, atol_rel=1e-11, rtol=1e-11, det_rel=5e-13)
+_FLOORS = {torch.float32: FLOOR_FP32, torch.float64: FLOOR_FP64}
 
 
 def tolerance_for(dtype: torch.dtype) -> Tolerance | None:
@@ -103,12 +107,13 @@ def tolerance_for(dtype: torch.dtype) -> Tolerance | None:
 
 def fitted(dtype: torch.dtype, norm_err: float, elem_err: float) -> Tolerance | None:
     """The bound for an output of `dtype` whose honest error was measured as `norm_err` (normwise)
-    and `elem_err` (elementwise, of rms + |value|): the table for every dtype but float32."""
+    and `elem_err` (elementwise, of rms + |value|): the table for every dtype but float32 and float64."""
     table = tolerance_for(dtype)
-    if table is None or dtype != torch.float32:
+    if table is None or dtype not in _FLOORS:
         return table
-    norm = min(table.norm_rel, max(FLOOR_FP32.norm_rel, MARGIN * norm_err))
-    elem = min(table.atol_rel, max(FLOOR_FP32.atol_rel, MARGIN * elem_err))
+    floor = _FLOORS[dtype]
+    norm = min(table.norm_rel, max(floor.norm_rel, MARGIN * norm_err))
+    elem = min(table.atol_rel, max(floor.atol_rel, MARGIN * elem_err))
     # Same inputs twice may differ by half the bound (atomics in another order, ~1e-7 to 1e-6): two
     # runs each within it could differ by twice it, and a kernel that noisy is no kernel to keep.
     return Tolerance(norm_rel=norm, atol_rel=elem, rtol=min(table.rtol, elem), det_rel=min(table.det_rel, norm / 2))

@@ -38,8 +38,11 @@ def test_fitted_bounds_stay_between_the_floor_and_the_table():
                                                                            table.det_rel)
     mid = tolerance.fitted(torch.float32, 3e-5, 2e-4)
     assert mid.norm_rel == pytest.approx(3e-4) and mid.atol_rel == pytest.approx(2e-3)
-    for dtype in (torch.bfloat16, torch.float16, torch.float64):  # measured against their own references
+    for dtype in (torch.bfloat16, torch.float16):  # measured against their own references
         assert tolerance.fitted(dtype, 1e-9, 1e-9) == tolerance.TOLERANCES[dtype]
+    # float64 as float32, with its own floor: a float64 problem computed in float32 (6e-8) fails an exact one
+    assert tolerance.fitted(torch.float64, 1e-20, 1e-20) == tolerance.FLOOR_FP64
+    assert tolerance.fitted(torch.float64, 1.0, 1.0).norm_rel == tolerance.TOLERANCES[torch.float64].norm_rel
     assert tolerance.fitted(torch.int64, 0.0, 0.0) is None
 
 
