@@ -114,14 +114,16 @@ def _programs_axis0(fwd: ast.FunctionDef, index: int, call: ast.Call, ctx: dict)
 
 # -- the mutations ----------------------------------------------------------------------------------
 # extent argument -> the tile constexpr that covers it, in every kernel family
-EXTENT_BLOCK = {"n_elements": "BLOCK", "n_rows": "BLOCK_ROWS", "R": "BLOCK_R", "M": "BLOCK_M", "N": "BLOCK_N",
-                "K": "BLOCK_K", "BATCH": "BLOCK_B", "P": "BLOCK_P", "OCG": "BLOCK_OC", "RED": "BLOCK_R",
+# (n_inner: the contiguous run of rows that blocked row kernels walk BLOCK_ROWS at a time, rowspace.Rows)
+EXTENT_BLOCK = {"n_elements": "BLOCK", "n_rows": "BLOCK_ROWS", "n_inner": "BLOCK_ROWS", "R": "BLOCK_R",
+                "M": "BLOCK_M", "N": "BLOCK_N", "K": "BLOCK_K", "BATCH": "BLOCK_B", "P": "BLOCK_P", "OCG": "BLOCK_OC", "RED": "BLOCK_R",
                 "WINDOW": "BLOCK_W", "L": "BLOCK_L", "S": "BLOCK_S", "E": "BLOCK_E", "EV": "BLOCK_V"}
 
 
 # extents along which each family's stores are masked
-STORE_EXTENTS = {"pointwise": ("n_elements",), "reduce": ("n_rows",), "normalize": ("n_rows", "R"),
-                 "scan": ("n_rows", "R"), "matmul": ("M", "N", "BATCH"), "gemv": ("M",), "attention": ("L", "EV", "BATCH"),
+STORE_EXTENTS = {"pointwise": ("n_elements",), "reduce": ("n_rows", "n_inner"),
+                 "normalize": ("n_rows", "n_inner", "R"), "scan": ("n_rows", "n_inner", "R"),
+                 "matmul": ("M", "N", "BATCH"), "gemv": ("M",), "attention": ("L", "EV", "BATCH"),
                  "conv": ("P", "OCG"), "pool": ("P",), "loss": ("n_rows",)}
 
 

@@ -131,6 +131,9 @@ class Launch:
     names: dict[Leaf, str] = field(default_factory=dict)
     view_of: dict[str, str] = field(default_factory=dict)  # kernel-side name -> forward variable
     _taken: set[str] = field(default_factory=set)
+    # a run of dims one coordinate walks (rowspace.Rows' blocked rows): (the dims' coordinate names, in
+    # order, and the run coordinate); a leaf laid out along them as one run is addressed by that coordinate
+    run: tuple[tuple[str, ...], str] | None = None
 
     def pointer(self, leaf: Leaf, hint: str | None = None) -> str:
         """Kernel-side name of a leaf (its pointer parameter is `<name>_ptr`)."""
@@ -172,8 +175,14 @@ class Launch:
         if flat is not None and leaf.is_dense and all(c is not None for c, d in zip(coords, leaf.shape) if not is_unit(d)):
             return flat
         terms, partial = [], False
+        merged = self._merged_run(leaf, coords)
         for d, (c, size, stride) in enumerate(zip(coords, leaf.shape, leaf.strides)):
             if c is None:
+                continue
+            if merged is not None and d in merged[0]:
+                if d == merged[0][-1]:
+                    sname = self.scalar(f"{name}_stride{d}", f"{self.view_of[name]}.stride({d})")
+                    terms.append(f"{merged[1]} * {sname}")
                 continue
             if is_unit(size) or stride == 0:
                 partial = True
@@ -185,6 +194,32 @@ class Launch:
             return f"tl.zeros({full}, dtype=tl.int32)" if (exact and full) else "0"
         off = " + ".join(terms)
         return f"tl.broadcast_to({off}, {full})" if (partial and full) else off
+
+    def _merged_run(self, leaf: Leaf, coords: list[str | None]) -> tuple[list[int], str] | None:
+        """The leaf's dims along `run` and the run coordinate (with the coordinates' broadcast suffix),
+        when the leaf lays them out as one run in memory: each dim's stride is the next one's extent
+        (so `a * s_a + b * s_b` is `(a * B + b) * s_b`). Judged on the drawn sizes, and only where that
+        judgement holds at any size. The stored tensor is contiguous, so two of its dims chain by chance
+        only across a dim read at run time and drawn as 1 (its stride equals the next one's): no such
+        dim's stride may be the outer stride of a pair, and no dim of the run may be one. No `narrow`
+        either (a slice as long as its dim at these sizes only)."""
+        if self.run is None:
+            return None
+        names, run = self.run
+        dims = [d for d, c in enumerate(coords) if c is not None and c.split("[")[0] in names]
+        if [coords[d].split("[")[0] for d in dims] != list(names):
+            return None
+        suffix = coords[dims[0]][len(names[0]):]
+        shape, strides = leaf.shape, leaf.strides
+        chance = {st for n, st in zip(leaf.base_shape, views.contiguous_strides(leaf.base_shape))
+                  if isinstance(n, Sym) and int(n) == 1}
+        if any(isinstance(shape[d], Sym) and int(shape[d]) == 1 for d in dims) or \
+                any(st.method == "narrow" for st in leaf.steps):
+            return None
+        if any(int(strides[a]) != int(shape[b]) * int(strides[b]) or int(strides[b]) == 0 or int(strides[a]) in chance
+               for a, b in zip(dims, dims[1:])):
+            return None
+        return dims, f"{run}{suffix}"
 
     def signature(self, constexprs: list[str]) -> str:
         params = self.params + [k for k, _ in self.kwargs] + [f"{c}: tl.constexpr" for c in constexprs]
@@ -245,34 +280,36 @@ def operand_lines(launch: Launch, expr: exprs.Node, coords: list[str | None], ma
     return lines + body, result
 
 
-def coord_names(shape: tuple[int, ...], index: str, prefix: str) -> list[str | None]:
-    """Per-dim coordinate names `<prefix><d>` of a flat row-major `index` (None for size-1 dims)."""
+def coord_names(shape: tuple[int, ...], index: str, prefix: str, first: int = 0) -> list[str | None]:
+    """Per-dim coordinate names `<prefix><d>` of a flat row-major `index` (None for size-1 dims);
+    `first` numbers the dims of a shape that continues another one."""
     dims = [d for d, s in enumerate(shape) if not is_unit(s)]
     if len(dims) == 1:
         return [index if d == dims[0] else None for d in range(len(shape))]
-    return [f"{prefix}{d}" if d in dims else None for d in range(len(shape))]
+    return [f"{prefix}{first + d}" if d in dims else None for d in range(len(shape))]
 
 
-def coord_lines(shape: tuple[int, ...], index: str, prefix: str, launch: Launch, used: str) -> list[str]:
+def coord_lines(shape: tuple[int, ...], index: str, prefix: str, launch: Launch, used: str,
+                first: int = 0) -> list[str]:
     """Lines decomposing `index` into the coordinates that `used` (the code that follows) refers to.
 
     Coordinates come out last dim first; the walk stops once every referenced one is known, and
-    sizes become `<prefix>_size<d>` arguments only when needed.
+    sizes become `<prefix>_size<d>` arguments only when needed (`first` as in `coord_names`).
     """
     dims = [d for d, s in enumerate(shape) if not is_unit(s)]
     if len(dims) < 2:
         return []
-    need = {d for d in dims if re.search(rf"\b{prefix}{d}\b", used)}
+    need = {d for d in dims if re.search(rf"\b{prefix}{first + d}\b", used)}
     lines: list[str] = []
     rest = index
     for j, d in enumerate(reversed(dims)):
         if not need:
             break
-        var = f"{prefix}{d}"
+        var = f"{prefix}{first + d}"
         if j == len(dims) - 1:
             lines.append(f"{var} = {rest}")
         else:
-            size = launch.scalar(f"{prefix}_size{d}", shape[d])
+            size = launch.scalar(f"{prefix}_size{first + d}", shape[d])
             if d in need:
                 lines.append(f"{var} = {rest} % {size}")
             need.discard(d)

@@ -8,6 +8,8 @@ When rows are few and long, reductions and normalisations cut each row into chun
 programs (kernels/split.py): chunk partials or statistics first, then a kernel combining them.
 A reduction reads its input once and in memory order: several reduced dims are walked largest
 stride first (order-free ops), var/std are one-pass Welford, argmin/argmax keep a best per lane.
+Along a dim that is not the last, rows contiguous in memory are mapped blocked (rowspace.Rows'
+`run_dims`): one outer index a program and a block of the contiguous run, addressed without `%`.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import math
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program, lowering_table
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, render
-from distill.lowering.kernels.rowspace import MAX_BLOCK_R, Rows, describe, dim, outer_tiles
+from distill.lowering.kernels.rowspace import (MAX_BLOCK_R, OUTER_BLOCK_R, OUTER_MIN_RUN, Rows, contiguous_rows,
+                                               describe, dim, outer_tiles)
 from distill.lowering.kernels.split import part_name, text, worth_splitting
 from distill.lowering.planner import Kernel, Operand
 from distill.lowering.sizes import Sym
@@ -71,22 +74,12 @@ def _permuted(leaf: exprs.Leaf, perm: tuple[int, ...]) -> exprs.Leaf:
     return base.with_steps(steps)
 
 
-def _row_run(x: Operand, n_kept: int) -> int:
-    """Elements the trailing row dims span contiguously in memory (1 when the last one is not
-    contiguous): with a permuted input the rows can be the contiguous dim though the view's last is
-    reduced. A tile is a choice for speed alone, so sizes are judged by their value here: a dim of 1
-    (a literal, or read at run time and drawn as 1) spans nothing. Judged as a possible run, a reduced
-    dim drawn as 1 kept the [4, 1024] tile for an amax over (0, 1, 3) of [362, 609, 609, 1]: lanes 609
-    elements apart, 0.40x eager on an H200 (seed 909's L1-831ba6c9)."""
-    leaf, run = _main_leaf(x.expr), 1
-    for size, stride in reversed(list(zip(leaf.shape[:n_kept], leaf.strides[:n_kept]))):
-        if int(size) == 1:
-            continue
-        if stride != run:
-            break
-        run *= int(size)
-    red = [st for d, st in zip(leaf.shape[n_kept:], leaf.strides[n_kept:]) if int(d) != 1]
-    return run if all(st >= run for st in red) else 1
+def _blocked(x: Operand, n_kept: int, tiles: dict) -> dict:
+    """`tiles` with the rows mapped blocked (rowspace.Rows' `run_dims`) when they take the tall tile
+    for a contiguous run of rows in the operand that moves the most bytes."""
+    run, dims = contiguous_rows(_main_leaf(x.expr), n_kept)
+    return tiles | {"run_dims": dims} if tiles.get("block_r_cap") == OUTER_BLOCK_R and run >= OUTER_MIN_RUN \
+        else tiles
 
 
 def _options(spec: dict) -> dict:
@@ -129,7 +122,8 @@ class Reduce(Family):
         launch = Launch(fwd)
         n_kept = len(k.operands["x"].space) - len(_reduced(k.op, len(k.operands["x"].space)))
         x = _memory_order(k.op, k.operands["x"], n_kept)
-        tiles = outer_tiles(x.space, n_kept, _row_run(x, n_kept), split_ok=True)
+        tiles = _blocked(x, n_kept, outer_tiles(x.space, n_kept, contiguous_rows(_main_leaf(x.expr), n_kept)[0],
+                                                split_ok=True))
         options = _options(spec)
         one_row = int(math.prod(x.space[:n_kept])) == 1
         if one_row and worth_splitting(math.prod(x.space[n_kept:]), 1):
@@ -243,7 +237,8 @@ class Normalize(Family):
         space = k.operands["x"].space
         outer = {}
         if "dim" in k.op.attrs and steps == [Step("movedim", (dim(k.op, len(k.op.shape)), -1), k.op.name)]:
-            outer = outer_tiles(space, n_rows, math.prod(k.op.shape[dim(k.op, len(k.op.shape)) + 1:]))
+            outer = _blocked(k.operands["x"], n_rows,
+                             outer_tiles(space, n_rows, math.prod(k.op.shape[dim(k.op, len(k.op.shape)) + 1:])))
         wide = {}
         if not outer and MAX_BLOCK_R < int(math.prod(space[n_rows:])) <= WIDE_ROW:
             wide = {"block_r_cap": WIDE_ROW, "tile": WIDE_ROW}
@@ -297,13 +292,13 @@ class Normalize(Family):
                   f"dtype=torch.float32)", first_launch]
         second = Launch(fwd)
         second.buffer("part_ptr", part)
-        wrows = Rows(second, rows.space, rows.k)
+        wrows = Rows(second, rows.space, rows.k, run_dims=rows.run_dims)  # the same programs: its rows mapped alike
         for s in ("SPLIT", "CHUNK"):
             second.scalar(s, s)
         wctx = self._write(k, wrows, spec)
         src2 = render("normalize.py.j2", name=name, signature=second.signature(["BLOCK_ROWS", "BLOCK_R", "BLOCK_S"]),
                       comment=self.describe(k), stage="write", **wctx)
-        grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"  # the write pass: same programs
+        grid = rows.grid(split=True)  # the write pass: same programs
         launch2 = second.call(name, grid, {**consts, "BLOCK_S": "triton.next_power_of_2(SPLIT)"})
         lines += [ln for ln in launch2 if not ln.startswith(("BLOCK_ROWS =", "BLOCK_R ="))]
         return src + "\n\n" + src2, lines

@@ -23,7 +23,8 @@ Tiles (one choice on every device, a GPU's and the interpreter's):
   rows are the contiguous ones and the scanned elements strided: a [4, 1024] tile reads 16 bytes per
   scan position, a [64, 64] one 256. cumsum_reverse over dim 0 of [4096, 23170]: 2.31 ms with
   [4, 1024], 1.44x faster with [64, 64] ([32, 128]: 1.36x) on an H100. With logcumsumexp's
-  1024-element tile that is [16, 64] (not measured).
+  1024-element tile that is [16, 64] (not measured). Those rows are mapped blocked (rowspace.Rows'
+  `run_dims`): one index of the dims before the contiguous run a program, and a block of the run.
 
 Few long rows (`split.worth_splitting`): R is cut into SPLIT chunks. A first kernel stores each
 (row, chunk)'s aggregate (sum, product, max, min, or max and sum of exp); the scan kernel, one
@@ -44,7 +45,8 @@ import math
 from distill.lowering import exprs
 from distill.lowering.ir import Op, Program
 from distill.lowering.kernels.base import Family, Forward, Launch, OperandSpec, render
-from distill.lowering.kernels.rowspace import MAX_BLOCK_R, OUTER_BLOCK_R, OUTER_MIN_RUN, TILE, Rows, describe, dim
+from distill.lowering.kernels.rowspace import (MAX_BLOCK_R, OUTER_BLOCK_R, OUTER_MIN_RUN, TILE, Rows, contiguous_rows,
+                                               describe, dim)
 from distill.lowering.kernels.split import part_name
 from distill.lowering.planner import Kernel
 from distill.lowering.views import Step
@@ -89,8 +91,15 @@ class Scan(Family):
         x = k.operands["x"]
         op = k.op.op
         launch = Launch(fwd)
-        cap, tile_size = tiles(op, k.op.shape, dim(k.op, len(k.op.shape)))
-        rows = Rows(launch, x.space, len(x.space) - 1, block_r_cap=cap, tile=tile_size)
+        d = dim(k.op, len(k.op.shape))
+        cap, tile_size = tiles(op, k.op.shape, d)
+        # rows contiguous in memory (in the operand that moves the most bytes), taking the tall tile: mapped
+        # blocked (rowspace.Rows)
+        main = max(exprs.leaves(x.expr), key=lambda lf: math.prod(int(n) for n in lf.base_shape))
+        run, run_dims = contiguous_rows(main, len(x.space) - 1)
+        if d == len(k.op.shape) - 1 or int(math.prod(k.op.shape[d + 1:])) < OUTER_MIN_RUN or run < OUTER_MIN_RUN:
+            run_dims = 0
+        rows = Rows(launch, x.space, len(x.space) - 1, block_r_cap=cap, tile=tile_size, run_dims=run_dims)
         consts = rows.consts()
         split = rows.splits()
         parts = [fwd.fresh(f"{k.target.value}_part{i}") for i in range(2 if op == "logcumsumexp" else 1)] \
@@ -110,7 +119,7 @@ class Scan(Family):
             return src, launch.call(name, rows.grid(), consts)
         # the aggregates kernel: the same tile loads, no output
         first = Launch(fwd)
-        frows = Rows(first, x.space, len(x.space) - 1, block_r_cap=cap, tile=tile_size)
+        frows = Rows(first, x.space, len(x.space) - 1, block_r_cap=cap, tile=tile_size, run_dims=run_dims)
         ftile = frows.tile({"x": x.expr})
         for i, p in enumerate(parts):
             first.buffer(f"part{i}_ptr", p)
@@ -120,7 +129,7 @@ class Scan(Family):
         fsrc = render("scan.py.j2", name=part_name(name), signature=first.signature(["BLOCK_ROWS", "BLOCK_R"]),
                       comment=f"aggregates of chunks of {self.describe(k)}", op=op, stage="partial", split=True,
                       **fctx)
-        grid = f"(triton.cdiv({rows.n_rows}, BLOCK_ROWS), SPLIT)"
+        grid = rows.grid(split=True)
         lines, first_launch = frows.split_launch(part_name(name))
         device = f"{first.args[0]}.device"
         lines += [f"{p} = torch.empty(({rows.n_rows}, SPLIT), device={device}, dtype=torch.float32)" for p in parts]
