@@ -18,12 +18,17 @@ kernel factory) is moved to the top level under a name of its own when its names
 (kernelnest.py); `hoisted` maps the qualified name a launch records to it, and `closures` names what
 a kernel made by a factory closes over (each launch records those values: replaycheck.py).
 
-A kernel made by calling `triton.jit` at the top level (`k = triton.jit(k)`, `triton.jit(**options)(f)`)
-goes in with its undecorated function, both at their lines.
+A kernel made by calling `triton.jit` at the top level (`k = triton.jit(k)`, `triton.jit(**options)(f)`,
+also inside `triton.autotune(...)(...)` or `triton.heuristics(...)(...)`, which the line then drops) goes in
+with its undecorated function, both at their lines. A jit option only the host reads (`launch_metadata`,
+`repr`, as Triton's persistent-matmul tutorial writes for its profiler) that names a plain function makes
+that function `name = None` there.
 
 Simplifies: a kernel is found by the name its `def` gives it; a kernel made by calling `triton.jit`
-inside a function, or using a global that is not such a constant, is not rebuilt, and `skipped`
-says why, for the replay's reason (`not replayable: ...`) to name.
+inside a function, or using a global that is not such a constant (`tl.constexpr(torch.finfo(...).max)`,
+a constexpr chosen by a module-level `if` on the device), or a factory's jit helper that closes over
+the factory's own values, is not rebuilt (honest kernels in those styles are `not_triton`: not
+covered), and `skipped` says why, for the replay's reason (`not replayable: ...`) to name.
 """
 from __future__ import annotations
 
@@ -38,6 +43,11 @@ _CALLS = frozenset({"triton.language.constexpr", "triton.language.core.constexpr
                     "triton.next_power_of_2", "triton.language.cdiv", "triton.language.dtype"})
 _BUILTINS = frozenset({"int", "float", "bool", "min", "max", "abs", "round", "pow"})
 _JIT = frozenset({"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit"})
+# Calls that wrap a kernel (`triton.autotune(...)(triton.jit(f))`) whose choices each launch records.
+_WRAPPERS = frozenset({"triton.autotune", "triton.heuristics", "triton.runtime.autotune", "triton.runtime.heuristics"})
+# @triton.jit options only the host reads (a profiler's launch metadata, the kernel's printed name): the
+# plain function named there becomes `name = None` in the kernels module, never run.
+_HOST_OPTIONS = frozenset({"launch_metadata", "repr"})
 _ROOTS = ("triton", "math")
 
 
@@ -81,6 +91,7 @@ class _Extractor:
         self.rewritten: ast.stmt | None = None  # the part of the last kept statement that goes in, when not all
         self.plain: dict[str, ast.FunctionDef] = {}  # undecorated plain functions so far, by name
         self.late: list[ast.FunctionDef] = []  # plain functions a kept `triton.jit(f)` call made kernels of
+        self.stubs: dict[str, ast.FunctionDef] = {}  # plain functions a jit option names host-side only
 
     # -- expressions ----------------------------------------------------------------------------------
     def expr_ok(self, node: ast.AST) -> str:
@@ -134,6 +145,14 @@ class _Extractor:
                 return dec
         return None
 
+    def unwrapped(self, value: ast.AST) -> ast.AST:
+        """`triton.autotune(...)(triton.jit(f))`, `triton.heuristics(...)(...)`: the call inside, as the
+        replay drops those decorators (a recorded launch carries the constexprs and options they chose)."""
+        while (isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords
+               and isinstance(value.func, ast.Call) and _dotted(value.func.func, self.aliases) in _WRAPPERS):
+            value = value.args[0]
+        return value
+
     def jit_call(self, value: ast.AST) -> ast.FunctionDef | None:
         """The plain function `value` makes a kernel of (`triton.jit(f, **options)` or
         `triton.jit(**options)(f)`, options checked as a decorator's), else None."""
@@ -153,7 +172,12 @@ class _Extractor:
     def jit_options_ok(self, dec: ast.Call) -> str:
         if dec.args or any(k.arg is None for k in dec.keywords):
             return "its @triton.jit takes positional or unpacked arguments"
-        return next((f"@triton.jit's {k.arg}: {w}" for k in dec.keywords for w in [self.expr_ok(k.value)] if w), "")
+        for k in dec.keywords:  # a profiler's callback (Triton's persistent-matmul tutorial): never in the code
+            if k.arg in _HOST_OPTIONS and isinstance(k.value, ast.Name) and k.value.id in self.plain:
+                self.stubs[k.value.id] = self.plain[k.value.id]
+        return next((f"@triton.jit's {k.arg}: {w}" for k in dec.keywords
+                     if not (k.arg in _HOST_OPTIONS and isinstance(k.value, ast.Name) and k.value.id in self.stubs)
+                     for w in [self.expr_ok(k.value)] if w), "")
 
     def keep_import(self, node: ast.Import | ast.ImportFrom) -> bool:
         if isinstance(node, ast.ImportFrom):
@@ -227,7 +251,10 @@ class _Extractor:
             self.constants.add(node.name)
             return True
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            fn = self.jit_call(node.value)
+            inner = self.unwrapped(node.value)
+            fn = self.jit_call(inner)
+            if fn is not None and inner is not node.value:  # `k = triton.autotune(...)(triton.jit(k_impl))`
+                self.rewritten = ast.fix_missing_locations(ast.copy_location(ast.Assign(node.targets, inner), node))
             if fn is not None:  # `k = triton.jit(k_impl)`: the function goes in as it is, and this line
                 self.plain.pop(fn.name)
                 self.skipped.pop(fn.name, None)
@@ -333,22 +360,24 @@ def extract(source: str) -> KernelSource:
         ex.rewritten = None
         if not ex.keep(node):
             continue
+        for fn in ex.late:  # the function `triton.jit(f)` wraps, at its own lines, as written
+            for ln in range(_first_line(fn), (fn.end_lineno or fn.lineno) + 1):
+                out[ln - 1] = lines[ln - 1]
+        ex.late = []
         if ex.rewritten is not None or first in shared or last in shared:  # `A = 1; B = 2`: sharing its line
             text = ast.unparse(ex.rewritten or node)
             out[first - 1] = f"{out[first - 1]}; {text}" if out[first - 1] else text
             continue
         for ln in range(first, last + 1):
             out[ln - 1] = lines[ln - 1]
-        for fn in ex.late:  # the function `triton.jit(f)` wraps, at its own lines, as written
-            for ln in range(_first_line(fn), (fn.end_lineno or fn.lineno) + 1):
-                out[ln - 1] = lines[ln - 1]
-        ex.late = []
         if isinstance(node, ast.FunctionDef):  # blank every decorator but the jit one
             jit = ex.jit_decorator(node)
             for dec in node.decorator_list:
                 if dec is not jit:
                     for ln in range(dec.lineno, (dec.end_lineno or dec.lineno) + 1):
                         out[ln - 1] = ""
+    for name, fn in ex.stubs.items():  # its lines are blank: the function was not kept
+        out[_first_line(fn) - 1] = f"{name} = None"
     taken = {n for node in tree.body for n in _bound_names(node)} | set(ex.aliases) | set(ex.constants)
     hoisted, closures = kernelnest.hoist(ex, tree, lines, out, taken)
     text = "\n".join(out) + "\n"
