@@ -197,8 +197,11 @@ def test_jit_options_are_checked_not_the_call_of_triton_jit():
     assert opts != SOURCE
     ks = kernelsrc.extract(opts)
     assert ks.kernels == ["scaled"]                 # the replay rebuilds it under a plain @triton.jit
-    bad = kernelsrc.extract(SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(launch_metadata=helper)\ndef scaled"))
-    assert bad.kernels == [] and "launch_metadata" in bad.why_missing("scaled")
+    # a profiler's host callback (Triton's persistent-matmul tutorial): kept, the function a stub never run
+    meta = kernelsrc.extract(SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(launch_metadata=helper)\ndef scaled"))
+    assert meta.kernels == ["scaled"] and "helper = None" in meta.text and "def helper" not in meta.text
+    bad = kernelsrc.extract(SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(noinline=helper)\ndef scaled"))
+    assert bad.kernels == [] and "noinline" in bad.why_missing("scaled")
     assert kernelsrc.extract(SOURCE.replace("@triton.jit\ndef scaled", "@triton.jit(*OPTS)\ndef scaled")).kernels == []
 
 
