@@ -350,7 +350,11 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
 
 
 def _done(row: Row) -> bool:
-    """A row the resumed run keeps: verified, judged, or stopped before lowering."""
+    """A row the resumed run keeps: verified, judged, or stopped before lowering. An outcome on the
+    verifier's side (one of its limits, or the pool closed when the call's time ran out: every job in
+    flight then ends as a PoolError) is not final: the resumed run verifies that problem again."""
+    if row.side == "verifier":
+        return False
     return bool(row.stage == "verified" or row.status or (row.stage in ("none", "traced") and row.reason))
 
 

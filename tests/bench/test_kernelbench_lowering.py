@@ -72,6 +72,19 @@ def test_rows_sides_budget_and_resume(kb: Path, tmp_path: Path, capsys: pytest.C
     assert kbl.main(args) == 0
     assert "resuming" in capsys.readouterr().err
     assert sorted((out / "rows.jsonl").read_text().splitlines()) == sorted(before.splitlines())
+    # a verifier-side outcome (the pool closed as a call's time ran out, a limit of the verifier) is not
+    # final: the resumed run verifies that problem again and keeps the rest
+    lines = before.splitlines()
+    i = next(k for k, line in enumerate(lines) if json.loads(line)["problem"] == "2_Scaled.py")
+    stopped = {**json.loads(lines[i]), "stage": "lowered", "status": "PoolError", "side": "verifier",
+               "reason": "verdict PoolError: the pool closed during this job"}
+    lines[i] = json.dumps(stopped)
+    (out / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    assert kbl.main(args) == 0
+    assert "verified 1/1" in capsys.readouterr().err
+    rows = _rows(out)
+    assert (rows["2_Scaled.py"]["status"], rows["2_Scaled.py"]["side"]) == ("pass", "candidate")
+    assert rows["1_ReLU.py"] == json.loads(next(x for x in before.splitlines() if "1_ReLU" in x))
 
 
 def test_whose_side_an_outcome_is_on() -> None:
