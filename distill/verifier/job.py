@@ -333,8 +333,9 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         # a candidate that raised one itself must not turn its verdict into the verifier's fault.
         shared = ctx.admission is not None and ctx.admission.workers.get(slot.gpu, 1) > 1
         if spec.device == "cuda" and shared and not grant.alone:
+            alone = ctx.admission.whole(ctx.budget, slot.gpu).device_bytes
             for call in run.get("calls") or ():
-                err = memfault.device_oom(call, base["memory"].get("plan"), grant.device_bytes)
+                err = memfault.device_oom(call, base["memory"].get("plan"), grant.device_bytes, alone)
                 if err is not None:
                     raise err
         for call in run.get("calls") or ():

@@ -111,10 +111,18 @@ def harness_timeout(step: str, seconds: float, reference_s: float) -> ResourceEr
                          f"{seconds:g} s limit of its phase (VerifierPool timeout)", step=step, resource="time")
 
 
-def device_oom(call: protocol.CallReport, plan: dict[str, Any] | None, budget: int) -> ResourceError | None:
+def device_oom(call: protocol.CallReport, plan: dict[str, Any] | None, budget: int,
+               alone: int | None = None) -> ResourceError | None:
     """A CUDA out-of-memory error raised in forward while the candidate's own allocations (the call's
     peak above what the harness held when it began, the worker's figures) were within what the plan
-    leaves it of the device budget: the verifier's error. None: the candidate's (or not an OOM)."""
+    leaves it of the device budget, or (on a shared GPU, `alone` being the budget the GPU alone gives a
+    job) would fit beside the harness there: the verifier's error, retried with the GPU alone (pool.py),
+    where an out-of-memory error is the candidate's. The figures are the worker's claims: a candidate
+    that raised one itself buys a retry, never a verdict. None: the candidate's (or not an OOM).
+
+    Why `alone`: an honest kernel's temporaries are not bounded by two outputs (the lowering's 1-d
+    convolution of KernelBench level 1 #67 at its own sizes asked for 2 GiB more over a 14 GB share,
+    68 GiB of the H200 free: a `runtime_error` for a kernel KernelBench's own harness runs)."""
     err = call.get("error") or {}
     mem = call.get("device_memory") or {}
     if not str(err.get("type", "")).endswith("OutOfMemoryError") or not plan:
@@ -125,13 +133,16 @@ def device_oom(call: protocol.CallReport, plan: dict[str, Any] | None, budget: i
         return None
     own = max(0, peak - held)
     room = max(0, budget - need) + int(plan.get("param_bytes") or 0) + 2 * int(plan.get("output_bytes") or 0)
-    if own > room:
+    if own <= room:
+        within = f"within the {_gib(room)} ({room} bytes) the plan leaves it"
+    elif alone is not None and held + own < alone:
+        within = f"which would fit beside the harness in the {_gib(alone)} ({alone} bytes) the GPU alone gives a job"
+    else:
         return None
     return ResourceError(f"the verifier's own memory limit: forward ran out of device memory under the "
                          f"{_gib(budget)} ({budget} bytes) budget per worker with its own allocations at "
-                         f"{_gib(own)} ({own} bytes), within the {_gib(room)} ({room} bytes) the plan leaves "
-                         f"it; the harness held {_gib(held)} ({held} bytes)", step=f"call {call.get('trial')}",
-                         used_bytes=held + own, limit_bytes=budget, resource="device")
+                         f"{_gib(own)} ({own} bytes), {within}; the harness held {_gib(held)} ({held} bytes)",
+                         step=f"call {call.get('trial')}", used_bytes=held + own, limit_bytes=budget, resource="device")
 
 
 # Free space under which a scratch file system counts as full: a child's write into its reply's overflow

@@ -110,6 +110,13 @@ def test_a_cuda_oom_within_the_candidates_own_budget_is_the_verifiers():
     assert memfault.device_oom({"error": oom, "device_memory": {"held_bytes": 100, "peak_bytes": 700}}, plan, 1000) is None
     other = {"type": "builtins.RuntimeError", "message": "boom"}
     assert memfault.device_oom({"error": other, "device_memory": {"held_bytes": 0, "peak_bytes": 1}}, plan, 1000) is None
+    # on a shared GPU, own allocations past the plan's room that would fit the GPU alone: the verifier's
+    # (retried alone, where the verdict is decided); past what the GPU alone gives: the candidate's
+    big = {"error": oom, "trial": 0, "device_memory": {"held_bytes": 100, "peak_bytes": 700}}
+    retry = memfault.device_oom(big, plan, 1000, alone=8000)
+    assert retry is not None and retry.resource == "device" and "GPU alone" in str(retry) and "(600 bytes)" in str(retry)
+    assert memfault.device_oom(big, plan, 1000, alone=650) is None
+    assert memfault.device_oom({**big, "error": other}, plan, 1000, alone=8000) is None
 
 
 @pytest.fixture(scope="module")
