@@ -48,7 +48,7 @@ def _propagate(gm: torch.fx.GraphModule, inputs: list[Any]) -> list[str]:
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(
         dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())) if isinstance(t, torch.Tensor) else t for t in inputs]
-    with mode, _PoolAs2d():
+    with mode, _FoldedProducts(), _PoolAs2d():
         FakeTensorProp(gm, mode).propagate(*fakes)
     backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val  # older torch
     values = {str(k): int(v) for k, v in backed.items()}
@@ -96,6 +96,41 @@ class _PoolAs2d(torch.overrides.TorchFunctionMode):
         stride = _one(got.get("stride")) or k
         return torch.max_pool2d(args[0].unsqueeze(-2), (1, k), (1, stride), (0, _one(got.get("padding", 0))),
                                 (1, _one(got.get("dilation", 1))), bool(got.get("ceil_mode", False))).squeeze(-2)
+
+
+class _FoldedProducts(torch.overrides.TorchFunctionMode):
+    """A (..., M, K) @ (K, N) matmul (or @ (K,)), and a Linear over a 3-D or larger input, followed
+    as the reshape, 2-D product and view the lowering writes (fxcalls._matmul) instead of torch's own
+    folded path. torch 2.11's folded path built its shapes from concrete sizes, pinning every dim of
+    both operands to the traced values: KernelBench level 1 #10, lowered on the H200 (torch 2.11),
+    wrote `x0.view(16384, 2048)` and failed its resized twin (torch 2.13 keeps them symbolic, the
+    fix of pytorch#183397). A reshape and a 2-D product are symbolic in both."""
+
+    MATMUL = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self.MATMUL and len(args) == 2 and not kwargs and _folds(*args):
+            a, b = args
+            flat = a.reshape(_prod(a.shape[:-1]), a.shape[-1])
+            out = flat @ b
+            return out.view(*a.shape[:-1], *b.shape[1:])
+        if func is torch.nn.functional.linear and args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 3:
+            x = args[0]
+            out = torch.nn.functional.linear(x.reshape(_prod(x.shape[:-1]), x.shape[-1]), *args[1:], **kwargs)
+            return out.view(*x.shape[:-1], out.shape[-1])
+        return func(*args, **kwargs)
+
+
+def _folds(a: Any, b: Any) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 3 and b.dim() in (1, 2)
+
+
+def _prod(dims: Any) -> Any:
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
 
 
 def _one(v: Any) -> Any:
