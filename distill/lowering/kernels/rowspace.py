@@ -24,7 +24,7 @@ from distill.lowering.kernels.base import (Forward, Launch, coord_lines, coord_n
                                            store_offset)
 from distill.lowering.kernels.split import MIN_CHUNK, cdiv, chunk_lines, row_blocks, text, worth_splitting
 from distill.lowering.planner import Kernel
-from distill.lowering.sizes import Sym, is_unit, smin
+from distill.lowering.sizes import Sym, is_unit, smax, smin
 
 # elements per [BLOCK_ROWS, BLOCK_R] tile and the widest BLOCK_R
 TILE = 4096
@@ -99,7 +99,9 @@ class Rows:
             # written out (`smin`), so a resized twin with a longer run keeps the tile within `tile`
             self.block_rows = smin(pow2(self.n_inner), tile // self.block_r)
         else:
-            self.block_rows = max(1, min(pow2(self.n_rows), tile // self.block_r))
+            # both bounds written out too: Python's min over size expressions kept the one the drawn sizes
+            # chose, so a draw with few rows kept `next_power_of_2(n_rows)`, unbounded on a twin with many
+            self.block_rows = smax(1, smin(pow2(self.n_rows), tile // self.block_r))
         launch.scalar("n_rows", self.n_rows)
         launch.scalar("R", self.R)
         red = coord_names(self.red_shape, "cols", "col")
