@@ -106,3 +106,49 @@ def test_a_folded_product_keeps_its_sizes_symbolic_under_a_torch_that_pins_them(
         got, want = new(*inputs), ref(*inputs)
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+ROWS = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(3, 100)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("expr", ["torch.softmax(x, dim=-1)", "torch.sum(x, dim=-1)"])
+def test_a_flat_row_tile_is_bounded_on_a_twin_with_many_rows(expr):
+    """Issue 34: drawn with 3 rows of 100, the flat row tile's rows were `next_power_of_2(n_rows)`
+    alone (Python's min over size expressions kept the branch the drawn sizes chose: 4 < 4096 // 128),
+    so a twin with 5,000 rows took 8,192 rows of 128 lanes a program. Both bounds are written now."""
+    import re
+
+    import triton
+
+    src = ROWS.format(expr=expr)
+    new_src = lower_source(types.SimpleNamespace(source=src, problem_id="t")).source
+    launch = new_src[new_src.index("def forward"):]
+    tile = re.search(r"BLOCK_ROWS = (.*)", launch).group(1)
+    block_r = re.search(r"BLOCK_R = (.*)", launch).group(1)
+    for rows, cols, want in ((3, 100, 4), (5000, 100, None)):
+        env = {"triton": triton, "x0_size0": rows, "x0_size1": cols}
+        r, c = eval(tile, env), eval(block_r, env)  # noqa: S307 - our own module's text
+        assert r * c <= 4096 and (want is None or r == want), (rows, r, c, launch)
+    ref, new, _ = build(src, new_src, "cpu")
+    x = torch.randn(600, 100)
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), ref(x), rtol=1e-5, atol=1e-5)
