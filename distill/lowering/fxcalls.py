@@ -15,7 +15,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from distill.lowering.fxgraph import Mapper, TraceError, Tup, call_arg, one_size, target_name
+from distill.lowering.fxgraph import Mapper, Param, TraceError, Tup, call_arg, one_size, target_name
 from synth.catalog import default_catalog
 
 ALONG = {torch.softmax: "softmax", F.softmax: "softmax", torch.log_softmax: "log_softmax",
@@ -77,6 +77,13 @@ def _along(m: Mapper, op: str, x: str, dim: Any) -> str:
 
 
 def _matmul(m: Mapper, node: torch.fx.Node) -> str:
+    w = m.env.get(node.args[1]) if isinstance(node.args[1], torch.fx.Node) else None
+    if isinstance(w, Param) and w.code.endswith(".T") and len(w.shape) == 2 and node.target not in (torch.bmm, "bmm"):
+        # x @ self.weight.T (KernelBench level 2 #14) is F.linear(x, self.weight): the Linear kernels read
+        # the parameter as nn.Linear's (out, in) weight, whatever the rank of x
+        x = m.t(node.args[0], "matmul")
+        return m.b.op("linear", [x], m.out_shape(node), m.b.dtype(x), {"out_features": int(w.shape[1]), "bias": False},
+                      {"weight": w.code.removesuffix(".T")})
     a, c = m.t(node.args[0], "matmul"), m.t(node.args[1], "matmul")
     sa, sc = m.b.shape(a), m.b.shape(c)
     out, dt = m.out_shape(node), m.b.dtype(a)

@@ -68,6 +68,8 @@ def map_call(m: Mapper, node: torch.fx.Node) -> Any:
         src = m.env.get(args[0])
         if isinstance(src, Tup) and args[1] in ("values", "indices"):
             return src.get(0 if args[1] == "values" else 1)
+        if args[1] in ("T", "mT") and isinstance(src, Param) and len(src.shape) == 2:
+            return _param_t(src)
         if args[1] in ("T", "mT"):
             x = m.t(args[0], "transpose")
             r = len(m.b.shape(x))
@@ -115,6 +117,9 @@ def map_call(m: Mapper, node: torch.fx.Node) -> Any:
         perm = [perm] if isinstance(perm, int) else perm
         return m.b.op("permute", [x], m.out_shape(node), m.b.dtype(x),
                          {"perm": [int(p) % len(perm) for p in perm]})
+    if t in ("transpose", torch.transpose, "t", torch.t) and isinstance(m.env.get(args[0]), Param) \
+            and len(m.env[args[0]].shape) == 2 and (t in ("t", torch.t) or {args[1] % 2, args[2] % 2} == {0, 1}):
+        return _param_t(m.env[args[0]])  # self.weight.t(): read by a matmul as a Linear's weight
     if t in ("transpose", torch.transpose, "t", torch.t):
         x = m.t(args[0], "transpose")
         r = len(m.b.shape(x))
@@ -129,6 +134,12 @@ def map_call(m: Mapper, node: torch.fx.Node) -> Any:
     if t in REDUCE:
         return m.reduce(REDUCE[t], m.t(args[0], REDUCE[t]), call_arg(node, 1, "dim"), call_arg(node, 2, "keepdim", False))
     return other(m, node)
+
+
+def _param_t(p: Param) -> Param:
+    """A 2-D parameter transposed: only a matmul reads it (as a Linear's weight, fxcalls._matmul);
+    any other op refuses the `.T` code as it refuses any parameter it cannot read."""
+    return Param(f"{p.code}.T", tuple(reversed(p.shape)))
 
 
 def run(gm: torch.fx.GraphModule) -> tuple[GraphBuilder, list[str]]:
