@@ -69,7 +69,7 @@ class GraphBuilder:
         self.sym: dict[str, tuple] = {}
         self._n_in = self._n_op = 0
 
-    def input(self, shape: tuple[int, ...], dtype: str) -> str:
+    def input(self, shape: tuple[int, ...], dtype: str, number: bool = False) -> str:
         name = f"x{self._n_in}"
         self._n_in += 1
         rng = "class" if dtype == "i64" else "any"
@@ -77,6 +77,8 @@ class GraphBuilder:
         shape = tuple(map(int, shape))
         self.g.add_node(name, kind="input", shape=list(shape), dtype=dtype, range=rng, high=None,
                         label=f"input|{list(shape)}|{dtype}|{rng}|None")
+        if number:
+            self.g.nodes[name]["number"] = True
         return name
 
     def _keep(self, name: str, shape: tuple) -> None:
@@ -167,7 +169,10 @@ class Mapper:
         return v
 
     def scalar(self, a: Any) -> float:
-        return float(self.env[a] if isinstance(a, torch.fx.Node) else a)
+        v = self.env[a] if isinstance(a, torch.fx.Node) else a
+        if isinstance(v, str):  # a tensor of the program (a Python-number input included) where a constant is read
+            raise TraceError(f"{a} is read as a constant, but is a value of the program")
+        return float(v)
 
     def out_shape(self, node: torch.fx.Node) -> tuple[int, ...]:
         meta = node.meta.get("tensor_meta")

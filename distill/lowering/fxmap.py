@@ -149,6 +149,9 @@ def run(gm: torch.fx.GraphModule) -> tuple[GraphBuilder, list[str]]:
     outputs: list[str] = []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
+            if node.meta.get("number"):  # fn(A, s) with s = 3.14 from get_inputs (KernelBench level 1 #5)
+                m.env[node] = b.input((1,), "f32", number=True)
+                continue
             meta = node.meta.get("tensor_meta")
             if meta is None or not hasattr(meta, "shape"):
                 raise TraceError(f"input {node.name} is not a tensor")

@@ -38,6 +38,7 @@ class Value:
     shape: tuple[int, ...]
     dtype: str = "f32"
     code: str = ""  # how forward refers to it ("x0", "y3", "self.linear_0.weight")
+    number: bool = False  # an input forward receives as a Python number (held as a one-value tensor)
 
     @property
     def numel(self) -> int:
@@ -172,7 +173,7 @@ def read_program(problem: Any, sizes: tuple[dict[str, tuple], list[str]] | None 
     op_nodes = []
     for name, data in g.nodes(data=True):
         if data["kind"] == "input":
-            inputs.append(Value(name, shape_of(name, data["shape"]), data["dtype"], name))
+            inputs.append(Value(name, shape_of(name, data["shape"]), data["dtype"], name, bool(data.get("number"))))
         else:
             op_nodes.append((name, data))
     inputs.sort(key=lambda v: int(v.name[1:]))

@@ -57,10 +57,13 @@ def assemble(plan: Plan, doc: str) -> Module:
     prog = plan.program
     fwd = Forward()
     fwd.reserve(list(prog.values))
-    device = f"{prog.inputs[0].name}.device"
+    device = f"{next(x for x in prog.inputs if not x.number).name}.device"
     fwd.lines.append("# kernels index inputs as dense row-major tensors (a no-op for the usual inputs)")
     for x in prog.inputs:
-        fwd.lines.append(f"{x.name} = {x.name}.contiguous()")
+        if x.number:  # a Python number forward is given: a one-value tensor, read as a broadcast operand
+            fwd.lines.append(f"{x.name} = torch.full((1,), {x.name}, device={device}, dtype=torch.float32)")
+        else:
+            fwd.lines.append(f"{x.name} = {x.name}.contiguous()")
     sources: list[str] = []
     infos: list[KernelInfo] = []
     allocated: set[str] = set()

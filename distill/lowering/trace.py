@@ -96,6 +96,12 @@ def trace_source(source: str) -> Traced:
         ShapeProp(gm).propagate(*inputs)
     except Exception as exc:  # noqa: BLE001
         raise TraceError(f"shapes cannot be propagated: {type(exc).__name__}: {str(exc)[:200]}") from None
+    for node, value in zip([n for n in gm.graph.nodes if n.op == "placeholder"], inputs):
+        # a float or int get_inputs gives: forward reads it at run time, as a one-value tensor
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            node.meta["number"] = True
+    if all(n.meta.get("number") for n in gm.graph.nodes if n.op == "placeholder"):
+        raise TraceError("no input is a tensor")
     size_lines = symbolic_sizes(gm, inputs)
     b, outputs = run(gm)
     init_text, preamble = _constructor(source)

@@ -2,6 +2,8 @@
 
 - `torch.matmul(x, self.weight.T)` with a raw nn.Parameter (level 2 #14 Gemm_Divide_Sum_Scaling:
   "transpose: operand weight is not a tensor of the program") is F.linear(x, self.weight).
+- a Python number from get_inputs (level 1 #5 Matrix_scalar_multiplication: "input s is not a tensor")
+  is read by forward at run time as a one-value tensor, not baked in at its drawn value.
 """
 from __future__ import annotations
 
@@ -55,3 +57,39 @@ def test_a_matmul_with_a_transposed_parameter_is_a_linear(expr, shape, other):
     for x in (mod.get_inputs()[0], torch.rand(*other)):
         with torch.no_grad():
             torch.testing.assert_close(new(x), ref(x), rtol=1e-4, atol=1e-4)
+
+
+NUMBER_INPUT = '''
+import torch
+import torch.nn as nn
+
+M = 7
+N = 33
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A: torch.Tensor, s: float) -> torch.Tensor:
+        return torch.relu(A * s) - s
+
+
+def get_inputs():
+    return [torch.randn(M, N), 3.14]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_python_number_input_is_read_at_run_time():
+    traced = trace_source(NUMBER_INPUT)
+    assert traced.graph.nodes["x1"].get("number") and traced.graph.nodes["x1"]["shape"] == [1]
+    new_src = lower_source(types.SimpleNamespace(source=NUMBER_INPUT, problem_id="t")).source
+    assert "3.14" not in new_src, new_src
+    ref, new, mod = build(NUMBER_INPUT, new_src, "cpu")
+    for x, s in ((mod.get_inputs()[0], 3.14), (torch.randn(5, 130), -2.5), (torch.randn(3, 4), 7)):
+        with torch.no_grad():
+            torch.testing.assert_close(new(x, s), ref(x, s), rtol=1e-5, atol=1e-5)
