@@ -17,6 +17,8 @@ is the candidate computing the answer with Triton), or fails.
 """
 from __future__ import annotations
 
+import ast
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -238,12 +240,34 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
                                        kernelsrc.sequences(candidate))
     msg = protocol.Replay(cmd="replay", problem=problem, kernels=source.text,
                           kernel_names=source.kernels + [i["name"] for i in instances], instances=instances,
-                          trace={**record, "storages": storages}, byte_limit=byte_limit, runs=list(RUNS), seeds=seeds,
+                          trace={**record, "storages": storages, "scalar_inputs": _scalar_inputs(run, traced)},
+                          byte_limit=byte_limit, runs=list(RUNS), seeds=seeds,
                           stream=stream)
     checks = {**checks, "replay_state": kinds} if kinds else checks
     off = _PLAIN.sub("?", str((params or {}).get("second_off") or ""))[:200]
     weights = ("second" + (f" ({off})" if off else "")) if (params or {}).get("second") else f"first: {off or '?'}"
     return Prepared(msg=msg, poisoned=poisoned, skipped=source.skipped, checks={**checks, "replay_weights": weights})
+
+
+def _scalar_inputs(run: protocol.RunReply, traced: int) -> list[list[Any]]:
+    """The traced trial's float inputs that are not tensors, as [position, value], read from the inputs'
+    fingerprints (problemio.fingerprint: a number's repr), which judge_calls found equal to the
+    reference's. The replay puts each trial's own number where the record carries the traced one
+    (replay.Program.substitutes): `get_inputs` returning `[x, float(torch.rand(()))]` changes it with
+    the seed, and an honest kernel taking it as a launch argument was `not_triton` on the replay trial."""
+    prints = run.get("fingerprints")
+    if type(prints) is not list or not 0 <= traced < len(prints) or type(prints[traced]) is not list:
+        return []
+    out: list[list[Any]] = []
+    for i, p in enumerate(prints[traced][:64]):
+        if type(p) is str and len(p) < 64 and not p.startswith("torch."):
+            try:
+                v = ast.literal_eval(p)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            if type(v) is float and math.isfinite(v):
+                out.append([i, v])
+    return out
 
 
 def decide(rep: protocol.ReplayReply, prep: Prepared, trials: list[protocol.Trial], secret: int, other: int,

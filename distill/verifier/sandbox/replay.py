@@ -98,9 +98,34 @@ class Program:
         self.steps = [self._step(st) for st in wire["steps"]]
         self.outputs = [self._ref(r) for r in wire["outputs"]]
         self.launches = sum(st[0] == "launch" for st in self.steps)
+        self.scalar_inputs = self._scalar_inputs(wire.get("scalar_inputs"))
         self.aliases = [f"output {i} is the memory of input {self.storages[r['s']]['index']}"
                         for i, r in enumerate(self.outputs) if self.storages[r["s"]]["kind"] == "input"]
         self.gaps = self._gaps()
+
+    @staticmethod
+    def _scalar_inputs(pairs: Any) -> list[tuple[int, float]]:
+        """The traced trial's float inputs that are not tensors, by position (the parent's, from the
+        fingerprints the reference made: replaycheck.py)."""
+        if pairs is None:
+            return []
+        if type(pairs) is not list or len(pairs) > 64:
+            raise NotReplayable("malformed record: scalar inputs")
+        out = []
+        for p in pairs:
+            if type(p) is not list or len(p) != 2 or type(p[1]) is not float:
+                raise NotReplayable("malformed record: a scalar input")
+            out.append((_int(p[0], 0, 1 << 16, "a scalar input's position"), p[1]))
+        return out
+
+    def substitutes(self, inputs: list[Any]) -> dict[float, float]:
+        """A float input that is not a tensor (`get_inputs` returning `[x, alpha]`) changes with the
+        trial's seed like any input, and reaches the record as the traced call's number wherever forward
+        passed it on as it was (a launch argument, a fill value): each such number is this run's input
+        at that position. Only a number equal to the traced call's input is replaced: a number forward
+        computed from it on the host was the traced call's, and stays."""
+        return {old: inputs[i] for i, old in self.scalar_inputs
+                if i < len(inputs) and type(inputs[i]) is float and inputs[i] != old}
 
     def _gaps(self) -> list[list[tuple[int, int]]]:
         """Per storage, the byte ranges no tensor of the record reaches (its hull: first to last byte). A
@@ -269,7 +294,7 @@ class Program:
         return torch.empty(0, dtype=r["dtype"], device=storage.device).set_(
             storage, r["off"] + BAND // r["dtype"].itemsize, r["size"], r["stride"])
 
-    def _arg(self, mem: list[torch.UntypedStorage], v: Any) -> Any:
+    def _arg(self, mem: list[torch.UntypedStorage], v: Any, subst: dict[float, float] | None = None) -> Any:
         if type(v) is dict and "tdesc" in v:
             d = v["tdesc"]
             return TensorDescriptor(self._view(mem, d["base"]), d["shape"], d["strides"], d["block_shape"],
@@ -277,26 +302,30 @@ class Program:
         if type(v) is dict:
             return self._view(mem, v)
         if type(v) is tuple:
-            return tuple(self._arg(mem, x) for x in v)
-        return v
+            return tuple(self._arg(mem, x, subst) for x in v)
+        return subst.get(v, v) if subst and type(v) is float else v
 
     def _execute(self, mem: list[torch.UntypedStorage], kernels: dict[str, Any], ablate: bool, poison: bool,
-                 launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
+                 launch: Callable[[Any, tuple, tuple, dict], None],
+                 subst: dict[float, float] | None = None) -> list[torch.Tensor]:
+        def num(v: Any) -> Any:
+            return subst.get(v, v) if subst and type(v) is float else v
+
         for st in self.steps:
             if st[0] == "launch":
                 if not ablate:
-                    launch(kernels[st[1]], tuple(self._arg(mem, a) for a in st[2]), st[4],
-                           {k: self._arg(mem, v) for k, v in st[3].items()})
+                    launch(kernels[st[1]], tuple(self._arg(mem, a, subst) for a in st[2]), st[4],
+                           {k: self._arg(mem, v, subst) for k, v in st[3].items()})
             elif st[0] == "alloc":
                 if st[2] != "poison":
-                    self._view(mem, st[1]).fill_(st[2])
+                    self._view(mem, st[1]).fill_(num(st[2]))
                 elif poison:
                     provenance.poison_(self._view(mem, st[1]))
             elif st[0] == "fill":
-                self._view(mem, st[1]).fill_(st[2])
+                self._view(mem, st[1]).fill_(num(st[2]))
             elif st[0] == "range":
                 view = self._view(mem, st[1])
-                made = RANGES[st[2]](*st[3], dtype=view.dtype, device=view.device)
+                made = RANGES[st[2]](*map(num, st[3]), dtype=view.dtype, device=view.device)
                 view.copy_(made.reshape(view.shape))
             else:
                 self._view(mem, st[1]).copy_(self._view(mem, st[2]))
@@ -308,7 +337,7 @@ class Program:
         `second`); the outputs, as views of that memory. With `ablate`, every launch is left out."""
         mem = self._allocate(device, second)
         self._place(mem, inputs)
-        return Replayed(self._execute(mem, kernels, ablate, True, launch), mem, second)
+        return Replayed(self._execute(mem, kernels, ablate, True, launch, self.substitutes(inputs)), mem, second)
 
     def audit(self, done: Replayed, inputs: list[Any]) -> None:
         """What the run did beyond its outputs: stores past a storage's ends, inputs changed, outputs
@@ -360,6 +389,7 @@ class Bound:
 
     def __init__(self, program: Program, mem: list[torch.UntypedStorage]) -> None:
         self.program, self.mem = program, mem
+        self.subst: dict[float, float] = {}
 
     def load(self, inputs: list[Any]) -> None:
         for s, storage in zip(self.program.storages, self.mem):
@@ -368,6 +398,7 @@ class Bound:
             body = raw[BAND:BAND + s["nbytes"]]
             body.copy_(s["data"]) if s["kind"] == "state" else body.fill_(0xFF)
         self.program._place(self.mem, inputs)
+        self.subst = self.program.substitutes(inputs)
 
     def call(self, kernels: dict[str, Any], launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
-        return self.program._execute(self.mem, kernels, False, False, launch)
+        return self.program._execute(self.mem, kernels, False, False, launch, self.subst)
