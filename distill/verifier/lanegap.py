@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 
+from distill.verifier import static
 from distill.verifier.problemio import ProblemError
 from distill.verifier.verdict import Verdict
 
@@ -56,8 +57,8 @@ def _names(source: str) -> set[str]:
     """Attribute names and imported names the source mentions (`tl.inline_asm_elementwise`, `libdevice.j0`,
     `from ...libdevice import j0 as bessel`): how a kernel reaches a construct, whatever it is renamed to."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        tree = static.parse(source)
+    except (SyntaxError, ValueError):
         return set()
     found: set[str] = set()
     for node in ast.walk(tree):

@@ -75,9 +75,15 @@ _PARSE_LOCK = threading.Lock()
 
 
 def parse(source: str) -> ast.Module:
-    """`ast.parse`, safe to call from several threads at once."""
+    """`ast.parse`, safe to call from several threads at once. A source nested deeper than the parser
+    goes (`1+1+...` 5,000 times, 20,000 unary minuses) raises RecursionError or MemoryError there: a
+    SyntaxError here, so it is the candidate's verdict. Raised out of `verify` in the trusted parent it
+    failed `verify_many`, every pair of the batch with it (a red-team find)."""
     with _PARSE_LOCK:
-        return ast.parse(source)
+        try:
+            return ast.parse(source)
+        except (RecursionError, MemoryError):
+            raise SyntaxError("nested too deeply for the verifier's parser") from None
 
 
 def check_source(source: str) -> StaticReport:
@@ -87,8 +93,11 @@ def check_source(source: str) -> StaticReport:
         line = getattr(exc, "lineno", None) or 0
         return StaticReport("syntax_error", f"does not parse: line {line}: {getattr(exc, 'msg', exc)}")
     walker = _Walker()
-    walker.visit(tree)
-    kernels = _kernels(tree, walker.aliases)
+    try:
+        walker.visit(tree)
+        kernels = _kernels(tree, walker.aliases)
+    except RecursionError:  # a few hundred levels parse, and overflow a recursive walk: no honest module nests so
+        return StaticReport("syntax_error", "does not parse: an expression nested too deeply for the static check")
     has_model = any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
     if walker.findings:
         first = walker.findings[0]
