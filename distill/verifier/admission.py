@@ -18,6 +18,8 @@ The scratch disk is held the same way (`disk`): a job whose spill (memplan.job_d
 beside the spills of the jobs in flight waits for them, and is the verifier's ResourceError only when it
 does not fit with none in flight. Checking the free bytes alone let side-by-side jobs fill a 252 GiB disk
 (KernelBench level 2 on the H200, 2026-11-30: three ResourceErrors and a candidate's `No space left`).
+Every file a job writes goes through its hold (DiskHold.take, spill.Spill): a write past the plan grows
+the hold under the same rule, so a plan that undercounts costs a wait, not a side-by-side job's verdict.
 """
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ class Admission:
         self._shared = dict.fromkeys(workers_per_gpu, 0)
         self._alone = dict.fromkeys(workers_per_gpu, False)
         self._waiting = dict.fromkeys(workers_per_gpu, 0)
-        self._disk: dict[object, int] = {}  # a job in flight -> the spill bytes it holds back
+        self._disk: dict[DiskHold, int] = {}  # a job in flight -> the spill bytes it holds back
+        self._growing: set[DiskHold] = set()  # jobs waiting for more of the disk
 
     def share(self, budget: DeviceBudget, gpu: int) -> Grant:
         """One worker's grant: the pool's budget as configured."""
@@ -114,33 +117,79 @@ class Admission:
                 self._cond.notify_all()
 
     @contextmanager
-    def disk(self, need: int, path: str, what: str) -> Iterator[None]:
-        """Hold `need` bytes of the scratch disk at `path` for one job, until it ends. A job in flight
+    def disk(self, need: int, path: str, what: str) -> Iterator["DiskHold"]:
+        """Hold `need` bytes of the scratch disk at `path` for one job, until it ends; the job's writes
+        go through the DiskHold it yields, which grows past `need` as `take` asks. A job in flight
         counts whole, however much it has written yet: a wait too many, never a full disk. `what` says
         what the bytes are, in the ResourceError of a job the disk cannot hold alone."""
-        if not need:
-            yield
-            return
-        deadline = time.monotonic() + self.seconds
-        token = object()
+        hold = DiskHold(self, path, what)
         with self._cond:
-            while True:
-                others = sum(self._disk.values())
-                full = memfault.disk_full(path, need + others)
-                if full is None:
-                    break
-                if not others:
-                    full = memfault.disk_full(path, need) or full
-                    full.args = (f"{full} {what}",)
-                    raise full
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PoolError(f"waited {self.seconds:g} s for {need >> 20} MiB of the scratch disk")
-                self._cond.wait(min(left, 1.0))
-            self._disk[token] = need
+            self._disk[hold] = 0
         try:
-            yield
+            if need:
+                hold.take(need, planned=True)
+            yield hold
         finally:
             with self._cond:
-                del self._disk[token]
+                del self._disk[hold]
+                self._growing.discard(hold)
                 self._cond.notify_all()
+
+    def _grow(self, hold: "DiskHold", extra: int, planned: bool) -> None:
+        """Add `extra` bytes to `hold`'s share once the disk has room for them beside every other job's
+        share (what it has not written yet: its whole share, counted again, as `disk` does)."""
+        deadline = time.monotonic() + self.seconds
+        with self._cond:
+            self._growing.add(hold)
+            try:
+                while True:
+                    others = sum(n for h, n in self._disk.items() if h is not hold)
+                    mine = self._disk[hold] - hold.used  # reserved and not yet written
+                    full = memfault.disk_full(hold.path, mine + extra + others)
+                    if full is None:
+                        break
+                    # None in flight beside it, or every other job waiting to grow too (each would wait
+                    # for the others): the disk cannot hold this job, the verifier's limit.
+                    stuck = not planned and all(h in self._growing for h in self._disk if h is not hold and self._disk[h])
+                    if not others or stuck:
+                        full = memfault.disk_full(hold.path, mine + extra) or full
+                        what = hold.what if planned else f"{hold.what} (past its plan of {self._disk[hold] >> 20} MiB)"
+                        full.args = (f"{full} {what}",)
+                        raise full
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise PoolError(f"waited {self.seconds:g} s for {extra >> 20} MiB of the scratch disk")
+                    self._cond.wait(min(left, 1.0))
+                self._disk[hold] += extra
+            finally:
+                self._growing.discard(hold)
+
+
+class DiskHold:
+    """One job's share of the scratch disk (Admission.disk): `take` before each write (spill.Spill),
+    `give` when a file is removed. A write within the share was made room for when the share was taken;
+    one past it grows the share, waiting for side-by-side jobs as a new job does."""
+
+    def __init__(self, admission: Admission, path: str, what: str) -> None:
+        self.admission, self.path, self.what = admission, path, what
+        self.used = 0  # bytes written under the share and not given back
+
+    @property
+    def bytes(self) -> int:
+        return self.admission._disk.get(self, 0)
+
+    def take(self, n: int, planned: bool = False) -> None:
+        """Make room for `n` more bytes: `planned`, the job's plan (Admission.disk); else a write."""
+        if planned:
+            self.admission._grow(self, n, True)
+            return
+        extra = self.used + n - self.bytes
+        if extra > 0:
+            self.admission._grow(self, extra, False)
+        self.used += n
+
+    def give(self, n: int) -> None:
+        """A removed file's bytes: free again for this job's next writes (the share stays as it is)."""
+        with self.admission._cond:
+            self.used = max(0, self.used - n)
+            self.admission._cond.notify_all()

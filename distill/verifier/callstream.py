@@ -18,8 +18,13 @@ outputs; the parent (`CallStream.add`) compares them with the reference's output
 
 So the parent holds one call's outputs at a time, however many calls and trials a job has.
 
-Simplifies: the reference's outputs for every trial stay in the parent (spilled as they arrive when
-large, refwork.py): the judge reads each of them more than once (its call, the bound, the replay).
+In step (`feed`, refwork.Feed: a job whose expected outputs would not stay in the parent's memory), the
+reference's outputs for trial t are read as call t arrives, and once that call passed they are dropped
+(spill.Spill.drop) after what later checks read of them is kept: their values on the bound's secret
+subsets and, while every trial so far equalled the first, the first trial's outputs (the degenerate-
+reference check). Only a near miss's trial stays (compared again with the widened bound). So a job's
+disk need does not grow with its input sets (memplan.job_disk). Without a feed every trial's expected
+outputs stay in the parent to the end (spilled as they arrive when large), as before.
 """
 from __future__ import annotations
 
@@ -52,8 +57,13 @@ class CallStream:
     """The worker's calls of one run, judged one at a time against `trials` (the reference's)."""
 
     def __init__(self, trials: list[protocol.Trial], device: str, keep_trial: int | None = None,
-                 spill: Spill | None = None) -> None:
+                 spill: Spill | None = None, feed: Any = None, calls: int | None = None) -> None:
         self.trials, self.device, self.keep_trial, self.spill = trials, device, keep_trial, spill
+        self.feed = feed  # refwork.Feed, read in step: `trials` is its list, growing as calls arrive
+        self.count = len(trials) if calls is None else calls  # the trials a call may name
+        self._refs: dict[int, dict[int, tuple[torch.dtype, torch.Size, torch.Tensor]]] = {}  # in step: subsets
+        self._first: int | None = None  # in step: the first passing trial, kept while every later one equals it
+        self._same = True
         self.calls: list[protocol.CallReport] = []  # each call's report, its outputs without `data` (unless kept)
         # Its comparison with the reference; an exception it raised (a malformed report) is raised where
         # the judge reads it, as when the comparison ran there.
@@ -74,6 +84,8 @@ class CallStream:
         """Judge one call's report (its `trial` an index of `trials`, the caller checked) and keep what
         later checks read; its output values are dropped unless kept (above)."""
         n, t = len(self.calls), call.get("trial")
+        if self.feed is not None:
+            self.feed.upto(t + 1)
         outs = call.get("outputs")
         meta: protocol.CallReport = {k: v for k, v in call.items() if k != "outputs"}
         if "outputs" in call:
@@ -87,15 +99,48 @@ class CallStream:
                                    for c in self.calls)
         if first:
             self.summarise(t, outs)
-        if first and t == self.keep_trial or bad is not None:
+        near = isinstance(bad, Finding) and bool((bad.checks.get("compare") or {}).get("within_table"))
+        again = bad is not None and (self.feed is None or near)  # compared again later (`rejudge`)
+        if first and t == self.keep_trial or again:
             kept = self._keep(outs)
             if first and t == self.keep_trial:
                 meta["outputs"] = kept
-            if bad is not None:
+            if again:
                 self._failed[n] = {**call, "outputs": kept}
         self.calls.append(meta)
         self.compared.append(bad)
+        if self.feed is not None and first:
+            self._consume(t, bad is None, near)
         self._release()  # the trial's expected outputs, read for this call, leave the resident set
+
+    def seen(self, t: int) -> bool:
+        """Whether a call on trial `t` was reported already (in step its expected outputs may be gone)."""
+        return any(c.get("trial") == t for c in self.calls)
+
+    def _consume(self, t: int, passed: bool, near: bool) -> None:
+        """In step: keep what later checks read of trial t's expected outputs, and drop them."""
+        outs = self.trials[t]["outputs"]
+        if passed and outs is not None:
+            got = self._refs.setdefault(t, {})
+            for i, r in enumerate(outs):
+                if type(r) is torch.Tensor and r.is_floating_point():
+                    pick = self._picks.setdefault(i, _secret_subset(r.numel()))
+                    got[i] = (r.dtype, r.shape, r.detach().reshape(-1)[pick].double().cpu())
+            if self._first is None:
+                self._first = t
+                return
+            if self._same:
+                firsts = self.trials[self._first]["outputs"]
+                self._same = len(firsts) == len(outs) and all(torch.equal(a, b) for a, b in zip(outs, firsts))
+                if not self._same:
+                    self._drop(self._first)
+        if not near:
+            self._drop(t)
+
+    def _drop(self, t: int) -> None:
+        outs, self.trials[t]["outputs"] = self.trials[t]["outputs"], None
+        if self.spill is not None and outs is not None:
+            self.spill.drop(outs)
 
     def _release(self) -> None:
         if self.spill is not None:
@@ -128,7 +173,31 @@ class CallStream:
 
     def follows(self, ts: list[int]) -> Finding | None:
         """`follows_reference` for the first calls on trials `ts` (all passed their comparisons)."""
-        return _follows(ts, self.trials, lambda t, i: self._subsets.get(t, {}).get(i), self._picks, self._release)
+        if len(ts) < 2:
+            return None
+        if self.feed is not None:  # the reference's subsets and the equality, kept as each call was judged
+            n_out = 1 + max(self._refs.get(ts[0], {}), default=-1)
+            return _follows(ts, n_out, lambda t, i: self._refs.get(t, {}).get(i), self._same, self._subset)
+        first = self.trials[ts[0]]["outputs"]
+        same = True
+        for t in ts[1:]:
+            same = all(torch.equal(self.trials[t]["outputs"][i], first[i]) for i in range(len(first)))
+            self._release()
+            if not same:
+                break
+
+        def ref(t: int, i: int) -> tuple[torch.dtype, torch.Size, torch.Tensor] | None:
+            r = self.trials[t]["outputs"][i]
+            if not r.is_floating_point():
+                return None
+            got = r.detach().reshape(-1)[self._picks.get(i, slice(None))].double().cpu()
+            self._release()
+            return r.dtype, r.shape, got
+
+        return _follows(ts, len(first), ref, same, self._subset)
+
+    def _subset(self, t: int, i: int) -> torch.Tensor | None:
+        return self._subsets.get(t, {}).get(i)
 
 
 def follows_reference(calls: dict[int, protocol.CallReport], trials: list[protocol.Trial]) -> Finding | None:
@@ -141,8 +210,7 @@ def follows_reference(calls: dict[int, protocol.CallReport], trials: list[protoc
     return stream.follows(ts)
 
 
-def _follows(ts: list[int], trials: list[protocol.Trial], subset: Any, picks: dict[int, slice | torch.Tensor],
-             release: Any) -> Finding | None:
+def _follows(ts: list[int], n_out: int, ref: Any, same: bool, subset: Any) -> Finding | None:
     """Each trial passing its tolerance is not enough when the tolerance is wide next to how much the
     reference changes between input draws (a loss averaged over many elements, a near-constant
     statistic): a fixed tensor C placed between the draws passes every trial. By the triangle
@@ -152,32 +220,22 @@ def _follows(ts: list[int], trials: list[protocol.Trial], subset: Any, picks: di
     four times the dtype's determinism tolerance (`det_rel`, rounding-sized): an honest kernel's error
     is rounding-sized too, well under half of such a change. The bound holds on any subset of
     elements; a secret one (drawn per output as its first call arrived) keeps the cost flat at any size.
-    `release` is called after each trial's expected outputs are read (spill.Spill.release).
+    `ref(t, i)`: trial t's output i as (dtype, shape, its values on the subset in float64), None where it
+    is not floating-point; `same`: every trial's outputs equal the first's; `subset(t, i)`: the call's.
     """
-    if len(ts) < 2:
-        return None
-    same = True
-    for t in ts[1:]:
-        same = all(torch.equal(trials[t]["outputs"][i], trials[ts[0]]["outputs"][i])
-                   for i in range(len(trials[ts[0]]["outputs"])))
-        release()
-        if not same:
-            break
     if same:
         from distill.verifier.problemio import ReferenceFailed
 
         raise ReferenceFailed("the reference returns the same outputs for every input draw, so any fixed answer "
                            "passes: the problem is degenerate")
-    for i in range(len(trials[ts[0]]["outputs"])):
-        refs = [trials[t]["outputs"][i] for t in ts]
-        tol = tolerance.tolerance_for(refs[0].dtype)
-        if tol is None or not refs[0].is_floating_point() or any(r.shape != refs[0].shape for r in refs):
+    for i in range(n_out):
+        got = [ref(t, i) for t in ts]
+        if any(g is None for g in got):
             continue
-        pick = picks.get(i, slice(None))
-        refs64 = []
-        for r in refs:
-            refs64.append(r.detach().reshape(-1)[pick].double().cpu())
-            release()
+        tol = tolerance.tolerance_for(got[0][0])
+        if tol is None or any(g[1] != got[0][1] for g in got):
+            continue
+        refs64 = [g[2] for g in got]
         outs = [subset(t, i) for t in ts]
         finite = [torch.isfinite(r) for r in refs64]
         err = max(float(torch.linalg.vector_norm(torch.where(f, o - r, 0))) for o, r, f in zip(outs, refs64, finite))

@@ -64,21 +64,11 @@ def _take_call(stream: callstream.CallStream, msg: protocol.CallSent | protocol.
     if call is None:
         return
     trial = call.get("trial") if isinstance(call, dict) else None
-    if type(trial) is not int or not 0 <= trial < len(stream.trials) or type(call.get("kind")) is not str:
+    if type(trial) is not int or not 0 <= trial < stream.count or type(call.get("kind")) is not str:
         raise procs.ProcProtocol("a call's report names no trial of this job")
+    if stream.feed is not None and stream.seen(trial):  # in step, its expected outputs may be gone
+        raise procs.ProcProtocol("a second report on one trial")
     stream.add(environ.scrub(call, keep=frozenset({"trace"})))
-
-
-def _per_trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply) -> bool:
-    """A near miss: screening's bound comes from two draws of its own, and a trial's draw (a worker's,
-    or the replay's secret one) may be one where an honest kernel errs more (every value tiny). Each
-    trial's bound is measured on its own inputs and the wider kept in `ref["trials"]`, once a job;
-    False where that was done already."""
-    if ref.get("per_trial"):
-        return False
-    ref["trials"] = judge.widened(ref["trials"], refwork.trial_bounds(ctx, slot, spec))
-    ref["per_trial"] = True
-    return True
 
 
 def _replayer_cap(ctx: JobContext, proc: procs.Proc, grant: Grant) -> bool:
@@ -214,7 +204,7 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsRepl
         spill.release()
         near = found.checks.get("kernel_replay") if found.status == "not_triton" else None
         if isinstance(near, dict) and (near.get("compare") or {}).get("within_table") \
-                and _per_trial_bounds(ctx, slot, spec, ref):  # as for the worker's calls (run_job)
+                and refwork.per_trial_bounds(ctx, slot, spec, ref):  # as for the worker's calls (run_job)
             found = replaycheck.decide(rep, prep, ref["trials"], spec.replay_trial, spec.other, run, spec.device)
             found.checks["tolerance_per_trial"] = True
         broken = found.status is not None  # kept only after a clean replay, like a worker after a pass
@@ -260,17 +250,17 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
     steps = memfault.StepLog(lambda: ctx.memory.resident(proc.pid))
 
     held = contextlib.ExitStack()  # the job's hold on its GPU (admission.py), from its plan to its end
+    in_step = False
     spill = held.enter_context(Spill(ctx.scratch))  # the outputs kept past their arrival, on disk when large
     try:
         grant, stream = refwork.memory_plan(ctx, slot, spec, base)
         if ctx.admission is not None:
             held.enter_context(ctx.admission.hold(slot.gpu, grant.alone))
-        disk = base["memory"].pop("disk_bytes", 0)
-        if disk:
-            plan = base["memory"]["plan"]
-            what = f"for the job's spill (the expected outputs of {plan['sets']} input sets and three more outputs)"
-            disks = ctx.admission or admission.Admission({}, spec.timeout)  # none: this job's own check
-            held.enter_context(disks.disk(disk, ctx.scratch or codec.overflow_dir(), what))
+        disks = ctx.admission or admission.Admission({}, spec.timeout)  # none: this job's own check
+        in_step = bool(base["memory"].get("in_step"))  # the expected outputs read as the calls are judged
+        spill.hold = held.enter_context(disks.disk(base["memory"].pop("disk_bytes", 0), ctx.scratch or codec.overflow_dir(),
+                                                   refwork.disk_what(base["memory"].get("plan"), in_step)))
+        held.callback(spill.close)  # its files go before its hold on the disk does
         ctx.memory.raise_limit(proc.pid, grant.host_mb)  # a job alone: the worker is retired after
         lap("plan")
         phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)
@@ -284,11 +274,9 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             cmd="load", source=spec.candidate, problem=spec.source,
             seeds=spec.seeds[1:1 + spec.trials + (TIMING_SETS if worker_times else 0)], stream=stream,
             template_cache=ctx.template if spec.device == "cuda" else None, device_memory_fraction=grant.fraction))
-        ref: protocol.TrialsReply = refwork.expected_outputs(ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed), spill)
-        phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
-        base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
-        if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
-            base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}
+        feed = held.enter_context(contextlib.closing(refwork.expected_outputs(
+            ctx, slot, spec, grant.budgets(spec.device == "cuda" and spec.timed), spill, in_step)))
+        ref = refwork.reply(feed, base, phases, whole=not in_step)  # in step: the head and the first trial
         lap("reference_trials")
         load: protocol.LoadReply = _watched(ctx, slot.proc, proc.finish(nonce, t, phase, on_progress=steps))
         lap("load")
@@ -309,7 +297,8 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         # Each call's outputs are compared with the reference's as its report arrives (callstream.py).
         plan = spec.plan()  # draws the traced and the other trial, where not drawn yet
         handled = (proc.handled_s, proc.handled_cpu_s)
-        judged = callstream.CallStream(ref["trials"], spec.device, keep_trial=spec.other, spill=spill)
+        judged = callstream.CallStream(ref["trials"], spec.device, keep_trial=spec.other, spill=spill,
+                                       **({"feed": feed, "calls": spec.trials} if in_step else {}))
         run: protocol.RunReply = proc.request(
             protocol.Run(cmd="run", init_args=ref["init_args"], init_kwargs=ref["init_kwargs"], init_seed=spec.seeds[0],
                          call_seed=spec.seeds[-3], n_trials=spec.trials,
@@ -317,6 +306,9 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                          state_limit=record.state_limit(base["memory"].get("plan"))),
             t, phase, total=t * (len(plan) + 2), on_progress=steps, on_data=lambda msg: _take_call(judged, msg))
         run = _watched(ctx, slot.proc, run)
+        if in_step:  # the rest: the timing sets', the replay trial's; a worker trial no call reached is not kept
+            feed.keep = lambda i, kept=feed.keep: kept(i) and i >= spec.trials
+            ref = refwork.reply(feed, base, phases, whole=True)
         # A top-level error is the codec's (a protocol.ErrorReply in the RunReply's place): the run's reply
         # could not be encoded, and no call counts.
         run["calls"] = [] if run.get("error") else judged.calls
@@ -346,7 +338,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {},
                                                         judged, ref.get("forward_ops"))
         if found.status == "wrong_output" and (found.checks.get("compare") or {}).get("within_table"):
-            _per_trial_bounds(ctx, slot, spec, ref)  # a pass never pays for this
+            refwork.per_trial_bounds(ctx, slot, spec, ref)  # a pass never pays for this
             judged.rejudge(ref["trials"])
             found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device,
                                                             ref.get("construct_ops") or {}, judged, ref.get("forward_ops"))
@@ -379,6 +371,10 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
     except procs.ProcTimeout as exc:
         ref_s = phases.get("reference_trials", 0.0) - phases.get("reference_trials.wait", 0.0)
         err = memfault.harness_timeout(exc.phase, exc.seconds, ref_s) if phase in ("import", "construct") else None
+        if in_step and phase == "construct" and feed.waited_s > 2 * t:  # the run's slack went to the reference
+            err = memfault.ResourceError(f"the verifier's own time limit: the run waited {feed.waited_s:.1f} s for "
+                                         f"the reference's expected outputs in step, past the run's {2 * t:g} s of "
+                                         "slack (VerifierPool timeout)", step=exc.phase, resource="time")
         if err is not None:
             raise err from None
         return verdict("timeout", str(exc)), False

@@ -34,6 +34,8 @@ copies of a half-precision output are counted at twice their share by PARENT_OUT
 each of its three runs' outputs as the run ends, as a worker does, and is planned as one. A large spilled
 output costs disk and page cache (which the kernel drops under pressure), not the heap: `job_disk` counts
 that disk, and a job whose need does not fit the free disk is the verifier's ResourceError before it starts.
+Where the expected outputs of every input set would not stay in the parent's memory they come in step
+(refwork.Feed), so that disk is a constant number of outputs, not one per input set (`job_disk`).
 """
 from __future__ import annotations
 
@@ -141,12 +143,31 @@ def meta_plan(mod: types.ModuleType, init_seed: int, seed: int, calls: int, sets
     return plan_from(inputs, out, params, calls, sets, "meta")
 
 
-def job_disk(plan: dict[str, Any], spill_bytes: int) -> int:
-    """The scratch disk a job fills at its peak (`plan`: MemoryPlan.to_dict): the expected outputs of every
-    input set, the kept call's and a failed call's outputs, and one reply in a child's overflow file; none
-    where all of that stays within what the parent keeps in memory (`spill_bytes`, spill.SPILL_BYTES)."""
-    need = (plan["sets"] + 3) * plan["output_bytes"]
-    return need if need > spill_bytes else 0
+# A job's outputs past their arrival, counted in outputs (`job_disk`). Either way: the call the replay's
+# determinism run compares against, the replay trial's expected outputs, the replay's three runs and one
+# reply in a child's overflow file (codec.Arena); with the timing sets' expected outputs where the job is timed.
+KEPT_ALWAYS = 1 + 1 + 3 + 1
+# In step, during the run: the trial in hand, the first trial's (the degenerate-reference check compares
+# each later one with it, until one differs), the kept call, and the next trial in the reference's overflow.
+IN_STEP_RUN = 4
+
+
+def job_disk(plan: dict[str, Any], spill_bytes: int, timed: bool = True) -> tuple[int, bool]:
+    """(the scratch disk a job fills at its peak, whether its expected outputs come in step) for `plan`
+    (MemoryPlan.to_dict). Up front, as before, the reference makes every input set's expected outputs
+    while the worker loads and is free before the run: all of them kept, (sets + KEPT_ALWAYS) outputs;
+    none on disk where that stays within what the parent keeps in memory (`spill_bytes`, spill.SPILL_BYTES).
+    Past that, in step (refwork.Feed): each worker trial's expected outputs are read as its call is judged
+    and dropped once it passed (callstream.py), so the need is a constant number of outputs whatever the
+    number of sets; at KernelBench's tall-skinny matmul (level 1 #9: 4 GiB of outputs, 7 sets) 40 GiB up
+    front asked more than the H200's disk had free beside 8 jobs, in step 8 outputs: 32 GiB.
+    (`sets` counts the worker's input sets, `calls` trials and the timing sets; the replay trial is one more.)"""
+    out = plan["output_bytes"]
+    front = (plan["sets"] + KEPT_ALWAYS) * out
+    if front <= spill_bytes:
+        return 0, False
+    after = KEPT_ALWAYS + (max(0, plan["sets"] - plan["calls"]) if timed else 0)  # the timing sets
+    return max(IN_STEP_RUN, after) * out, True
 
 
 def _tensors(values: Any) -> list[torch.Tensor]:

@@ -14,7 +14,7 @@ import os
 import time
 import types
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -137,7 +137,9 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     report of an earlier screening) and each trial carries the outputs' bounds (`tolerances`:
     tolerance.Tolerance fields per output, None where exact); the reply's `screen` is the whole report.
     `send` (the reference process's): each trial goes to the parent as it is made, not in the reply, so
-    this process holds one trial's outputs, not every trial's. With `second_init`, the last seed (the
+    this process holds one trial's outputs, not every trial's; the first carries the reply's `head` (how
+    the model was built, its parameters' summary, the screening), which the parent may need before it
+    reads the rest: it acks each trial when it reads it, as the worker's calls are judged (refwork.Feed). With `second_init`, the last seed (the
     replay trial's) runs on the second weights drawn under it (statecheck.py), which `params` maps."""
     report = screened(mod, device, known) if screen_first else None
     memplan.reset_peak(device)
@@ -174,6 +176,12 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
         trial = protocol.Trial(outputs=outs, sequence=seq, fingerprint=fingerprint(host))
         if report is not None:
             trial["tolerances"] = report.tolerances
+        if i == 0 and send is not None:  # what the worker's `run` needs, before the trials the parent reads in step
+            head: dict[str, Any] = {"init_args": args, "init_kwargs": kwargs, "construct_ops": construct_ops,
+                                    "params": state}
+            if report is not None:
+                head.update(screen=report.to_dict(), screened_here=known is None)
+            cast(Any, trial)["head"] = head
         if send is not None:
             send(trial)
         else:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
-from distill.verifier import memplan, procs, protocol, reference, screen
+from distill.verifier import judge, memplan, procs, protocol, reference, screen
 from distill.verifier.admission import Grant
 from distill.verifier.problemio import ReferenceFailed
 from distill.verifier.context import JobContext, Slot
@@ -57,12 +57,102 @@ def reference_call(ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: floa
     return out
 
 
-def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any], spill: Spill) -> protocol.TrialsReply:
-    """The reference's expected outputs for this job's trials. The problem is screened in the first
-    job's reference; later jobs wait for that report (context.Screens) and hand it to theirs, and a
-    problem that failed screening fails them at once."""
+class Feed:
+    """A `trials` command in a reference process, read as the job needs its input sets.
+
+    The reference sends each trial as it makes it and waits for the parent's ack before the next
+    (reference.make_trials); the parent acks a trial when it reads it, so the reference is one trial
+    ahead at most. Up front (`finish` at once), as before: every set read while the worker loads, the
+    reference free before the run. In step (memplan.job_disk: where the sets' expected outputs would
+    not stay in the parent's memory): trial t is read when the worker's call on it arrives (`upto`,
+    callstream.py), which drops it once judged, so the parent's disk holds a few outputs whatever the
+    number of sets; the reference process is held through the worker's run (its cost: one reference per
+    such job, which on the GPU mostly runs alone anyway). `keep(i)`: whether set i's expected outputs are
+    kept at all (an untimed job never reads its timing sets').
+    """
+
+    def __init__(self, ctx: JobContext, gpu: int, msg: dict[str, Any], seconds: float, spill: Spill,
+                 keep: Callable[[int], bool]) -> None:
+        self.ctx, self.gpu, self.seconds, self.spill, self.keep = ctx, gpu, seconds, spill, keep
+        self.count = len(msg["seeds"])
+        self.trials: list[protocol.Trial] = []
+        self.head: dict[str, Any] = {}
+        self.reply: Any = None
+        self.waited_s = 0.0  # in `upto`: read and kept, or waited for (in step, inside the worker's run)
+        t0 = time.monotonic()
+        self.ref: procs.Proc | None = ctx.acquire_reference(gpu)
+        self.wait_s = round(time.monotonic() - t0, 4)  # queued for a reference process: the pool's
+        self._call(lambda: self.ref.send(msg) if self.ref is not None else None)
+
+    def _call(self, step: Callable[[], Any]) -> Any:
+        try:
+            return step()
+        except (procs.ProcDied, procs.ProcTimeout, procs.ProcProtocol) as exc:
+            self.close()
+            raise ReferenceFailed(f"reference process failed: {exc}") from None
+
+    def _next(self) -> None:
+        assert self.ref is not None
+        ref = self.ref
+        out: Any = self._call(lambda: ref.receive(self.seconds, "reference"))
+        if "trial" not in out:  # the command's reply: the reference is free again
+            self.ctx.release_reference(self.gpu, ref, False)
+            self.ref, self.reply = None, out
+            if "problem_error" in out:
+                if isinstance(out.get("screen"), dict):
+                    raise reference.ScreenFailed(screen.ScreenReport(**out["screen"]))
+                raise ReferenceFailed(out["problem_error"])
+            return
+        trial: Any = out.pop("trial")
+        del out
+        self.head.update(trial.pop("head", None) or {})
+        trial["outputs"] = self.spill.keep(trial["outputs"]) if self.keep(len(self.trials)) else None
+        self.trials.append(trial)
+        del trial
+        self._call(lambda: ref.send(protocol.Ack(cmd="ack")))  # copied out of its arena: the next may go there
+
+    def upto(self, n: int) -> None:
+        """Read trials until the first `n` are in (or the reply came)."""
+        t0 = time.monotonic()
+        while self.reply is None and len(self.trials) < n:
+            self._next()
+        self.waited_s += time.monotonic() - t0
+
+    def finish(self) -> protocol.TrialsReply:
+        """Every trial read, and the reply, with the trials and the head in it."""
+        self.upto(self.count + 1)
+        if self.reply is None:
+            raise ReferenceFailed("reference process failed: no reply to `trials` after its trials")
+        out: protocol.TrialsReply = {**self.reply, **self.head, "trials": self.trials, "wait_s": self.wait_s}
+        return out
+
+    def close(self) -> None:
+        """Give the reference back; one left mid-command is replaced (the pool's `broken`)."""
+        if self.ref is not None:
+            ref, self.ref = self.ref, None
+            self.ctx.release_reference(self.gpu, ref, True)
+
+
+def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[str, Any], spill: Spill,
+                     in_step: bool = False) -> Feed:
+    """The reference's expected outputs for this job's trials, as a Feed: read whole before it returns,
+    or (`in_step`) its first trial only (what the worker's `run` needs, the head, comes with it). The
+    problem is screened in the first job's reference; later jobs wait for that report (context.Screens)
+    and hand it to theirs, and a problem that failed screening fails them at once. The caller closes it."""
     msg = protocol.Trials(cmd="trials", source=spec.source, init_seed=spec.seeds[0], seeds=spec.reference_seeds,
                           calls=len(spec.plan()), budgets=budgets, second_init=spec.second_init)
+    timed = spec.device == "cuda" and spec.timed
+    sets = range(spec.trials, spec.trials + TIMING_SETS)
+
+    def start(m: dict[str, Any]) -> Feed:
+        feed = Feed(ctx, slot.gpu, m, max(spec.timeout, 120), spill, lambda i: timed or i not in sets)
+        try:
+            feed.upto(1) if in_step else feed.finish()
+        except BaseException:
+            feed.close()
+            raise
+        return feed
+
     key = f"{spec.key}:{spec.device}"
     known = ctx.screens.cache.get(key)
     if known is None:  # the first job on the problem screens it; the others wait for its report
@@ -70,16 +160,50 @@ def expected_outputs(ctx: JobContext, slot: Slot, spec: JobSpec, budgets: dict[s
             known = ctx.screens.cache.get(key)
             if known is None:
                 try:
-                    out: protocol.TrialsReply = reference_call(ctx, slot.gpu, msg, max(spec.timeout, 120), spill)
+                    feed = start(dict(msg))
                 except reference.ScreenFailed as exc:
                     ctx.screens.cache[key] = exc.report.to_dict()
                     raise
-                if isinstance(out.get("screen"), dict):
-                    ctx.screens.cache[key] = out["screen"]
-                return out
+                if isinstance(feed.head.get("screen"), dict):
+                    ctx.screens.cache[key] = feed.head["screen"]
+                return feed
     if known["status"] != "ok":
         raise reference.ScreenFailed(screen.ScreenReport(**known))
-    return reference_call(ctx, slot.gpu, {**msg, "screen": known}, max(spec.timeout, 120), spill)
+    return start({**msg, "screen": known})
+
+
+def reply(feed: Feed, base: dict[str, Any], phases: dict[str, float], whole: bool) -> protocol.TrialsReply:
+    """The `trials` reply as far as the job reads it now: whole (every trial and the reply), or in step
+    its head and the trials read so far (`trials` then grows as the calls are judged). Its figures go to
+    the verdict's `memory`, `screening` and `reference_trials.wait`."""
+    ref: Any = feed.finish() if whole else {**feed.head, "trials": feed.trials, "wait_s": feed.wait_s}
+    phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
+    base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
+    if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
+        base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}
+    return ref
+
+
+def disk_what(plan: dict[str, Any] | None, in_step: bool) -> str:
+    """What a job's disk hold is for, in a ResourceError's words."""
+    if not plan:
+        return "for the job's spill"
+    if in_step:
+        return (f"for the job's spill (in step: the expected outputs of the trial in hand, the timing sets and the "
+                f"replay trial, the kept call, the replay's runs, {plan['output_bytes']} bytes each)")
+    return f"for the job's spill (the expected outputs of {plan['sets'] + 1} input sets and five more outputs)"
+
+
+def per_trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply) -> bool:
+    """A near miss: screening's bound comes from two draws of its own, and a trial's draw (a worker's,
+    or the replay's secret one) may be one where an honest kernel errs more (every value tiny). Each
+    trial's bound is measured on its own inputs and the wider kept in `ref["trials"]`, once a job;
+    False where that was done already."""
+    if ref.get("per_trial"):
+        return False
+    ref["trials"] = judge.widened(ref["trials"], trial_bounds(ctx, slot, spec))
+    ref["per_trial"] = True
+    return True
 
 
 def trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec) -> list[list[Any]]:
@@ -116,7 +240,8 @@ def memory_plan(ctx: JobContext, slot: Slot, spec: JobSpec, base: dict[str, Any]
         base["memory"]["plan"] = plan
         # The scratch disk is the verifier's: a job it cannot hold waits or ends (job.py, admission.disk),
         # before minutes of work and a child's SIGBUS on a full disk, never as the candidate's verdict.
-        base["memory"]["disk_bytes"] = memplan.job_disk(plan, spills.SPILL_BYTES)
+        disk, in_step = memplan.job_disk(plan, spills.SPILL_BYTES, timed)
+        base["memory"].update(disk_bytes=disk, in_step=in_step)
     if ctx.stream_inputs is not None:
         return grant, ctx.stream_inputs
     if not plan:

@@ -101,8 +101,8 @@ def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed(monkeypatch
     closed = []
     real_close = spill.Spill.close
 
-    def close(self):  # what each job's folder held at its end
-        closed.append((len(os.listdir(self.dir)), self.bytes))
+    def close(self):  # what each job's folder held at its end, what it wrote, and the most it held at once
+        closed.append((len(os.listdir(self.dir)), self.bytes, self.peak))
         real_close(self)
 
     monkeypatch.setattr(spill.Spill, "close", close)
@@ -113,6 +113,10 @@ def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed(monkeypatch
         assert peak.anon <= 3 * problem_bytes + (64 << 20), peak
         assert peak.hwm <= 8 * problem_bytes, peak
         assert os.listdir(pool.context.scratch) == []  # every job's spill folder went with its job
-    # The big job kept its 15 trials' expected outputs, the replay's call and three runs on disk.
-    files, written = closed[-1]
-    assert files == 12 + 2 + 1 + 1 + 3 and written == files * 4 * n, closed
+    # In step (refwork.Feed): each trial's expected outputs were read as its call came and dropped once it
+    # passed; the timing sets' (an untimed job's) never kept. It wrote 12 trials' expected outputs, the
+    # replay trial's, the replay's call and three runs, and held at most five of them at once (the replay
+    # trial's, the call's and the runs'), as at 5 trials; before, all 19 to the end of the job.
+    files, written, most = closed[-1]
+    assert files == 5 and written == (12 + 1 + 1 + 3) * 4 * n and most == 5 * 4 * n, closed
+    assert most <= memplan.job_disk({"sets": 14, "calls": 12, "output_bytes": 4 * n}, 16 << 20, timed=False)[0]
