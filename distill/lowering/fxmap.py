@@ -136,6 +136,19 @@ def map_call(m: Mapper, node: torch.fx.Node) -> Any:
     return other(m, node)
 
 
+def _mask_only(node: torch.fx.Node) -> bool:
+    """A bool input read only as a factor of a float tensor (`torch.cumsum(x * mask)`, KernelBench level 1
+    #93): torch promotes it to 0.0/1.0 as Triton promotes the int1 its kernels load, so the lowering holds
+    it as f32 and reads the bool tensor in place. Other uses (where, ~, sum: an int64) stay refused."""
+    def factor(user: torch.fx.Node) -> bool:
+        if user.target not in (operator.mul, torch.mul, "mul") or len(user.args) != 2 or user.kwargs:
+            return False
+        other = user.args[1] if user.args[0] is node else user.args[0]
+        meta = other.meta.get("tensor_meta") if isinstance(other, torch.fx.Node) else None
+        return meta is not None and getattr(meta, "dtype", None) == torch.float32
+    return bool(node.users) and all(factor(u) for u in node.users)
+
+
 def _param_t(p: Param) -> Param:
     """A 2-D parameter transposed: only a matmul reads it (as a Linear's weight, fxcalls._matmul);
     any other op refuses the `.T` code as it refuses any parameter it cannot read."""
@@ -155,6 +168,9 @@ def run(gm: torch.fx.GraphModule) -> tuple[GraphBuilder, list[str]]:
             meta = node.meta.get("tensor_meta")
             if meta is None or not hasattr(meta, "shape"):
                 raise TraceError(f"input {node.name} is not a tensor")
+            if meta.dtype == torch.bool and _mask_only(node):
+                m.env[node] = b.input(m.out_shape(node), "f32")  # loaded as int1: tl's x * mask is fp32
+                continue
             m.env[node] = b.input(m.out_shape(node), m.out_dtype(node))
         elif node.op == "get_attr":
             # a parameter is read by the op that uses it; a one-value constant tensor the tracer

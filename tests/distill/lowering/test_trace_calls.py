@@ -4,6 +4,8 @@
   "transpose: operand weight is not a tensor of the program") is F.linear(x, self.weight).
 - a Python number from get_inputs (level 1 #5 Matrix_scalar_multiplication: "input s is not a tensor")
   is read by forward at run time as a one-value tensor, not baked in at its drawn value.
+- a bool input read only as a factor of a float tensor (level 1 #93 masked_cumsum: "dtype torch.bool is
+  not lowerable") is loaded in place, as Triton's int1, which promotes to 0.0/1.0 as torch's bool does.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 import torch
 
 from distill.lowering.selfcheck import build
-from distill.lowering.trace import lower_source, trace_source
+from distill.lowering.trace import TraceError, lower_source, trace_source
 
 PARAM_GEMM = '''
 import torch
@@ -93,3 +95,43 @@ def test_a_python_number_input_is_read_at_run_time():
     for x, s in ((mod.get_inputs()[0], 3.14), (torch.randn(5, 130), -2.5), (torch.randn(3, 4), 7)):
         with torch.no_grad():
             torch.testing.assert_close(new(x, s), ref(x, s), rtol=1e-5, atol=1e-5)
+
+
+MASKED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x, mask):
+        return {expr}
+
+
+def get_inputs():
+    x = torch.rand(4, 37)
+    return [x, torch.randint(0, 2, x.shape).bool()]
+
+
+def get_init_inputs():
+    return [1]
+'''
+
+
+def test_a_bool_mask_factor_is_read_in_place():
+    src = MASKED.format(expr="torch.cumsum(x * mask, dim=self.dim)")
+    new_src = lower_source(types.SimpleNamespace(source=src, problem_id="t")).source
+    assert "x1 = x1.contiguous()" in new_src and "x1.to(" not in new_src, new_src
+    ref, new, _ = build(src, new_src, "cpu")
+    for shape in ((4, 37), (3, 1500)):
+        x = torch.randn(*shape)
+        x[0, :3] = float("nan")  # NaN * False is NaN in both
+        mask = torch.randint(0, 2, shape).bool()
+        with torch.no_grad():
+            torch.testing.assert_close(new(x, mask), ref(x, mask), rtol=1e-5, atol=1e-5, equal_nan=True)
+    for other in ("torch.where(mask, x, 0.0)", "mask.sum(dim=1) + x[:, 0]", "(x * mask) * mask.logical_not()"):
+        with pytest.raises(TraceError, match="bool"):
+            trace_source(MASKED.format(expr=other))
