@@ -8,8 +8,9 @@ their submodules (libdevice included; of `import torch, triton`, only `triton`);
 constants whose right-hand side is a literal, arithmetic on constants, an attribute of an imported
 module (`tl.float16`, `libdevice.tanh`) or a call of `tl.constexpr`, `triton.cdiv`,
 `triton.next_power_of_2`, `math.*` and a few pure builtins on such values, also when bound together
-(`BM, BN = tl.constexpr(64), tl.constexpr(32)`, `A = B = 1`). Nothing else of the candidate runs: no
-class, no plain function, no statement with a side effect. Each kept statement keeps its line number
+(`BM, BN = tl.constexpr(64), tl.constexpr(32)`, `A = B = 1`); and `@triton.constexpr_function` helpers
+(Triton's own standard library's style: a kernel calls them on constexprs while it compiles, on a GPU
+too). Nothing else of the candidate runs: no class, no plain function, no statement with a side effect. Each kept statement keeps its line number
 (the rest of the text is blank lines), so an error in a kernel names the line of the candidate's own
 file.
 
@@ -43,6 +44,10 @@ _CALLS = frozenset({"triton.language.constexpr", "triton.language.core.constexpr
                     "triton.next_power_of_2", "triton.language.cdiv", "triton.language.dtype"})
 _BUILTINS = frozenset({"int", "float", "bool", "min", "max", "abs", "round", "pow"})
 _JIT = frozenset({"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit"})
+# A compile-time helper as Triton's own standard library writes them (`@constexpr_function def _log2(i)`,
+# Triton 3.5+): called by a kernel on constexprs while it compiles, on a GPU and here alike (the GPU
+# compile check refuses it a runtime value), so it goes in whole, with its decorator.
+_CONSTEXPR_FN = frozenset({"triton.constexpr_function", "triton.runtime.jit.constexpr_function"})
 # Calls that wrap a kernel (`triton.autotune(...)(triton.jit(f))`) whose choices each launch records.
 _WRAPPERS = frozenset({"triton.autotune", "triton.heuristics", "triton.runtime.autotune", "triton.runtime.heuristics"})
 # @triton.jit options only the host reads (a profiler's launch metadata, the kernel's printed name): the
@@ -145,6 +150,12 @@ class _Extractor:
                 return dec
         return None
 
+    def constexpr_fn_decorator(self, fn: ast.FunctionDef) -> ast.AST | None:
+        """`@triton.constexpr_function`, where it is the function's only decorator, else None."""
+        if len(fn.decorator_list) == 1 and _dotted(fn.decorator_list[0], self.aliases) in _CONSTEXPR_FN:
+            return fn.decorator_list[0]
+        return None
+
     def unwrapped(self, value: ast.AST) -> ast.AST:
         """`triton.autotune(...)(triton.jit(f))`, `triton.heuristics(...)(...)`: the call inside, as the
         replay drops those decorators (a recorded launch carries the constexprs and options they chose)."""
@@ -234,6 +245,14 @@ class _Extractor:
             if shim is not None and self.keep_guarded_imports(shim):
                 self.rewritten = shim
                 return True
+        if isinstance(node, ast.FunctionDef) and self.constexpr_fn_decorator(node) is not None:
+            why = next((f"a default argument: {w}" for w in map(self.expr_ok, [
+                *node.args.defaults, *[d for d in node.args.kw_defaults if d]]) if w), "")
+            if why:
+                self.skipped[node.name] = why
+                return False
+            self.constants.add(node.name)  # a helper kernels call as they compile, never launched
+            return True
         if isinstance(node, ast.FunctionDef):
             dec = self.jit_decorator(node)
             # `@triton.jit(do_not_specialize=[...], noinline=True)`: the options are checked, not the call of
@@ -370,8 +389,8 @@ def extract(source: str) -> KernelSource:
             continue
         for ln in range(first, last + 1):
             out[ln - 1] = lines[ln - 1]
-        if isinstance(node, ast.FunctionDef):  # blank every decorator but the jit one
-            jit = ex.jit_decorator(node)
+        if isinstance(node, ast.FunctionDef):  # blank every decorator but the jit one (or constexpr_function)
+            jit = ex.jit_decorator(node) or ex.constexpr_fn_decorator(node)
             for dec in node.decorator_list:
                 if dec is not jit:
                     for ln in range(dec.lineno, (dec.end_lineno or dec.lineno) + 1):
