@@ -33,8 +33,9 @@ from typing import Any
 
 import torch
 
-from distill.verifier import protocol, tolerance
+from distill.verifier import environ, protocol, tolerance
 from distill.verifier.compare import Finding, compare_outputs
+from distill.verifier.procs import ProcProtocol
 from distill.verifier.spill import Spill
 
 _SUBSET = 1 << 16
@@ -47,7 +48,7 @@ def _secret_subset(n: int) -> slice | torch.Tensor:
     return torch.randint(0, n, (_SUBSET,), generator=g)
 
 
-def _without_values(outputs: Any) -> Any:
+def without_values(outputs: Any) -> Any:
     if not isinstance(outputs, list):
         return outputs
     return [{k: v for k, v in o.items() if k != "data"} if isinstance(o, dict) else o for o in outputs]
@@ -89,7 +90,7 @@ class CallStream:
         outs = call.get("outputs")
         meta: protocol.CallReport = {k: v for k, v in call.items() if k != "outputs"}
         if "outputs" in call:
-            meta["outputs"] = _without_values(outs)
+            meta["outputs"] = without_values(outs)
         replay = str(call.get("kind", "")).startswith("replay")  # judged by the replay, not here
         try:
             bad = None if replay else compare_outputs(call, self.trials[t], self.device)
@@ -198,6 +199,20 @@ class CallStream:
 
     def _subset(self, t: int, i: int) -> torch.Tensor | None:
         return self._subsets.get(t, {}).get(i)
+
+
+def take_call(stream: CallStream, msg: protocol.CallSent | protocol.Progress) -> None:
+    """One call's report, as the worker sent it when the call ended: judged now, its outputs dropped
+    (above). A report that names no trial of the reference's is a tampered channel (the job's `run`, on_data)."""
+    call: protocol.CallReport | None = msg.get("call")
+    if call is None:
+        return
+    trial = call.get("trial") if isinstance(call, dict) else None
+    if type(trial) is not int or not 0 <= trial < stream.count or type(call.get("kind")) is not str:
+        raise ProcProtocol("a call's report names no trial of this job")
+    if stream.feed is not None and stream.seen(trial):  # in step, its expected outputs may be gone
+        raise ProcProtocol("a second report on one trial")
+    stream.add(environ.scrub(call, keep=frozenset({"trace"})))
 
 
 def follows_reference(calls: dict[int, protocol.CallReport], trials: list[protocol.Trial]) -> Finding | None:

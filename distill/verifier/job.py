@@ -57,20 +57,6 @@ def _seconds(claim: Any) -> float:
     return round(float(claim), 4) if type(claim) in (int, float) else 0.0
 
 
-def _take_call(stream: callstream.CallStream, msg: protocol.CallSent | protocol.Progress) -> None:
-    """One call's report, as the worker sent it when the call ended: judged now, its outputs dropped
-    (callstream.py). A report that names no trial of the reference's is a tampered channel."""
-    call: protocol.CallReport | None = msg.get("call")
-    if call is None:
-        return
-    trial = call.get("trial") if isinstance(call, dict) else None
-    if type(trial) is not int or not 0 <= trial < stream.count or type(call.get("kind")) is not str:
-        raise procs.ProcProtocol("a call's report names no trial of this job")
-    if stream.feed is not None and stream.seen(trial):  # in step, its expected outputs may be gone
-        raise procs.ProcProtocol("a second report on one trial")
-    stream.add(environ.scrub(call, keep=frozenset({"trace"})))
-
-
 def _replayer_cap(ctx: JobContext, proc: procs.Proc, grant: Grant) -> bool:
     """Give a replayer the job's host cap; True where that is larger than the pool's (a retry's, pool.py;
     a job alone, admission.py): the replayer is then retired after, never handed on at that cap."""
@@ -161,15 +147,24 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply,
     return res
 
 
-def _take_run(runs: list[protocol.ReplayRun], msg: protocol.RunSent | protocol.Progress, spill: Spill) -> None:
-    """One replay run's report, as the replayer sent it when the run ended: its outputs kept at once
-    (spill.py), so the parent holds one run's outputs as they arrive, not three."""
+def _take_run(runs: list[protocol.ReplayRun], msg: protocol.RunSent | protocol.Progress, spill: Spill,
+              secret: protocol.Trial, own: protocol.CallReport | None, device: str) -> None:
+    """One replay run's report, as the replayer sent it when the run ended: compared at once (judge.replay_compare,
+    under judge.RUN_COMPARED, which only this sets) and its outputs dropped, so the parent holds one run's
+    outputs as they arrive and keeps none on disk; kept (spill.py) where a widened bound may change what
+    was found (a near miss, a determinism failure), and compared again then."""
     rep: protocol.ReplayRun | None = msg.get("run")
     if rep is None:
         return
     rep = environ.scrub(rep)
-    if isinstance(rep, dict) and "outputs" in rep:
-        rep["outputs"] = spill.keep_outputs(rep["outputs"])
+    if isinstance(rep, dict):
+        rep[judge.RUN_COMPARED] = got = judge.replay_compare(rep, secret, own, device)  # type: ignore[literal-required]
+        again = isinstance(got, Exception) or isinstance(got, judge.Finding) and (
+            (got.checks.get("compare") or {}).get("within_table") or got.status == "nondeterministic")
+        if again:
+            del rep[judge.RUN_COMPARED]  # type: ignore[misc]
+        if "outputs" in rep:
+            rep["outputs"] = spill.keep_outputs(rep["outputs"]) if again else callstream.without_values(rep["outputs"])
     runs.append(rep)
 
 
@@ -191,11 +186,12 @@ def _replay(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsRepl
     phases["replay.wait"] = round(time.monotonic() - waited, 4)
     broken, checks, raised = True, prep.checks, _replayer_cap(ctx, proc, grant)
     handled = (proc.handled_s, proc.handled_cpu_s)
-    runs: list[protocol.ReplayRun] = []  # each run's report as it arrived, its outputs kept on disk when large
+    runs: list[protocol.ReplayRun] = []  # each run's report as it arrived, compared then (`_take_run`)
+    secret, own = ref["trials"][spec.replay_trial], replaycheck._own_call(run, spec.other)
     try:
         rep: protocol.ReplayReply = _watched(ctx, proc, proc.request(prep.msg, spec.timeout, "replay",
                                                 total=spec.timeout * (len(replaycheck.RUNS) + 2),
-                                                on_data=lambda msg: _take_run(runs, msg, spill)))
+                                                on_data=lambda msg: _take_run(runs, msg, spill, secret, own, spec.device)))
         rep["runs"] = runs
         _handled(phases, "replay", proc, handled)
         phases["replay.setup"] = _seconds(rep.get("setup_s"))  # the replayer's claims: figures only
@@ -251,16 +247,16 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
 
     held = contextlib.ExitStack()  # the job's hold on its GPU (admission.py), from its plan to its end
     in_step = False
-    spill = held.enter_context(Spill(ctx.scratch))  # the outputs kept past their arrival, on disk when large
     try:
         grant, stream = refwork.memory_plan(ctx, slot, spec, base)
         if ctx.admission is not None:
             held.enter_context(ctx.admission.hold(slot.gpu, grant.alone))
         disks = ctx.admission or admission.Admission({}, spec.timeout)  # none: this job's own check
         in_step = bool(base["memory"].get("in_step"))  # the expected outputs read as the calls are judged
-        spill.hold = held.enter_context(disks.disk(base["memory"].pop("disk_bytes", 0), ctx.scratch or codec.overflow_dir(),
-                                                   refwork.disk_what(base["memory"].get("plan"), in_step)))
-        held.callback(spill.close)  # its files go before its hold on the disk does
+        hold = held.enter_context(disks.disk(base["memory"].pop("disk_bytes", 0), ctx.scratch or codec.overflow_dir(),
+                                             refwork.disk_what(base["memory"].get("plan"), in_step)))
+        spill = held.enter_context(Spill(ctx.scratch))  # the outputs kept past their arrival; gone before `hold`
+        spill.hold = hold
         ctx.memory.raise_limit(proc.pid, grant.host_mb)  # a job alone: the worker is retired after
         lap("plan")
         phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)
@@ -304,7 +300,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                          call_seed=spec.seeds[-3], n_trials=spec.trials,
                          construct_ops=sorted(ref.get("construct_ops") or {}), plan=plan,
                          state_limit=record.state_limit(base["memory"].get("plan"))),
-            t, phase, total=t * (len(plan) + 2), on_progress=steps, on_data=lambda msg: _take_call(judged, msg))
+            t, phase, total=t * (len(plan) + 2), on_progress=steps, on_data=lambda msg: callstream.take_call(judged, msg))
         run = _watched(ctx, slot.proc, run)
         if in_step:  # the rest: the timing sets', the replay trial's; a worker trial no call reached is not kept
             feed.keep = lambda i, kept=feed.keep: kept(i) and i >= spec.trials

@@ -271,29 +271,57 @@ def judge_replay(rep: protocol.ReplayReply, secret: protocol.Trial, other: proto
             return Finding("aliases_input", f"{r['aliases'][0]} (in the replayed record)", checks)
     state = f"; the tensor(s) it kept from before forward that are not its parameters ({', '.join(poisoned[:3])}) " \
         "were replaced by NaN: cached or precomputed values are not the kernels' work" if poisoned else ""
-    rs.setdefault("sequence", secret["sequence"])
-    bad = compare_outputs(rs, secret, device)
+    bad = _compared(rs, secret, own, device)
     if bad:
         return Finding("not_triton", f"{why} give wrong outputs ({bad.reason}){state}: the answer was not computed "
                        "by its Triton kernels from the inputs"[:1000],
                        {**checks, "kernel_replay": bad.checks, "replay_poisoned": poisoned})
-    if own is not None and own.get("outputs"):
-        for i, (a, b) in enumerate(zip(own["outputs"], ro.get("outputs") or [])):
-            ok, info = tolerance.compare(b["data"], a["data"], det=True, tol=bound_of(secret, i)) \
-                if a["data"].shape == b["data"].shape else (False, {"error": "shapes differ"})
-            if not ok:
-                return Finding("nondeterministic", f"same inputs twice (a call and its replay): output {i} differs "
-                               f"beyond rounding (norm rel diff {info.get('norm_rel_err', float('nan')):.3g})",
-                               {**checks, "determinism": info})
+    det = _compared(ro, secret, own, device)
+    if det:
+        return Finding(det.status, det.reason, {**checks, **det.checks})
     checks["determinism"] = "identical within rounding"
     checks["kernel_replay"] = "its kernels compute the outputs from inputs its process never saw"
-    ra.setdefault("sequence", secret["sequence"])
-    still = ra.get("error") is None and ra.get("outputs") is not None and compare_outputs(ra, secret, device) is None
+    still = ra.get("error") is None and _compared(ra, secret, own, device) is None
     checks["ablation"] = "outputs still correct" if still else "outputs depend on its kernels"
     if still:
         return Finding("not_triton", "outputs are still correct with the candidate's own kernels left out of the "
                        "replay: the kernels are decoys", checks)
     return Finding(None, "", checks)
+
+
+def replay_compare(r: protocol.ReplayRun, secret: protocol.Trial, own: protocol.CallReport | None,
+                   device: str) -> Finding | Exception | None:
+    """One replay run compared as judge_replay compares it: the secret and the ablated runs with the
+    reference's outputs on the secret trial (`secret`), the other run with the worker's own call on that
+    trial (`own`, determinism). An exception it raised (a malformed run) is returned, for the judge to raise.
+    The job compares each run as it arrives (callstream.take_run), keeps this under RUN_COMPARED and
+    drops the outputs, where what it found cannot change once the bounds are widened (job.py's near miss)."""
+    try:
+        if r.get("name") in ("secret", "ablate"):
+            r.setdefault("sequence", secret["sequence"])
+            return compare_outputs(r, secret, device) if r.get("outputs") is not None else \
+                Finding("wrong_output", "no outputs")
+        if r.get("name") == "other" and own is not None and own.get("outputs"):
+            for i, (a, b) in enumerate(zip(own["outputs"], r.get("outputs") or [])):
+                ok, info = tolerance.compare(b["data"], a["data"], det=True, tol=bound_of(secret, i)) \
+                    if a["data"].shape == b["data"].shape else (False, {"error": "shapes differ"})
+                if not ok:
+                    return Finding("nondeterministic", f"same inputs twice (a call and its replay): output {i} "
+                                   f"differs beyond rounding (norm rel diff {info.get('norm_rel_err', float('nan')):.3g})",
+                                   {"determinism": info})
+    except Exception as exc:  # noqa: BLE001 - raised where the judge reads it (replaycheck.decide places it)
+        return exc
+    return None
+
+
+RUN_COMPARED = "compared_by_parent"  # a run's comparison, set by the parent only (callstream.take_run)
+
+
+def _compared(r: protocol.ReplayRun, secret: protocol.Trial, own: protocol.CallReport | None, device: str) -> Finding | None:
+    got = r[RUN_COMPARED] if RUN_COMPARED in r else replay_compare(r, secret, own, device)  # type: ignore[literal-required]
+    if isinstance(got, Exception):
+        raise got
+    return got
 
 
 def judge_timing(rep: protocol.TimeReply | protocol.TimeReplayReply, sets: list[protocol.Trial], device: str, min_launches: int,

@@ -144,9 +144,11 @@ def meta_plan(mod: types.ModuleType, init_seed: int, seed: int, calls: int, sets
 
 
 # A job's outputs past their arrival, counted in outputs (`job_disk`). Either way: the call the replay's
-# determinism run compares against, the replay trial's expected outputs, the replay's three runs and one
-# reply in a child's overflow file (codec.Arena); with the timing sets' expected outputs where the job is timed.
-KEPT_ALWAYS = 1 + 1 + 3 + 1
+# determinism run compares against, the replay trial's expected outputs and one reply in a child's overflow
+# file (codec.Arena); with the timing sets' expected outputs where the job is timed. The replay's three runs
+# are compared as they arrive (job._take_run) and kept only where a widened bound may change that (a near
+# miss: its hold grows then, admission.DiskHold).
+KEPT_ALWAYS = 1 + 1 + 1
 # In step, during the run: the trial in hand, the first trial's (the degenerate-reference check compares
 # each later one with it, until one differs), the kept call, and the next trial in the reference's overflow.
 IN_STEP_RUN = 4
@@ -160,7 +162,8 @@ def job_disk(plan: dict[str, Any], spill_bytes: int, timed: bool = True) -> tupl
     Past that, in step (refwork.Feed): each worker trial's expected outputs are read as its call is judged
     and dropped once it passed (callstream.py), so the need is a constant number of outputs whatever the
     number of sets; at KernelBench's tall-skinny matmul (level 1 #9: 4 GiB of outputs, 7 sets) 40 GiB up
-    front asked more than the H200's disk had free beside 8 jobs, in step 8 outputs: 32 GiB.
+    front (and more written: the plan left out the replay trial and the three runs) asked more than the
+    H200's disk had free beside 8 jobs (27.85 GiB); in step 5 outputs timed: 20 GiB.
     (`sets` counts the worker's input sets, `calls` trials and the timing sets; the replay trial is one more.)"""
     out = plan["output_bytes"]
     front = (plan["sets"] + KEPT_ALWAYS) * out

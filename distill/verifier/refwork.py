@@ -190,8 +190,8 @@ def disk_what(plan: dict[str, Any] | None, in_step: bool) -> str:
         return "for the job's spill"
     if in_step:
         return (f"for the job's spill (in step: the expected outputs of the trial in hand, the timing sets and the "
-                f"replay trial, the kept call, the replay's runs, {plan['output_bytes']} bytes each)")
-    return f"for the job's spill (the expected outputs of {plan['sets'] + 1} input sets and five more outputs)"
+                f"replay trial, the kept call, {plan['output_bytes']} bytes each)")
+    return f"for the job's spill (the expected outputs of {plan['sets'] + 1} input sets and two more outputs)"
 
 
 def per_trial_bounds(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply) -> bool:

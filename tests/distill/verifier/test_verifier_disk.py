@@ -132,18 +132,18 @@ def test_a_worker_killed_by_sigbus_is_the_candidates_crash_unless_the_disk_is_fu
 def test_the_plan_counts_the_disk_a_job_spills():
     mib = 1 << 20
     plan = {"sets": 7, "calls": 5, "output_bytes": 64 * mib}
-    # In step (refwork.Feed): the timing sets', the replay trial's, the kept call's, three runs', a reply's.
-    assert memplan.job_disk(plan, spill.SPILL_BYTES) == (8 * 64 * mib, True)
+    # In step (refwork.Feed): the timing sets', the replay trial's, the kept call's, a reply's.
+    assert memplan.job_disk(plan, spill.SPILL_BYTES) == (5 * 64 * mib, True)
     assert memplan.job_disk({"sets": 7, "calls": 5, "output_bytes": mib}, spill.SPILL_BYTES) == (0, False)  # in memory
 
 
 def test_a_job_whose_spill_cannot_fit_the_disk_is_refused_before_it_starts(monkeypatch):
-    """2 MiB outputs, 7 input sets: 12 MiB to spill in step (six outputs: memplan.job_disk); on a full disk
+    """2 MiB outputs, 7 input sets: 8 MiB to spill in step (four outputs: memplan.job_disk); on a full disk
     the plan refuses the job (a ResourceError naming the bytes) before the worker makes anything."""
     monkeypatch.setattr(spill, "SPILL_BYTES", 16 << 20)  # what a job keeps in memory before it spills
     with VerifierPool(workers=1, device="cpu", timeout=120, resized="off") as pool:
         _full(monkeypatch)
-        with pytest.raises(ResourceError, match=r"12\.0 MiB needed for the job's spill") as exc:
+        with pytest.raises(ResourceError, match=r"8\.0 MiB needed for the job's spill") as exc:
             pool.verify(PROBLEM.format(n=1 << 19), RELU.format(block=1 << 16))
         assert exc.value.resource == "disk"
 
