@@ -2,7 +2,15 @@
 the problem's screening, once a pool) and the reference's own eager and torch.compile medians.
 
 Each borrows a reference process (or a timer) from the JobContext for one command and gives it back;
-the time spent queueing for one is returned as `wait_s` (a job's `*.wait` phases).
+the time spent queueing for one is returned as `wait_s` (a job's `*.wait` phases). The expected outputs
+come through a Feed: read whole while the worker loads (up front), or, where every input set's expected
+outputs would not stay in the parent's memory (memplan.job_disk), in step with the worker's calls, the
+reference process held through the run. Why in step, and not the other options weighed for issue 31:
+keeping every set where room exists (the parent's memory, the reference's GPU) still grows as sets x
+outputs (7 x 4 GiB for KernelBench level 1 #9, past the 3x-the-problem host target); keeping fewer bytes
+per set can only drop a trial's outputs once its call was compared, and up front every trial arrives
+before the first call, so the disk's peak stayed sets x outputs. In step, a trial's outputs exist in the
+parent from the moment its call needs them to the moment it passed: the check reads the same values.
 """
 from __future__ import annotations
 
