@@ -44,16 +44,21 @@ def umask():
 
 
 # -- lanes: `make test` runs the whole CPU suite (slow tests too) as LANES pytest processes side by side --
-# Each lane collects everything and keeps the files that bench/test_times.json's per-file seconds pack
-# into it (heaviest first, each into the lightest lane so far), so the lanes end together; a file stays
-# whole, so its module fixtures (a pool, a build) start once, and the files that use a costly session
-# fixture (SHARED) go to one lane together, so it is made once. Every lane computes the same packing
-# from the same collection, so the lanes split the suite exactly: no test runs twice or never.
-# vllm_teacher (tests/distill/teacher/conftest.py) is an offline vLLM engine: the offline tests and the
-# server test that compares against it started one each when they fell into two lanes; tiny_llama
-# (tests/pipelines/grpo/conftest.py, 4 CPU-s a build, its tokenizer too) was built in three lanes.
+# Each lane keeps the files that bench/test_times.json's per-file seconds pack into it (heaviest first,
+# each into the lightest lane so far), so the lanes end together; a file stays whole, so its module
+# fixtures (a pool, a build) start once, and the files that use a costly session fixture (SHARED) go to
+# one lane together, so it is made once. Every lane computes the same packing from the same files and
+# table, so the lanes split the suite exactly: no test runs twice or never.
+# vllm_teacher (tests/distill/teacher/conftest.py) is an offline vLLM engine: the offline and server
+# tests started one each when they fell into two lanes; tiny_llama (tests/pipelines/grpo/conftest.py,
+# 4 CPU-s a build, its tokenizer too) was built in three lanes.
+# The packing is read from the files' text, not from their collection: a lane imports only its own
+# test files. Collecting the whole suite in every lane cost 9.6 CPU-s a lane (pytest rewrites every
+# module's asserts again where PYTHONDONTWRITEBYTECODE is set, and imports what every file imports);
+# lane 1's own files alone cost 4.0 (2026-11-30, cgroup cpuacct, `--collect-only`).
 SHARED = ("built_dataset", "honest_verdict", "vllm_teacher", "tiny_llama")
-TIMES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "test_times.json")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMES = os.path.join(REPO, "bench", "test_times.json")
 
 
 def pytest_addoption(parser):
@@ -108,23 +113,118 @@ def lane_units(tests: list[tuple[str, tuple[str, ...]]], table: dict) -> tuple[d
     return unit, seconds
 
 
-@pytest.hookimpl(trylast=True)   # after `-m` has deselected what this run leaves out
-def pytest_collection_modifyitems(config, items):
+def shared_names(conftests: dict[str, str]) -> dict[str, str]:
+    """{fixture name: the SHARED fixture it stands for}: each SHARED fixture, and every fixture the
+    conftest sources define on top of one (grpo's `tokenizer` is made from `tiny_llama`)."""
+    import ast
+
+    deps: dict[str, set[str]] = {}
+    for text in conftests.values():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef):
+                deps[node.name] = {a.arg for a in node.args.args}
+    names = {s: s for s in SHARED}
+    while True:
+        more = {f: names[next(iter(sorted(d & set(names))))] for f, d in deps.items()
+                if f not in names and d & set(names)}
+        if not more:
+            return names
+        names.update(more)
+
+
+def text_tests(texts: dict[str, str], conftests: dict[str, str], table: dict) -> list[tuple[str, tuple[str, ...]]]:
+    """lane_units' (nodeid, fixture names) pairs read from test files' text (path -> source), without
+    importing them: a pair per `def test_`, with the SHARED fixtures whose names (or the names of the
+    conftest fixtures made from them) the file's text holds; a split file's tests are the table's."""
+    import re
+
+    names = shared_names(conftests)
+    split = set(table.get("split", ()))
+    pairs: list[tuple[str, tuple[str, ...]]] = []
+    for path, text in sorted(texts.items()):
+        used = tuple(sorted({s for name, s in names.items() if re.search(rf"\b{name}\b", text)}))
+        if path in split:
+            ids = sorted(t for t in table.get("tests", {}) if t.split("::")[0] == path)
+        else:
+            ids = [f"{path}::{k}" for k in range(len(re.findall(r"^\s*(?:async\s+)?def test_", text, re.M)))]
+        pairs += [(nodeid, used) for nodeid in ids or [f"{path}::0"]]
+    return pairs
+
+
+def _lane_arg(config) -> tuple[int, int] | None:
     lane = config.getoption("--lane")
     if not lane:
-        return
+        return None
     try:
         i, n = (int(x) for x in lane.split("/"))
         assert 1 <= i <= n
     except (ValueError, AssertionError):
         raise pytest.UsageError(f"--lane {lane}: expected I/N with 1 <= I <= N") from None
-    import json
+    return i, n
 
-    table = json.loads(open(TIMES).read()) if os.path.exists(TIMES) else {}
-    unit, seconds = lane_units([(it.nodeid, tuple(getattr(it, "fixturenames", ()))) for it in items], table)
-    mine = set(pack_lanes(seconds, n)[i - 1])
-    keep = [it for it in items if unit[it.nodeid] in mine]
-    dropped = [it for it in items if unit[it.nodeid] not in mine]
+
+def lane_plan(config) -> tuple[int, int, dict[str, int]] | None:
+    """(this lane, lanes, {file or split test: its lane}) for --lane I/N, computed once a process."""
+    if not hasattr(config, "_tritonforge_lanes"):
+        config._tritonforge_lanes = None
+        arg = _lane_arg(config)
+        if arg:
+            import json
+            from pathlib import Path
+
+            table = json.loads(open(TIMES).read()) if os.path.exists(TIMES) else {}
+            root = Path(config.rootpath)
+            texts, conftests = {}, {}
+            for p in sorted(Path(REPO, "tests").rglob("*.py")):
+                if not p.is_relative_to(root) or any(part.startswith(".") for part in p.relative_to(root).parts):
+                    continue
+                if p.name.startswith("test_"):
+                    texts[p.relative_to(root).as_posix()] = p.read_text()
+                elif p.name == "conftest.py":
+                    conftests[p.relative_to(root).as_posix()] = p.read_text()
+            unit, seconds = lane_units(text_tests(texts, conftests, table), table)
+            lane_of = {u: k + 1 for k, us in enumerate(pack_lanes(seconds, arg[1])) for u in us}
+            where = {t.split("::")[0]: lane_of[u] for t, u in unit.items() if t.split("::")[0] not in table.get("split", ())}
+            where.update({t: lane_of[u] for t, u in unit.items() if t.split("::")[0] in table.get("split", ())})
+            config._tritonforge_lanes = (*arg, where, set(table.get("split", ())))
+    return config._tritonforge_lanes
+
+
+def lane_for(key: str, where: dict[str, int], n: int) -> int:
+    """The planned lane of a file (or a split file's test); one the plan does not know (a file outside
+    tests/, a test the table has not seen) by a hash of its name: still exactly one lane."""
+    import zlib
+
+    return where.get(key) or zlib.crc32(key.encode()) % n + 1
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Another lane's test file is not imported here."""
+    plan = lane_plan(config)
+    if plan is None or plan[1] == 1 or not collection_path.is_file() or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        rel = collection_path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return None
+    if rel in plan[3]:
+        return None
+    return True if lane_for(rel, plan[2], plan[1]) != plan[0] else None
+
+
+@pytest.hookimpl(trylast=True)   # after `-m` has deselected what this run leaves out
+def pytest_collection_modifyitems(config, items):
+    plan = lane_plan(config)
+    if plan is None:
+        return
+    i, n, where, split = plan
+
+    def lane(nodeid: str) -> int:
+        f = nodeid.split("::")[0]
+        return lane_for(nodeid if f in split else f, where, n)
+
+    keep = [it for it in items if lane(it.nodeid) == i]
+    dropped = [it for it in items if lane(it.nodeid) != i]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep

@@ -61,3 +61,24 @@ def test_a_lane_whose_process_a_test_ends_fails_though_pytest_said_0(tmp_path):
     code, out, log = _lane(tmp_path, "def test_fine():\n    pass\n")
     assert code == 0, out
     assert log.splitlines()[-1] == "# session finished: exit 0, 1 collected"
+
+
+def test_the_packing_is_read_from_the_files_text_and_conftest_fixtures_made_from_a_shared_one_count():
+    """A lane imports only its own files, so the units come from the sources: a test per `def test_`,
+    a SHARED fixture named in the file or through a conftest fixture made from it (grpo's `tokenizer`
+    from `tiny_llama`), and a split file's tests from the table."""
+    from tests.conftest import lane_units, text_tests
+
+    conftests = {"tests/conftest.py": "def tiny_llama(tmp_path_factory):\n    pass\n\n"
+                                      "def tokenizer(tiny_llama):\n    pass\n\ndef vocab(tokenizer):\n    pass\n"}
+    texts = {"tests/a.py": "def test_x(vocab):\n    pass\n\n\nasync def test_y():\n    pass\n",
+             "tests/b.py": "def test_z(tiny_llama):\n    pass\n", "tests/c.py": "def test_w():\n    pass\n",
+             "tests/rate.py": "@parametrize\ndef test_t(n):\n    pass\n", "tests/empty.py": "x = 1\n"}
+    table = {"default_per_test": 1.0, "split": ["tests/rate.py"], "tests": {"tests/rate.py::t[5]": 400.0},
+             "files": {"tests/rate.py": 500.0, "tests/b.py": 10.0}}
+    pairs = text_tests(texts, conftests, table)
+    assert pairs == [("tests/a.py::0", ("tiny_llama",)), ("tests/a.py::1", ("tiny_llama",)),
+                     ("tests/b.py::0", ("tiny_llama",)), ("tests/c.py::0", ()), ("tests/empty.py::0", ()),
+                     ("tests/rate.py::t[5]", ())]
+    unit, seconds = lane_units(pairs, table)
+    assert seconds == {"tiny_llama": 12.0, "tests/c.py": 1.0, "tests/empty.py": 1.0, "tests/rate.py::t[5]": 400.0}
