@@ -139,6 +139,9 @@ class _Writer:
             return {"tl_dtype": v.name}
         if type(v) is TensorDescriptor:   # a host-side TMA descriptor: its tensor and four plain fields
             return {"tdesc": self._descriptor(v)}
+        fn = vars(v).get("fn") if hasattr(v, "__dict__") else None
+        if type(fn) is types.FunctionType:  # a jit function as a constexpr (`ACT=relu`): by name, as closures
+            return {"jit": fn.__qualname__}
         raise NotReplayable(f"a launch argument of type {scrub(type(v).__name__)}")
 
     def _descriptor(self, d: TensorDescriptor) -> dict[str, Any]:

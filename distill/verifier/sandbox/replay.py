@@ -136,6 +136,8 @@ class Program:
         def add(r: Any) -> None:   # a checked value (_value): a reference, a descriptor, a tuple of them
             if type(r) is dict and "tdesc" in r:
                 add(r["tdesc"]["base"])
+            elif type(r) is dict and "jit" in r:
+                pass
             elif type(r) is dict:
                 if math.prod(r["size"]):
                     width, first = r["dtype"].itemsize, r["off"] * r["dtype"].itemsize
@@ -213,6 +215,11 @@ class Program:
             return self._ref(v["ref"])
         if type(v) is dict and len(v) == 1 and type(v.get("tdesc")) is dict:
             return {"tdesc": self._descriptor(v["tdesc"])}
+        if type(v) is dict and len(v) == 1 and type(v.get("jit")) is str:  # a jit function passed as a constexpr
+            if v["jit"] not in self.kernels:
+                raise NotReplayable(f"malformed record: a launch argument names {scrub(v['jit'])}, not a jit "
+                                    "function of the module")
+            return {"jit": v["jit"]}
         if type(v) is dict and len(v) == 1 and type(v.get("tl_dtype")) is str and NAME.match(v["tl_dtype"]):
             try:
                 return tl.dtype(v["tl_dtype"])
@@ -294,15 +301,18 @@ class Program:
         return torch.empty(0, dtype=r["dtype"], device=storage.device).set_(
             storage, r["off"] + BAND // r["dtype"].itemsize, r["size"], r["stride"])
 
-    def _arg(self, mem: list[torch.UntypedStorage], v: Any, subst: dict[float, float] | None = None) -> Any:
+    def _arg(self, mem: list[torch.UntypedStorage], v: Any, subst: dict[float, float] | None = None,
+             kernels: dict[str, Any] | None = None) -> Any:
         if type(v) is dict and "tdesc" in v:
             d = v["tdesc"]
             return TensorDescriptor(self._view(mem, d["base"]), d["shape"], d["strides"], d["block_shape"],
                                     d["padding"])
+        if type(v) is dict and "jit" in v:
+            return (kernels or {})[v["jit"]]
         if type(v) is dict:
             return self._view(mem, v)
         if type(v) is tuple:
-            return tuple(self._arg(mem, x, subst) for x in v)
+            return tuple(self._arg(mem, x, subst, kernels) for x in v)
         return subst.get(v, v) if subst and type(v) is float else v
 
     def _execute(self, mem: list[torch.UntypedStorage], kernels: dict[str, Any], ablate: bool, poison: bool,
@@ -314,8 +324,8 @@ class Program:
         for st in self.steps:
             if st[0] == "launch":
                 if not ablate:
-                    launch(kernels[st[1]], tuple(self._arg(mem, a, subst) for a in st[2]), st[4],
-                           {k: self._arg(mem, v, subst) for k, v in st[3].items()})
+                    launch(kernels[st[1]], tuple(self._arg(mem, a, subst, kernels) for a in st[2]), st[4],
+                           {k: self._arg(mem, v, subst, kernels) for k, v in st[3].items()})
             elif st[0] == "alloc":
                 if st[2] != "poison":
                     self._view(mem, st[1]).fill_(num(st[2]))
