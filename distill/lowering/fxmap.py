@@ -10,7 +10,12 @@ but no single op:
   logsumexp; an L2 norm over several dims is square, sums, sqrt);
 * `c - x` is `neg(x) + c`, `c / x` is `reciprocal(x) * c`, `x ** 2` is `square(x)`, `x ** 3`
   `square(x) * x`, `x ** 0.5` `sqrt(x)`;
-* a (3-D @ 2-D) matmul is a reshape, a matmul and a reshape back.
+* a (3-D @ 2-D) matmul is a reshape, a matmul and a reshape back;
+* a matmul with a transposed 2-D parameter (`x @ self.weight.T`) is a Linear reading that weight.
+
+Inputs besides tensors: a Python number from get_inputs (`A * s`, s = 3.14) is an input forward turns
+into a one-value tensor at run time; a bool tensor read only as a factor of a float32 tensor
+(`x * mask`) is held as f32, its kernels loading the bools in place.
 
 Anything else that has no catalog op raises `TraceError` naming the call (and where it is in
 forward). Checked here, not left to the verifier: attributes whose values the kernels bake in
