@@ -82,6 +82,8 @@ def _matmul(m: Mapper, node: torch.fx.Node) -> str:
         # x @ self.weight.T (KernelBench level 2 #14) is F.linear(x, self.weight): the Linear kernels read
         # the parameter as nn.Linear's (out, in) weight, whatever the rank of x
         x = m.t(node.args[0], "matmul")
+        if len(m.b.shape(x)) < 2:
+            raise TraceError(f"matmul of a vector and a transposed parameter {w.code}")
         return m.b.op("linear", [x], m.out_shape(node), m.b.dtype(x), {"out_features": int(w.shape[1]), "bias": False},
                       {"weight": w.code.removesuffix(".T")})
     a, c = m.t(node.args[0], "matmul"), m.t(node.args[1], "matmul")
