@@ -511,6 +511,9 @@ class Trial(TypedDict):
     sequence: bool
     fingerprint: list[str]
     tolerances: NotRequired[list[dict[str, Any] | None]]  # tolerance.Tolerance's fields, None where exact
+    # The first trial's only: the reply's init_args, init_kwargs, construct_ops, params (and screen,
+    # screened_here), which a job reading the trials in step needs before the reply (refwork.Feed)
+    head: NotRequired[dict[str, Any]]
 
 
 class TrialSent(TypedDict):

@@ -14,7 +14,7 @@ import os
 import time
 import types
 import weakref
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 import torch
 
@@ -181,7 +181,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
                                     "params": state}
             if report is not None:
                 head.update(screen=report.to_dict(), screened_here=known is None)
-            cast(Any, trial)["head"] = head
+            trial["head"] = head
         if send is not None:
             send(trial)
         else:
