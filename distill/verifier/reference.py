@@ -24,6 +24,10 @@ from distill.verifier.problemio import ProblemError, ReferenceFailed, fingerprin
 
 __all__ = ["ProblemError", "RefTimer", "make_trials", "reference_main"]
 
+# Outputs past which the reference hands its cached device blocks back before each trial's send: in step
+# (refwork.Feed) it waits there through a worker's call, which may need that memory on a shared GPU.
+CACHE_BYTES = 64 << 20
+
 
 def _to(x: Any, device: torch.device) -> Any:
     if isinstance(x, torch.Tensor):
@@ -182,11 +186,14 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
             if report is not None:
                 head.update(screen=report.to_dict(), screened_here=known is None)
             trial["head"] = head
+        del host, out  # the device's copies: the parent may read this trial only when a worker's call needs it
         if send is not None:
+            if plan is not None and plan.output_bytes > CACHE_BYTES:  # nor the allocator's cache of them while it waits (refwork.Feed)
+                memplan.release(device)
             send(trial)
         else:
             trials.append(trial)
-        del host, out, outs, trial
+        del outs, trial
     io_bytes = plan.problem_bytes if plan is not None else params
     memory = protocol.ReferenceMemory(plan=plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
                                       reference_peak_bytes=memplan.peak(device), reference_held_peak_bytes=held.peak)
