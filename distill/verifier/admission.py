@@ -165,6 +165,23 @@ class Admission:
                 self._growing.discard(hold)
 
 
+    def _room(self, hold: "DiskHold", n: int) -> None:
+        """A write within `hold`'s share, on a disk that has less free than the share promised (something
+        outside every job's hold wrote there: a child's overflow, a compiler's cache): it waits for the jobs
+        in flight to give some back, and is the verifier's ResourceError with none to wait for."""
+        deadline = time.monotonic() + self.seconds
+        with self._cond:
+            while (full := memfault.disk_full(hold.path, n)) is not None:
+                others = [h for h in self._disk if h is not hold and self._disk[h]]
+                if not others or all(h in self._growing for h in others):
+                    full.args = (f"{full} {hold.what} (within its plan: the disk was filled from outside the jobs' holds)",)
+                    raise full
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolError(f"waited {self.seconds:g} s for {n >> 20} MiB of the scratch disk")
+                self._cond.wait(min(left, 1.0))
+
+
 class DiskHold:
     """One job's share of the scratch disk (Admission.disk): `take` before each write (spill.Spill),
     `give` when a file is removed. A write within the share was made room for when the share was taken;
@@ -186,6 +203,8 @@ class DiskHold:
         extra = self.used + n - self.bytes
         if extra > 0:
             self.admission._grow(self, extra, False)
+        else:
+            self.admission._room(self, n)
         self.used += n
 
     def give(self, n: int) -> None:

@@ -89,10 +89,20 @@ class Spill:
                 raise full
         path = os.path.join(self.dir, f"{self.files}.bin")
         self.files += 1
-        with open(path, "w+b") as fh:
-            fh.write(memoryview(raw.numpy()))
-            fh.flush()
-            mm = mmap.mmap(fh.fileno(), raw.numel())
+        try:
+            with open(path, "w+b") as fh:
+                fh.write(memoryview(raw.numpy()))
+                fh.flush()
+                mm = mmap.mmap(fh.fileno(), raw.numel())
+        except OSError as exc:  # ENOSPC, EDQUOT: the verifier's disk, never the candidate's verdict
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            if self.hold is not None:
+                self.hold.give(raw.numel())
+            err = memfault.disk_error({"message": str(exc)}, "a spill write", self.dir)
+            if err is None:
+                raise
+            raise err from None
         self.bytes += raw.numel()
         self.live += raw.numel()
         self.peak = max(self.peak, self.live)

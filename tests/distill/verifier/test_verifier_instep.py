@@ -228,3 +228,26 @@ def test_a_pool_job_in_step_gives_the_verdicts_it_gave_up_front(monkeypatch):
         bad = pool.verify(PROBLEM.format(n=n), RELU.replace("0.0)", "0.0) + 1.0"))
         assert bad.status == "wrong_output" and bad.checks.get("call") == "trial 0", bad.reason
         assert os.listdir(pool.context.scratch) == []
+
+
+def test_a_write_within_the_plan_on_a_disk_filled_from_outside_waits_or_is_the_verifiers(monkeypatch, tmp_path):
+    """Something outside every job's hold (a child's overflow file, a compiler's cache) filled the disk
+    under a job's share: its write waits for a side-by-side job to give some back, and with none to wait
+    for it is the verifier's ResourceError (before, a ResourceError at once, beside a job that held room)."""
+    free = {"now": 8 * GIB}
+    monkeypatch.setattr(memfault, "disk_free", lambda path: (free["now"], 64 * GIB))
+    adm = Admission({0: 2}, seconds=30)
+    other = adm.disk(GIB, str(tmp_path), "b")
+    other.__enter__()
+    with adm.disk(64 << 20, str(tmp_path), "a") as hold:
+        free["now"] = GIB // 2  # filled from outside the holds
+        done = threading.Event()
+        threading.Thread(target=lambda: (hold.take(1 << 20), done.set()), daemon=True).start()
+        assert not done.wait(1.5)
+        free["now"] = 8 * GIB
+        other.__exit__(None, None, None)
+        assert done.wait(5)
+        free["now"] = GIB // 2
+        with pytest.raises(ResourceError, match="within its plan") as exc:
+            hold.take(1 << 20)
+        assert exc.value.resource == "disk"
