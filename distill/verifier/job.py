@@ -238,6 +238,8 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         clock[0] = now
 
     def verdict(status: str, reason: str, extra: dict[str, Any] | None = None) -> Verdict:
+        if spills and isinstance(base.get("memory"), dict):  # the most of the scratch disk its files held at once
+            base["memory"]["spill_peak_bytes"] = spills[0].peak
         return Verdict(status, reason, checks={**base, **(extra or {})}, device=spec.device,
                        versions=slot.info.get("versions", {}), **fields)
 
@@ -246,7 +248,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
     steps = memfault.StepLog(lambda: ctx.memory.resident(proc.pid))
 
     held = contextlib.ExitStack()  # the job's hold on its GPU (admission.py), from its plan to its end
-    in_step = False
+    in_step, spills = False, []
     try:
         grant, stream = refwork.memory_plan(ctx, slot, spec, base)
         if ctx.admission is not None:
@@ -257,6 +259,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                                              refwork.disk_what(base["memory"].get("plan"), in_step)))
         spill = held.enter_context(Spill(ctx.scratch))  # the outputs kept past their arrival; gone before `hold`
         spill.hold = hold
+        spills.append(spill)
         ctx.memory.raise_limit(proc.pid, grant.host_mb)  # a job alone: the worker is retired after
         lap("plan")
         phases["plan.wait"] = base["memory"].pop("wait_s", 0.0)

@@ -186,6 +186,7 @@ def reply(feed: Feed, base: dict[str, Any], phases: dict[str, float], whole: boo
     the verdict's `memory`, `screening` and `reference_trials.wait`."""
     ref: Any = feed.finish() if whole else {**feed.head, "trials": feed.trials, "wait_s": feed.wait_s}
     phases["reference_trials.wait"] = ref.get("wait_s", 0.0)
+    phases["reference_trials.read"] = round(feed.waited_s, 4)  # in step: most of it inside the worker's run
     base["memory"].update({k: v for k, v in (ref.get("memory") or {}).items() if v is not None})
     if isinstance(ref.get("screen"), dict):  # screened by this job's reference, or by an earlier job's
         base["screening"] = {"seconds": ref["screen"]["seconds"], "here": bool(ref.get("screened_here"))}

@@ -224,7 +224,7 @@ def test_a_pool_job_in_step_gives_the_verdicts_it_gave_up_front(monkeypatch):
         good = pool.verify(PROBLEM.format(n=n), RELU)
         assert good.status == "pass", good.reason
         assert good.checks["memory"]["in_step"] is True
-        assert max(most) <= 3 * 4 * n, most
+        assert max(most) <= 3 * 4 * n and good.checks["memory"]["spill_peak_bytes"] == most[-1], most
         bad = pool.verify(PROBLEM.format(n=n), RELU.replace("0.0)", "0.0) + 1.0"))
         assert bad.status == "wrong_output" and bad.checks.get("call") == "trial 0", bad.reason
         assert os.listdir(pool.context.scratch) == []
