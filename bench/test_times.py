@@ -8,7 +8,8 @@ too). Each line adds its seconds (setup, call and teardown) to its file, and for
 under "split" (packed test by test) to its test too. A file no log names keeps its figure; one that is
 in no table weighs `default_per_test` seconds a test. A file a later log names replaces an earlier
 log's figure. With --lanes N it collects each lane as `make test` would, prints its files, tests and
-listed seconds, and checks that the lanes split the suite exactly.
+listed seconds, and checks that the lanes split the suite exactly; in `make test` the lightest files
+(the last line's) float: the lanes claim them as they end their own.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def main() -> int:
                                               if t.split("::")[0] in table.get("split", ())})
     if args.default_per_test is not None:
         table["default_per_test"] = args.default_per_test
-    table["files"] = dict(sorted(table["files"].items()))
+    table["files"] = dict(sorted((f, s) for f, s in table["files"].items() if (REPO / f).exists()))  # none gone
     if args.logs or args.default_per_test is not None:
         OUT.write_text(json.dumps(table, indent=1) + "\n")
     if args.lanes:   # each lane's own collection, as `make test` runs it: disjoint, and together the whole suite
@@ -72,6 +73,15 @@ def main() -> int:
             secs += sum(table.get("tests", {}).get(t, 0.0) for t in ids if t.split("::")[0] in split)
             print(f"lane {i}/{args.lanes}: {len(files)} files, {len(ids)} tests, {secs:.0f} s of listed files")
         assert sorted(seen) == sorted(every), "the lanes do not split the suite exactly"
+        # in `make test` the lightest files float: whichever lane is free first runs each (tests/conftest.py)
+        sys.path.insert(0, str(REPO))
+        from tests.conftest import FLOATING_SHARE, floating_files, lane_units, text_tests
+
+        texts = {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted((REPO / "tests").rglob("test_*.py"))}
+        conftests = {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted((REPO / "tests").rglob("conftest.py"))}
+        unit, seconds = lane_units(text_tests(texts, conftests, table), table)
+        floating = floating_files(unit, seconds, FLOATING_SHARE)
+        print(f"floating in make test: {len(floating)} files, {sum(seconds[f] for f in floating):.0f} s of listed files")
     return 0
 
 

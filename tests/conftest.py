@@ -57,6 +57,9 @@ def umask():
 # module's asserts again where PYTHONDONTWRITEBYTECODE is set, and imports what every file imports);
 # lane 1's own files alone cost 4.0 (2026-11-30, cgroup cpuacct, `--collect-only`).
 SHARED = ("built_dataset", "honest_verdict", "vllm_teacher", "tiny_llama")
+# The lightest files, up to this share of the suite's seconds, float in a `make test` run: see
+# pytest_runtestloop below.
+FLOATING_SHARE = 0.1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMES = os.path.join(REPO, "bench", "test_times.json")
 
@@ -163,8 +166,23 @@ def _lane_arg(config) -> tuple[int, int] | None:
     return i, n
 
 
-def lane_plan(config) -> tuple[int, int, dict[str, int]] | None:
-    """(this lane, lanes, {file or split test: its lane}) for --lane I/N, computed once a process."""
+def floating_files(unit: dict[str, str], seconds: dict[str, float], share: float) -> list[str]:
+    """The lightest whole files (no SHARED fixture, not split) up to `share` of all the seconds, heaviest
+    first: the queue the lanes of one `make test` take from as they finish their own files."""
+    files = sorted((u for u in set(unit.values()) if u.endswith(".py")), key=lambda u: (seconds[u], u))
+    total, picked, acc = sum(seconds.values()), [], 0.0
+    for u in files:
+        if acc + seconds[u] > share * total:
+            break
+        acc += seconds[u]
+        picked.append(u)
+    return sorted(picked, key=lambda u: (-seconds[u], u))
+
+
+def lane_plan(config) -> tuple[int, int, dict[str, int], set[str], list[str]] | None:
+    """(this lane, lanes, {file or split test: its lane}, split files, floating files) for --lane I/N,
+    computed once a process. Files float only in a `make test` run (TRITONFORGE_LANE_CLAIMS names its
+    claims folder) of more than one lane."""
     if not hasattr(config, "_tritonforge_lanes"):
         config._tritonforge_lanes = None
         arg = _lane_arg(config)
@@ -186,7 +204,9 @@ def lane_plan(config) -> tuple[int, int, dict[str, int]] | None:
             lane_of = {u: k + 1 for k, us in enumerate(pack_lanes(seconds, arg[1])) for u in us}
             where = {t.split("::")[0]: lane_of[u] for t, u in unit.items() if t.split("::")[0] not in table.get("split", ())}
             where.update({t: lane_of[u] for t, u in unit.items() if t.split("::")[0] in table.get("split", ())})
-            config._tritonforge_lanes = (*arg, where, set(table.get("split", ())))
+            floating = floating_files(unit, seconds, FLOATING_SHARE) \
+                if arg[1] > 1 and os.environ.get("TRITONFORGE_LANE_CLAIMS") else []
+            config._tritonforge_lanes = (*arg, where, set(table.get("split", ())), floating)
     return config._tritonforge_lanes
 
 
@@ -207,7 +227,7 @@ def pytest_ignore_collect(collection_path, config):
         rel = collection_path.relative_to(config.rootpath).as_posix()
     except ValueError:
         return None
-    if rel in plan[3]:
+    if rel in plan[3] or rel in plan[4]:
         return None
     return True if lane_for(rel, plan[2], plan[1]) != plan[0] else None
 
@@ -217,17 +237,57 @@ def pytest_collection_modifyitems(config, items):
     plan = lane_plan(config)
     if plan is None:
         return
-    i, n, where, split = plan
+    i, n, where, split, floating = plan
+    order = {f: k for k, f in enumerate(floating)}
 
     def lane(nodeid: str) -> int:
         f = nodeid.split("::")[0]
-        return lane_for(nodeid if f in split else f, where, n)
+        return i if f in order else lane_for(nodeid if f in split else f, where, n)
 
     keep = [it for it in items if lane(it.nodeid) == i]
     dropped = [it for it in items if lane(it.nodeid) != i]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    items[:] = keep
+    # the lane's own files first, then the floating queue in the same order in every lane (a stable sort)
+    items[:] = sorted(keep, key=lambda it: order.get(it.nodeid.split("::")[0], -1))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """pytest's own loop, less the floating files another lane claimed first. A lane claims a floating
+    file as it reaches it (a file created with O_EXCL in the run's claims folder), so each runs in
+    exactly one lane, and the lanes that end their own files early take more of the queue: the packing's
+    misses (a file's seconds move 7% between runs with which tests share the cores) no longer leave
+    a lane running alone at the end."""
+    plan = lane_plan(session.config)
+    if not plan or not plan[4] or session.config.option.collectonly or session.testsfailed:
+        return None   # pytest's own loop (which also stops on collection errors)
+    claims, floating, mine = os.environ["TRITONFORGE_LANE_CLAIMS"], set(plan[4]), {}
+    os.makedirs(claims, exist_ok=True)
+
+    def runs(item) -> bool:
+        f = item.nodeid.split("::")[0]
+        if f not in floating:
+            return True
+        if f not in mine:
+            try:
+                os.close(os.open(os.path.join(claims, f.replace("/", "__")), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                mine[f] = True
+            except FileExistsError:
+                mine[f] = False
+        return mine[f]
+
+    queue = (it for it in session.items if runs(it))
+    item = next(queue, None)
+    while item is not None:
+        nextitem = next(queue, None)   # claimed before this item's teardown, which needs to know it
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        item = nextitem
+    return True
 
 
 # TRITONFORGE_TEST_TIMES=FILE appends each phase's seconds as it ends, in --durations' format

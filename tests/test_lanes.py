@@ -82,3 +82,13 @@ def test_the_packing_is_read_from_the_files_text_and_conftest_fixtures_made_from
                      ("tests/rate.py::t[5]", ())]
     unit, seconds = lane_units(pairs, table)
     assert seconds == {"tiny_llama": 12.0, "tests/c.py": 1.0, "tests/empty.py": 1.0, "tests/rate.py::t[5]": 400.0}
+
+
+def test_the_lightest_whole_files_float_heaviest_first():
+    from tests.conftest import floating_files
+
+    unit = {"tests/a.py::0": "tests/a.py", "tests/b.py::0": "tests/b.py", "tests/c.py::0": "tests/c.py",
+            "tests/d.py::0": "built_dataset", "tests/r.py::t[1]": "tests/r.py::t[1]"}
+    seconds = {"tests/a.py": 50.0, "tests/b.py": 3.0, "tests/c.py": 6.0, "built_dataset": 1.0, "tests/r.py::t[1]": 40.0}
+    assert floating_files(unit, seconds, 0.1) == ["tests/c.py", "tests/b.py"]     # 9 of 100 s; no shared or split unit
+    assert floating_files(unit, seconds, 0.05) == ["tests/b.py"]
