@@ -273,8 +273,11 @@ def pytest_runtestloop(session):
             try:
                 os.close(os.open(os.path.join(claims, f.replace("/", "__")), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                 mine[f] = True
-            except FileExistsError:
+            except FileExistsError:   # another lane's: deselected here, so the lane's counts are what it ran
                 mine[f] = False
+                theirs = [it for it in session.items if it.nodeid.split("::")[0] == f]
+                session.config.hook.pytest_deselected(items=theirs)
+                session.testscollected -= len(theirs)
         return mine[f]
 
     queue = (it for it in session.items if runs(it))
