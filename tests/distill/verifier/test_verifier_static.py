@@ -63,6 +63,26 @@ def test_manifest_static_statuses(case):
     assert check_source(hostile(case["name"])).status == case["status"]
 
 
+def test_a_source_nested_past_the_limit_is_a_syntax_error_whatever_the_recursion_limit():
+    """The verdict is the source's, not the process's: a recursion limit raised by an imported library
+    (the `deep_expression` fixture passed the static check in a CI lane that had one) changes nothing."""
+    import sys
+
+    from distill.verifier import static
+
+    deep = HEAD + KERNEL + MODEL.replace("return", "_ = " + "+".join(["1"] * (static.MAX_NESTING + 5)) + "\n        return", 1)
+    shallow = HEAD + KERNEL + MODEL.replace("return", "_ = " + "+".join(["1"] * 150) + "\n        return", 1)
+    old = sys.getrecursionlimit()
+    try:
+        for limit in (old, 100_000):
+            sys.setrecursionlimit(limit)
+            rep = check_source(deep)
+            assert rep.status == "syntax_error" and "levels deep" in rep.reason, rep
+            assert check_source(shallow).status is None
+    finally:
+        sys.setrecursionlimit(old)
+
+
 @pytest.mark.parametrize("use", ["s = torch.cuda.Stream()", "d = torch.cuda.current_device()",
                                  "v = torch.select(torch.ones(3), 0, 1)", "w = torch.signal.windows"])
 def test_torch_namespaces_named_like_stdlib_modules_are_fine(use):
