@@ -249,13 +249,14 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
 
     held = contextlib.ExitStack()  # the job's hold on its GPU (admission.py), from its plan to its end
     in_step, spills = False, []
+    scratch = ctx.scratch or codec.overflow_dir()  # the disk its spills and the children's overflow files fill
     try:
         grant, stream = refwork.memory_plan(ctx, slot, spec, base)
         if ctx.admission is not None:
             held.enter_context(ctx.admission.hold(slot.gpu, grant.alone))
         disks = ctx.admission or admission.Admission({}, spec.timeout)  # none: this job's own check
         in_step = bool(base["memory"].get("in_step"))  # the expected outputs read as the calls are judged
-        hold = held.enter_context(disks.disk(base["memory"].pop("disk_bytes", 0), ctx.scratch or codec.overflow_dir(),
+        hold = held.enter_context(disks.disk(base["memory"].pop("disk_bytes", 0), scratch,
                                              refwork.disk_what(base["memory"].get("plan"), in_step)))
         spill = held.enter_context(Spill(ctx.scratch))  # the outputs kept past their arrival; gone before `hold`
         spill.hold = hold
@@ -281,7 +282,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         lap("load")
         if load.get("problem_memory"):  # made before any candidate code: the problem's, not the candidate's
             raise reference.ProblemError(str(load["problem_memory"]))
-        full = memfault.disk_error(load.get("error"), "import", ctx.scratch or codec.overflow_dir())
+        full = memfault.disk_error(load.get("error"), "import", scratch)
         if full is not None:
             raise full
         f = judge.hygiene(load)
@@ -330,8 +331,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
                 if err is not None:
                     raise err
         for call in run.get("calls") or ():
-            err = memfault.disk_error(call.get("error"), f"call {call.get('kind')} {call.get('trial')}",
-                                      ctx.scratch or codec.overflow_dir())
+            err = memfault.disk_error(call.get("error"), f"call {call.get('kind')} {call.get('trial')}", scratch)
             if err is not None:
                 raise err
         found = judge.hygiene(run) or judge.judge_calls(run, ref["trials"], spec.device, ref.get("construct_ops") or {},
