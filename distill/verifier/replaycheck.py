@@ -236,8 +236,8 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
         name = scrub(missing[0])  # a name the worker sent: an identifier or nothing
         what = source.error or f"kernel {name} is not rebuilt from the module's source: {source.why_missing(name)}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
-    storages, kinds, poisoned = _state(record, params, byte_limit, kernelsrc.literals(candidate),
-                                       kernelsrc.sequences(candidate))
+    storages, kinds, poisoned = _state(record, params, byte_limit, statecheck.literals(candidate),
+                                       statecheck.sequences(candidate))
     msg = protocol.Replay(cmd="replay", problem=problem, kernels=source.text,
                           kernel_names=source.kernels + [i["name"] for i in instances], instances=instances,
                           trace={**record, "storages": storages, "scalar_inputs": _scalar_inputs(run, traced)},

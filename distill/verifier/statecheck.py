@@ -45,12 +45,13 @@ dtype past UNION_LIMIT values keeps its first weights, and `checks.replay_weight
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 from typing import Any
 
 import torch
 
-from distill.verifier import codec
+from distill.verifier import codec, static
 
 UNION_LIMIT = 1 << 24  # elements per dtype: above it only whole-tensor permutations are recognised
 LITERAL_LIMIT = 4096  # elements of a tensor accepted as the source's own numbers
@@ -323,8 +324,8 @@ def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[flo
              tables: frozenset[tuple[float, ...]] = frozenset()) -> str:
     """'parameters', 'constant', 'literals' or '' (not accepted) for one state storage of a replay
     record: `entry["data"]` its bytes (uint8), `entry["dtype"]` the dtype it is read as; `literals`
-    the numbers written in the candidate's source (kernelsrc.literals), `tables` its lists of numbers
-    (kernelsrc.sequences)."""
+    the numbers written in the candidate's source (literals), `tables` its lists of numbers
+    (sequences)."""
     data, name = entry.get("data"), entry.get("dtype")
     if type(data) is not torch.Tensor or data.dtype != torch.uint8 or name not in codec.DTYPES:
         return ""
@@ -354,3 +355,43 @@ def claim(entry: dict[str, Any], literals: frozenset[float] = frozenset()) -> tu
         if value in (0.0, 1.0, -1.0) or _all_literals(first, dtype, literals):
             return None
     return entry["dtype"], int(first[0])
+
+
+def sequences(source: str) -> frozenset[tuple[float, ...]]:
+    """Every list or tuple of two or more numbers written in `source`, in order (`[0.25, -0.5]`): the
+    tables a tensor the candidate builds from Python numbers may hold (statecheck.py). Numbers alone
+    would let any arrangement of them pass: 0s and 1s as the bits of a folded weight."""
+    try:
+        tree = static.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+
+    def number(n: ast.AST) -> float | None:
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = number(n.operand)
+            return None if v is None else (-v if isinstance(n.op, ast.USub) else v)
+        if isinstance(n, ast.Constant) and type(n.value) in (int, float) and abs(n.value) < 1e300:
+            return float(n.value)
+        return None
+
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) >= 2:
+            vals = [number(e) for e in node.elts]
+            if all(v is not None for v in vals):
+                out.add(tuple(vals))
+    return frozenset(out)
+
+
+def literals(source: str) -> frozenset[float]:
+    """Every number written in `source` (each with its negation): what a tensor the candidate builds
+    from Python numbers (`torch.tensor([0.25, 0.5])`) may hold (statecheck.py)."""
+    try:
+        tree = static.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float) and abs(node.value) < 1e300:
+            out.update((float(node.value), -float(node.value)))
+    return frozenset(out)

@@ -264,7 +264,7 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     assert taken(torch.zeros(7)) == taken(torch.arange(6)) == taken(torch.arange(5.0, 0.0, -1.0)) == "constant"
     assert taken(w * 2) == taken(w @ w.t()) == taken(torch.cat([bias, bias])) == ""
     src = "W = torch.tensor([0.1, -2.5, 3])"
-    written, tables = kernelsrc.literals(src), kernelsrc.sequences(src)
+    written, tables = statecheck.literals(src), statecheck.sequences(src)
 
     def table(t):
         return statecheck.classify({"data": codec.raw_u8(t).clone(), "dtype": codec.dtype_name(t.dtype)}, ref,
@@ -274,7 +274,7 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
     assert table(torch.tensor([3, 3, 3], dtype=torch.int64)) == "constant"
     # the source's numbers in another order, or as the bits of something else, are not its table
     assert table(torch.tensor([0.1, 2.5, -2.5, 3.0, 0.1])) == table(torch.tensor([-2.5, 0.1, 3.0])) == ""
-    bits = kernelsrc.sequences("B = [0, 1]")
+    bits = statecheck.sequences("B = [0, 1]")
     assert statecheck.classify({"data": codec.raw_u8(torch.tensor([0, 1, 1, 0, 1], dtype=torch.int8)).clone(),
                                 "dtype": "int8"}, ref, frozenset({0.0, 1.0}), bits) == ""
 
@@ -293,7 +293,7 @@ def test_a_records_fills_together_claim_at_most_a_few_values():
     free = [state(torch.zeros(3)), state(torch.ones(1)), state(torch.full((2,), -1.0)), state(torch.full((1,), 0.1))]
     repeats = [state(torch.full((4,), 0.5)) for _ in range(3)]  # a value already claimed claims nothing more
     record = {"storages": free + cells[:n] + repeats + cells[n:]}
-    _, kinds, poisoned = replaycheck._state(record, {}, 1 << 30, kernelsrc.literals("EPS = 0.1"))
+    _, kinds, poisoned = replaycheck._state(record, {}, 1 << 30, statecheck.literals("EPS = 0.1"))
     assert kinds == ["constant"] * (len(free) + n + len(repeats)) + ["poisoned"] * 4, kinds
     assert poisoned == ["a float32 tensor of 4 bytes"] * 4
     # which of many free fills holds 0 and which 1 is a bit each: past CONSTANT_STORAGES none is free
