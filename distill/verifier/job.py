@@ -80,6 +80,11 @@ def _replayer_killed(ctx: JobContext, proc: procs.Proc, exc: procs.ProcDied) -> 
         raise err from None
 
 
+def _shared(ctx: JobContext, slot: Slot, grant: Grant) -> bool:
+    """Whether the job shares its GPU with other workers (an out-of-memory error then earns a retry alone)."""
+    return ctx.admission is not None and ctx.admission.workers.get(slot.gpu, 1) > 1 and not grant.alone
+
+
 def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply, found: judge.Finding,
           verdict: dict[str, Any], grant: Grant, replayed: replaycheck.Prepared | None = None) -> judge.Finding:
     """Time the candidate: in its worker, or (`replayed`, the pool's `timing_in="replayer"`) its replayed
@@ -128,6 +133,9 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply,
             rep["checked"] = kept.get("checked") or {}
         if replayed is not None:
             replaycheck.same_inputs(rep, ref["trials"], {f"t{k}": spec.trials + k for k in range(TIMING_SETS)})
+        oom = memfault.later_oom(rep.get("error"), "timing", replayed is not None, _shared(ctx, slot, grant))
+        if oom is not None:
+            raise oom
         hyg = judge.hygiene(rep) or judge.left_behind(rep)
         f, info = judge.judge_timing(rep, sets, spec.device, launches, spec.warmup + spec.timing_trials, floor)
         broken = (hyg or f).status is not None
@@ -323,8 +331,7 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         # with the GPU alone (pool.py). With the most the pool can give already (alone, or a GPU with one
         # worker) it is the candidate's: the error and the figures beside it are the worker's claims, and
         # a candidate that raised one itself must not turn its verdict into the verifier's fault.
-        shared = ctx.admission is not None and ctx.admission.workers.get(slot.gpu, 1) > 1
-        if spec.device == "cuda" and shared and not grant.alone:
+        if spec.device == "cuda" and _shared(ctx, slot, grant):
             alone = ctx.admission.whole(ctx.budget, slot.gpu).device_bytes
             for call in run.get("calls") or ():
                 err = memfault.device_oom(call, base["memory"].get("plan"), grant.device_bytes, alone)

@@ -145,6 +145,27 @@ def device_oom(call: protocol.CallReport, plan: dict[str, Any] | None, budget: i
                          step=f"call {call.get('trial')}", used_bytes=held + own, limit_bytes=budget, resource="device")
 
 
+def later_oom(err: Any, phase: str, in_replayer: bool, shared: bool) -> ResourceError | None:
+    """A CUDA out-of-memory error after the correctness calls, in the timing (`phase` "timing") or the
+    replay: the verifier's, retried with the GPU alone (pool.py), where the job shares its GPU. The
+    candidate's forward ran every correctness call within the same budget before; these phases hold more
+    of the harness's own tensors beside it (the timing: three input sets and four outputs, memplan.py),
+    so an honest kernel whose temporaries pass the plan's one output of slack runs out there first
+    (KernelBench level 2 #4 at its own sizes, timed in a replayer: 1.97 GiB asked over a 14 GB share,
+    61 GiB of the H200 free, a `runtime_error`). A replayer runs none of the candidate's Python, so its
+    error is the verifier's with the GPU alone too; a worker's, with the GPU alone, stays the candidate's
+    (its Python can raise one itself). None: not an out-of-memory error, or the candidate's."""
+    text = str(err.get("type", "")) + ": " + str(err.get("message", "")) if isinstance(err, dict) else str(err or "")
+    if "OutOfMemoryError" not in text and "out of memory" not in text:
+        return None
+    if not (shared or in_replayer):
+        return None
+    where = "a replayer" if in_replayer else "the worker"
+    return ResourceError(f"the verifier's own memory limit: {where} ran out of device memory during {phase}, after "
+                         f"every correctness call ran within the same budget ({text[:200]})",
+                         step=phase, resource="device")
+
+
 # Free space under which a scratch file system counts as full: a child's write into its reply's overflow
 # file (codec.Arena) faults with SIGBUS when no block is left, and the spill refuses to start a file.
 DISK_FLOOR = 1 << 30

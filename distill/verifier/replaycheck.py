@@ -276,10 +276,12 @@ def decide(rep: protocol.ReplayReply, prep: Prepared, trials: list[protocol.Tria
     same_inputs(rep, trials, {"secret": secret, "other": other})
     short = rep.get("problem_memory") or next((r.get("out_of_memory") for r in rep.get("runs") or []
                                               if isinstance(r, dict) and r.get("out_of_memory")), None)
-    if short:  # the replayer holds the inputs beside the record's buffers: a limit of the verifier's own
-        from distill.verifier.problemio import ProblemError
+    if short:  # the replayer holds the inputs beside the record's buffers: a limit of the verifier's own,
+        # retried with the GPU alone where the job shares it (pool.py)
+        from distill.verifier.problemio import ResourceError
 
-        raise ProblemError(f"too large for this verifier's replay: {_PLAIN.sub('?', str(short))[:300]}")
+        raise ResourceError(f"too large for this verifier's replay: {_PLAIN.sub('?', str(short))[:300]}",
+                            step="replay", resource="device")
     try:
         found = judge.judge_replay(rep, trials[secret], trials[other], _own_call(run, other), device, prep.poisoned,
                                    prep.checks)

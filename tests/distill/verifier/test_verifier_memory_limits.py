@@ -119,6 +119,20 @@ def test_a_cuda_oom_within_the_candidates_own_budget_is_the_verifiers():
     assert memfault.device_oom({**big, "error": other}, plan, 1000, alone=8000) is None
 
 
+def test_an_out_of_memory_error_after_the_calls_is_placed_by_who_ran_it():
+    """Timing or replay past the correctness calls (memfault.later_oom): on a shared GPU the verifier's
+    (retried alone); with the GPU alone a replayer's is still the verifier's (none of the candidate's
+    Python runs there), a worker's is the candidate's (its Python could raise one)."""
+    oom = {"type": "torch.OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 1.97 GiB"}
+    shared = memfault.later_oom(oom, "timing", in_replayer=False, shared=True)
+    assert shared is not None and shared.resource == "device" and shared.step == "timing" and "1.97 GiB" in str(shared)
+    assert memfault.later_oom(oom, "timing", in_replayer=False, shared=False) is None
+    alone = memfault.later_oom(oom, "timing", in_replayer=True, shared=False)
+    assert alone is not None and "a replayer" in str(alone)
+    assert memfault.later_oom({"type": "builtins.RuntimeError", "message": "boom"}, "timing", True, True) is None
+    assert memfault.later_oom(None, "timing", True, True) is None
+
+
 @pytest.fixture(scope="module")
 def small():
     with VerifierPool(workers=1, device="cpu", timeout=60, max_memory_mb=CAP_MB, stream_inputs=False,
