@@ -68,10 +68,8 @@ class JobSpec:
         return hashlib.sha256(self.source.encode()).hexdigest()
 
     def static_verdict(self) -> Verdict | None:
-        if not self.static_checks:
-            return None
-        self.static_report = static.check_source(self.candidate)
-        if self.static_report.status is None:
+        self.static_report = static.check_source(self.candidate) if self.static_checks else static.unparsable(self.candidate)
+        if self.static_report is None or self.static_report.status is None:
             return None
         return Verdict(self.static_report.status, self.static_report.reason,
                        checks={"static": self.static_report.to_dict(), "problem_id": self.problem_id},

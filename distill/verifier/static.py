@@ -108,12 +108,26 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def check_source(source: str) -> StaticReport:
+def _tree(source: str) -> ast.Module | StaticReport:
     try:
-        tree = parse(source)
+        return parse(source)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 0
         return StaticReport("syntax_error", f"does not parse: line {line}: {getattr(exc, 'msg', exc)}")
+
+
+def unparsable(source: str) -> StaticReport | None:
+    """A `syntax_error` report where the verifier cannot read the source (it does not parse, or nests past
+    MAX_NESTING); None where it can. Not a policy check: a job without the static checks (`static_checks`
+    off) still needs the source's syntax tree to rebuild its kernels, so it is refused here too."""
+    tree = _tree(source)
+    return tree if isinstance(tree, StaticReport) else None
+
+
+def check_source(source: str) -> StaticReport:
+    tree = _tree(source)
+    if isinstance(tree, StaticReport):
+        return tree
     walker = _Walker()
     try:
         walker.visit(tree)
