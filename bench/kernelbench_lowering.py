@@ -217,8 +217,19 @@ def record(row: Row, result: Any, seconds: float) -> None:
     mem = (getattr(result, "checks", None) or {}).get("memory") or {}
     row.worker_peak, row.reference_peak = mem.get("worker_peak_bytes"), mem.get("reference_peak_bytes")
     row.plan_peak = (mem.get("plan") or {}).get("device_peak_bytes")
-    phases = (getattr(result, "checks", None) or {}).get("phase_s")
-    row.phase_s = {k: round(v, 2) for k, v in phases.items() if isinstance(v, (int, float)) and v >= 0.05} if phases else None
+    checks = getattr(result, "checks", None) or {}
+    phases = dict(checks.get("phase_s") or {})
+    # Outside the job's own phases: the problem's screening (where this job's reference did it), the
+    # resized twin's whole run, and the timing's trial count (timing.trials_for); verify_s less the
+    # phases is the time queued (for a worker, a reference, the GPU's timing gate).
+    if (checks.get("screening") or {}).get("here"):
+        phases["screening"] = checks["screening"].get("seconds")
+    twin = checks.get("resized")
+    if isinstance(twin, dict) and isinstance(twin.get("phase_s"), dict):
+        phases["twin"] = sum(v for k, v in twin["phase_s"].items() if "." not in k and isinstance(v, (int, float)))
+    if isinstance((checks.get("timing") or {}).get("trials"), int):
+        phases["timing.trials"] = checks["timing"]["trials"]
+    row.phase_s = {k: round(v, 2) for k, v in phases.items() if isinstance(v, (int, float)) and v >= 0.05} or None
 
 
 class HostSampler:

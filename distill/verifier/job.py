@@ -86,21 +86,26 @@ def _shared(ctx: JobContext, slot: Slot, grant: Grant) -> bool:
 
 
 def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply, found: judge.Finding,
-          verdict: dict[str, Any], grant: Grant, replayed: replaycheck.Prepared | None = None) -> judge.Finding:
+          verdict: dict[str, Any], grant: Grant, replayed: replaycheck.Prepared | None = None,
+          call_s: float | None = None) -> judge.Finding:
     """Time the candidate: in its worker, or (`replayed`, the pool's `timing_in="replayer"`) its replayed
-    record in a replayer, where none of its Python runs (replayer.time_replay)."""
+    record in a replayer, where none of its Python runs (replayer.time_replay). `call_s`, its quickest
+    correctness call (the worker's claim), sets how many trials fit timing.TIMED_S: a candidate that
+    claims slower calls is only timed fewer times (never under timing.MIN_TRIALS), and the trials the
+    outputs are checked on are drawn from the ones that run."""
     sets = ref["trials"][spec.trials:spec.trials + TIMING_SETS]  # expected outputs of the worker's timing sets
     peaks = ctx.peaks.get(slot.gpu, {})
     floor = timing.physical_floor_ms(spec.bytes_moved or ref["io_bytes"], spec.flops, peaks)
-    checks = sorted(secrets.SystemRandom().sample(range(spec.timing_trials), min(TIMING_CHECKS, spec.timing_trials)))
-    msg: dict[str, Any] = protocol.Time(cmd="time", warmup=spec.warmup, trials=spec.timing_trials, check=checks)
+    n = timing.trials_for(call_s, spec.timing_trials)
+    checks = sorted(secrets.SystemRandom().sample(range(n), min(TIMING_CHECKS, n)))
+    msg: dict[str, Any] = protocol.Time(cmd="time", warmup=spec.warmup, trials=n, check=checks)
     proc, launches, waited = slot.proc, found.checks.get("launches_per_call", 1), 0.0
     if replayed is not None:
         asked = time.monotonic()
         proc, launches = ctx.handouts.replayer(slot.gpu), replayed.launches
         waited = time.monotonic() - asked
         record = {k: v for k, v in replayed.msg.items() if k not in ("cmd", "runs", "seeds")}
-        msg = protocol.TimeReplay(**record, cmd="time_replay", warmup=spec.warmup, trials=spec.timing_trials,
+        msg = protocol.TimeReplay(**record, cmd="time_replay", warmup=spec.warmup, trials=n,
                                   check=checks, seeds={f"t{k}": spec.seeds[1 + spec.trials + k] for k in range(TIMING_SETS)})
     assert proc is not None
     broken, raised = True, replayed is not None and _replayer_cap(ctx, proc, grant)
@@ -137,7 +142,7 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply,
         if oom is not None:
             raise oom
         hyg = judge.hygiene(rep) or judge.left_behind(rep)
-        f, info = judge.judge_timing(rep, sets, spec.device, launches, spec.warmup + spec.timing_trials, floor)
+        f, info = judge.judge_timing(rep, sets, spec.device, launches, spec.warmup + n, floor)
         broken = (hyg or f).status is not None
     except procs.ProcDied as exc:
         if replayed is None:
@@ -148,7 +153,7 @@ def _time(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.TrialsReply,
         if replayed is not None:
             ctx.handouts.release_replayer(slot.gpu, proc, broken or raised)
     verdict.update(kernel_ms=info.get("kernel_ms"))
-    found.checks["timing"] = {**info, "peaks": peaks, "timed_in": "worker" if replayed is None else "replayer"}
+    found.checks["timing"] = {**info, "trials": n, "peaks": peaks, "timed_in": "worker" if replayed is None else "replayer"}
     found.checks.setdefault("phase_s", {}).update({k: round(v, 4) for k, v in verdict_phases.items()})
     res = hyg or f
     res.checks = {**found.checks, **res.checks}  # the correctness record stays beside the timing one
@@ -359,7 +364,10 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
             lap("replay")
         if found.status is None and spec.device == "cuda" and spec.timed:
             phase = "timing"
-            found = _time(ctx, slot, spec, ref, found, fields, grant, replayed if ctx.timing_in == "replayer" else None)
+            quickest = min((c["call_s"] for c in run.get("calls") or () if isinstance(c.get("call_s"), (int, float))
+                            and c["call_s"] > 0), default=None)
+            found = _time(ctx, slot, spec, ref, found, fields, grant, replayed if ctx.timing_in == "replayer" else None,
+                          quickest)
             lap("timing")
         if found.status is not None:  # the worker is recycled anyway: no clean-up round trip
             return verdict(found.status, found.reason, found.checks), False

@@ -250,6 +250,7 @@ class RefTimer:
     def __init__(self, mod: types.ModuleType, init_seed: int, seed: int, device: torch.device,
                  compile: bool = True) -> None:
         self.model, _, _, _ = _build(mod, init_seed, device)
+        self.device = device
         self.inputs = _to(make_inputs(mod, seed, device), device)
         self.compiled: Any = None
         self.compile_error = ""
@@ -265,12 +266,21 @@ class RefTimer:
                 self.compile_error = f"{type(exc).__name__}: {str(exc)[:300]}"
 
     def measure(self, warmup: int, trials: int, flush: torch.Tensor) -> protocol.MeasureReply:
+        """Eager and compiled medians, each over as many of `trials` as fit timing.TIMED_S (one call's
+        time, synchronised, says how many)."""
+        def timed(fn: Callable[[], Any]) -> float:
+            t0 = time.perf_counter()
+            fn()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            n = timing.trials_for(time.perf_counter() - t0, trials)
+            return timing.time_calls(lambda i: fn(), lambda i: None, warmup, n, flush).median_ms
+
         with torch.no_grad():
-            eager = timing.time_calls(lambda i: self.model(*self.inputs), lambda i: None, warmup, trials, flush)
-            out = protocol.MeasureReply(eager_ms=eager.median_ms, compile_ms=None, compile_error=self.compile_error or None)
+            out = protocol.MeasureReply(eager_ms=timed(lambda: self.model(*self.inputs)), compile_ms=None,
+                                        compile_error=self.compile_error or None)
             if self.compiled is not None:
-                comp = timing.time_calls(lambda i: self.compiled(*self.inputs), lambda i: None, warmup, trials, flush)
-                out["compile_ms"] = comp.median_ms
+                out["compile_ms"] = timed(lambda: self.compiled(*self.inputs))
         return out
 
 

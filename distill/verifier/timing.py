@@ -38,6 +38,21 @@ READY = "ready to time"
 DONE = "timed"  # announced when the last timed call has ended: the gate opens before the clean-up
 WARMUP_MS = 10.0
 WARMUP_MAX_CALLS = 1000
+# A timing's trials: as many calls as fit TIMED_S, at least MIN_TRIALS, at most the pool's count. Every
+# timing holds its GPU's gate with the other processes there stopped (gate.py), so the gate's time is
+# the pool's: at KernelBench's own sizes a 100-trial timing of a 150 ms kernel held it 15-19 s, and with
+# the reference's eager and torch.compile timings a large problem's job stopped the H200's seven others
+# for about a minute (level 1 and 2's largest, 2026-11-30: 2-8 verdicts per 540 s call). The median of
+# ten 150 ms calls moves by well under the 3% a repeat may.
+TIMED_S = 1.0
+MIN_TRIALS = 10
+
+
+def trials_for(call_s: float | None, most: int) -> int:
+    """Timed trials for calls of about `call_s` seconds each (None: unknown, `most`)."""
+    if not call_s or not call_s > 0 or call_s == float("inf"):
+        return most
+    return max(min(most, MIN_TRIALS), min(most, int(TIMED_S / call_s) + 1))
 
 
 def prefer_spin_wait(ordinal: int) -> bool:

@@ -283,3 +283,16 @@ def test_inputs_reported_unlike_the_references_are_the_candidates_doing():
     assert same.status is None
     other = judge.judge_calls({"fingerprints": [["torch.float32[4]:9:9"]], "calls": []}, trials, "cpu")
     assert other.status == "forbidden" and "inputs differ" in other.reason
+
+
+def test_a_slow_call_is_timed_fewer_times_within_bounds():
+    """timing.trials_for: as many trials as fit TIMED_S, never under MIN_TRIALS nor over the pool's count;
+    an unknown or nonsensical call time keeps the pool's count."""
+    from distill.verifier import timing
+
+    assert timing.trials_for(0.150, 100) == timing.MIN_TRIALS  # a 150 ms kernel at KernelBench's sizes
+    assert timing.trials_for(0.020, 100) == int(timing.TIMED_S / 0.020) + 1
+    assert timing.trials_for(1e-5, 100) == 100
+    assert timing.trials_for(5.0, 4) == 4  # a pool asking fewer than the floor keeps its count
+    for unknown in (None, 0.0, -1.0, float("nan"), float("inf")):
+        assert timing.trials_for(unknown, 100) == 100
