@@ -239,7 +239,7 @@ class Hygiene(TypedDict):
     """What happened outside the audited calls (worker._hygiene, on every reply of `load`, `run`, `time`,
     `end`, `replay`, `time_replay`): denials, attributes patched, state left (seal.py), disk over the cap,
     candidate code in the harness's steps, threads over the start-up count, kernels blocked. A worker's is
-    a claim; job._watched raises `threads` and sets `processes` from what the parent reads in /proc."""
+    a claim; aftercalls.watched raises `threads` and sets `processes` from what the parent reads in /proc."""
 
     denials: list[dict[str, Any]]
     patched: list[str]
@@ -248,7 +248,7 @@ class Hygiene(TypedDict):
     harness_code: NotRequired[list[str]]  # on `end`, moved to EndReply.finalizers
     threads: int
     blocked: dict[str, int]
-    processes: NotRequired[int]  # the parent's (job._watched)
+    processes: NotRequired[int]  # the parent's (aftercalls.watched)
 
 
 # -- from a worker or a replayer (both are sandbox/worker.worker_main) -----------------------------------
@@ -447,7 +447,7 @@ class ReplayReply(TypedDict):
     setup_s: NotRequired[float]
     replay_s: NotRequired[float]
     problem_memory: NotRequired[str]
-    runs: NotRequired[list[ReplayRun]]  # the parent's: the RunSent reports as they arrived (job._take_run)
+    runs: NotRequired[list[ReplayRun]]  # the parent's: the RunSent reports as they arrived (aftercalls.take_run)
 
 
 class TimeReplayReply(TypedDict):

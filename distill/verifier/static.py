@@ -6,6 +6,7 @@ the run-time guard and the sandbox enforce the same policy for code written to s
 from __future__ import annotations
 
 import ast
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -84,10 +85,34 @@ def parse(source: str) -> ast.Module:
             tree = ast.parse(source)
         except (RecursionError, MemoryError):
             raise SyntaxError("nested too deeply for the verifier's parser") from None
+        _same_program(source, tree)
     depth = _depth(tree)
     if depth > MAX_NESTING:
         raise SyntaxError(f"nested {depth} levels deep, past the verifier's limit of {MAX_NESTING}")
     return tree
+
+
+def _same_program(source: str, tree: ast.Module) -> None:
+    """SyntaxError where Python's importer would read another program than `tree`, this text's own. The
+    text is parsed as a string, which ignores a PEP 263 encoding declaration; the worker writes it to a
+    file as UTF-8 and imports that, which decodes the bytes by the declaration (Triton reads its kernels'
+    source back the same way). `# coding: utf-7` made `# +AAo-torch.set_default_dtype(...)` a comment
+    here and a statement in the worker: code no check of the parent's ever read (a red-team find). The
+    bytes are parsed as the importer parses them (CPython's own tokenizer: it also takes a declaration
+    after a lone carriage return, where tokenize.detect_encoding does not) and must give the same
+    tree, so a declaration that reads the same text (`latin-1` on an ASCII module) is kept."""
+    if "coding" not in "".join(_LINE_END.split(source, maxsplit=2)[:2]):
+        return  # no declaration: the importer decodes UTF-8, the text written
+    try:
+        same = ast.dump(ast.parse(source.encode("utf-8", "replace"))) == ast.dump(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise SyntaxError(f"the module Python imports does not parse: {exc}", (None, 1, 0, "")) from None
+    if not same:
+        raise SyntaxError("its encoding declaration makes the module Python imports other code than the text "
+                          "the verifier reads (declare utf-8, or none)", (None, 1, 0, ""))
+
+
+_LINE_END = re.compile(r"\r\n?|\n")  # where CPython's tokenizer ends a line (an encoding declaration's 2 lines)
 
 
 # The deepest syntax tree a module may have. Whether a recursive walk overflows depends on the process

@@ -115,7 +115,7 @@ def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed(monkeypatch
         assert os.listdir(pool.context.scratch) == []  # every job's spill folder went with its job
     # In step (refwork.Feed): each trial's expected outputs were read as its call came and dropped once it
     # passed; the timing sets' (an untimed job's) never kept; the replay's runs compared as they came
-    # (job._take_run). It wrote 12 trials' expected outputs, the replay trial's and the replay's call, and
+    # (aftercalls.take_run). It wrote 12 trials' expected outputs, the replay trial's and the replay's call, and
     # held at most three at once (the first trial's, the trial in hand, the call's), as at 5 trials; before,
     # all 19 (15 sets, the call, three runs) to the end of the job.
     files, written, most = closed[-1]
