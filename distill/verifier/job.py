@@ -46,6 +46,8 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
     def verdict(status: str, reason: str, extra: dict[str, Any] | None = None) -> Verdict:
         if spills and isinstance(base.get("memory"), dict):  # the most of the scratch disk its files held at once
             base["memory"]["spill_peak_bytes"] = spills[0].peak
+        if steps.steps and isinstance(base.get("memory"), dict):  # the worker's resident bytes, as this process read them
+            base["memory"]["worker_host_peak_bytes"] = max(b for _, b in steps.steps)
         return Verdict(status, reason, checks={**base, **(extra or {})}, device=spec.device,
                        versions=slot.info.get("versions", {}), **fields)
 

@@ -63,6 +63,8 @@ def test_rows_sides_budget_and_resume(kb: Path, tmp_path: Path, capsys: pytest.C
         r = rows[name]
         assert (r["stage"], r["status"], r["side"]) == ("verified", "pass", "candidate"), r
         assert r["problem_bytes"] == 2 * 16 * 64 * 4 and r["verify_s"] > 0
+        # the worker's own resident bytes as the pool read them: torch and Triton's base, well under a GiB here
+        assert 50 << 20 < r["worker_host_peak"] < 1 << 30, r
     table = capsys.readouterr().out
     assert "| 1 | 3 | 2 (67%) | 2 (67%) | 2 (67%) | 100% |" in table
     # level, verdicts, candidate / problem / verifier side, too large, limit?
