@@ -369,7 +369,7 @@ def extract(source: str) -> KernelSource:
         tree = static.parse(source)
     except (SyntaxError, ValueError) as exc:
         return KernelSource(error=f"the source does not parse: {exc}")
-    lines = source.splitlines()
+    lines = static.lines(source)  # as the tree numbers them
     out = [""] * len(lines)
     ex = _Extractor(tree)
     spans = [(_first_line(n), n.end_lineno or n.lineno) for n in tree.body]

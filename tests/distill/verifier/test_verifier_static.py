@@ -249,3 +249,41 @@ def test_a_version_shim_may_bind_a_name_in_its_fallback(use, ok):
     fallback around compute."""
     rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
     assert (rep.status is None) == ok, [str(f) for f in rep.findings]
+
+
+# The program the importer runs is the text the parent read (red-team pass 8, cases.d/redteam8.json).
+HIDDEN = "x = 1  # +AAo-import os\n"  # UTF-7: `+AAo-` is a newline, so the worker runs `import os`
+
+
+@pytest.mark.parametrize("head", ["# -*- coding: utf-7 -*-\n", "#!/usr/bin/env python\n# vim: set fileencoding=utf-7 :\n",
+                                  "\r# coding: utf-7\n", "\x0c# coding: utf-7\n", "# coding: cp037\n",
+                                  "# -*- coding: latin-1 -*-\nname = 'é'\n", "# coding: no-such-codec\n"])
+def test_an_encoding_declaration_that_makes_the_import_read_other_code_is_a_syntax_error(head):
+    """A string parse ignores a PEP 263 declaration; the worker's import of the file honours it (CPython's
+    tokenizer: after a lone carriage return too, where tokenize.detect_encoding does not)."""
+    from distill.verifier.static import unparsable
+
+    src = head + HIDDEN + HEAD + KERNEL + MODEL
+    assert check_source(src).status == "syntax_error"
+    assert unparsable(src) is not None  # the static checks off too
+
+
+@pytest.mark.parametrize("head", ["# -*- coding: utf-8 -*-\n", "#!/usr/bin/env python3\n# coding=utf8\n",
+                                  "# -*- coding: latin-1 -*-\n", "# -*- coding: ascii -*-\n", "# decoding the rows\n"])
+def test_an_encoding_declaration_that_reads_the_same_program_is_kept(head):
+    assert check_source(head + HEAD + KERNEL + MODEL).status is None
+
+
+@pytest.mark.parametrize("sep", ["\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_the_kernels_module_keeps_each_line_where_the_syntax_tree_numbers_it(sep):
+    """str.splitlines also breaks at these; the tree does not: a kept line took the line above it."""
+    from distill.verifier import kernelsrc
+
+    page = "\x0c\n" if sep == "\x0c" else ""  # a form feed may also stand alone, as a page break
+    src = (HEAD + f"# a page {sep} break\n" + page + "import logging\nlog = logging.getLogger(__name__)\n"
+           "BLOCK = 64\n\n" + KERNEL.replace("pass", "tl.store(x_ptr, 1.0)") + MODEL).replace("\n", "\r\n")
+    ks = kernelsrc.extract(src)
+    lines = ks.text.split("\n")
+    assert not ks.error and ks.kernels == ["k"]
+    assert "getLogger" not in ks.text and lines[src.split("\r\n").index("BLOCK = 64")] == "BLOCK = 64"
+    assert "    tl.store(x_ptr, 1.0)" in lines
