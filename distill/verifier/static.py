@@ -117,13 +117,16 @@ def _same_program(source: str, tree: ast.Module) -> None:
 _LINE_END = re.compile(r"\r\n?|\n")  # where CPython's tokenizer ends a line: what an AST's line numbers count
 
 
-def lines(source: str) -> list[str]:
+def lines(source: str, keepends: bool = False) -> list[str]:
     """`source`'s lines as its syntax tree numbers them (line n is `lines(source)[n - 1]`). Not
     str.splitlines, which also ends a line at a form feed, \\v, \\x1c-\\x1e, \\x85, \\u2028 and \\u2029:
     a form feed between two functions (a page break) shifted every later line of the kernels module
     kernelsrc cuts by position, which then held the line above each kept statement (an honest kernel
     lost its last line; a statement the cut leaves out ran in the replayer: a red-team find)."""
-    return _LINE_END.split(source)
+    return _KEEP_ENDS.split(source) if keepends else _LINE_END.split(source)
+
+
+_KEEP_ENDS = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # the empty match after each line's end
 
 
 # The deepest syntax tree a module may have. Whether a recursive walk overflows depends on the process

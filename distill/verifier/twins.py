@@ -32,6 +32,7 @@ import hashlib
 import secrets
 from typing import Any, Callable
 
+from distill.verifier import static
 from distill.verifier.jobspec import JobSpec
 from distill.verifier.problemio import ProblemError, ReferenceFailed
 from distill.verifier.verdict import Verdict
@@ -206,7 +207,7 @@ def _closure(names: set[str], defs: dict[str, list[ast.AST]]) -> set[str]:
 
 def _apply(source: str, edits: list[tuple[ast.AST, int]]) -> str:
     """Replace each literal's exact span in the text (the rest of the module, comments included, stays)."""
-    lines = source.splitlines(keepends=True)
+    lines = static.lines(source, keepends=True)  # as the tree numbers them (not str.splitlines: a form feed)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line.encode()))

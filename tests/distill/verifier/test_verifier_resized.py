@@ -317,3 +317,19 @@ def _asm_kernel(x_ptr):
 class ModelNew''')
     with pytest.raises((ResourceError, LaneError)):
         pools[0].verify(relu_problem, cand)
+
+
+@pytest.mark.parametrize("sep", ["\x0c", "\u2028", "\x85"])
+def test_module_text_with_a_form_feed_gets_its_sizes_replaced_in_place(sep):
+    """The twin's edits land where the syntax tree puts each literal: str.splitlines also breaks at a form
+    feed (and \\u2028, \\x85), which put N's new value inside `import torch.nn` (red-team pass 8)."""
+    import random
+
+    from distill.verifier import twins
+
+    src = (f"import torch  # page {sep} break\n\x0c\nimport torch.nn as nn\r\nN = 1000\n\n\nclass Model(nn.Module):\n"
+           "    def forward(self, a):\n        return a * 2\n\n\ndef get_inputs():\n    return [torch.randn(N)]\n\n\n"
+           "def get_init_inputs():\n    return []\n")
+    text, changed = twins.module_twin(src, random.Random(0))
+    new = changed["N"].split(" -> ")[1]
+    assert new != "1000" and text == src.replace("N = 1000", f"N = {new}")
