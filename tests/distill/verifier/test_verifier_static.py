@@ -268,6 +268,12 @@ def test_an_encoding_declaration_that_makes_the_import_read_other_code_is_a_synt
     assert unparsable(src) is not None  # the static checks off too
 
 
+def test_an_encoding_declaration_that_only_moves_lines_is_a_syntax_error():
+    """A newline decoded inside a comment adds no code, but every later line of the imported module (what
+    Triton and the guard's line numbers read) moves by one."""
+    assert check_source("# coding: utf-7\n# a +AAo-# b\n" + HEAD + KERNEL + MODEL).status == "syntax_error"
+
+
 @pytest.mark.parametrize("head", ["# -*- coding: utf-8 -*-\n", "#!/usr/bin/env python3\n# coding=utf8\n",
                                   "# -*- coding: latin-1 -*-\n", "# -*- coding: ascii -*-\n", "# decoding the rows\n"])
 def test_an_encoding_declaration_that_reads_the_same_program_is_kept(head):
