@@ -100,13 +100,14 @@ def _same_program(source: str, tree: ast.Module) -> None:
     here and a statement in the worker: code no check of the parent's ever read (a red-team find). The
     bytes are parsed as the importer parses them (CPython's own tokenizer: it also takes a declaration
     after a lone carriage return, where tokenize.detect_encoding does not) and must give the same
-    tree, so a declaration that reads the same text (`latin-1` on an ASCII module) is kept."""
+    tree, line numbers included (a newline decoded in a comment shifts every later line), so a
+    declaration that reads the same text (`latin-1` on an ASCII module) is kept."""
     if "coding" not in "".join(_LINE_END.split(source, maxsplit=2)[:2]):
         return  # no declaration: the importer decodes UTF-8, the text written
     try:
         with _PARSE_LOCK:
             imported = ast.parse(source.encode("utf-8", "replace"))
-        same = ast.dump(imported) == ast.dump(tree)
+        same = ast.dump(imported, include_attributes=True) == ast.dump(tree, include_attributes=True)  # lines too
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise SyntaxError(f"the module Python imports does not parse: {exc}", (None, 1, 0, "")) from None
     if not same:
