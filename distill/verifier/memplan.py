@@ -16,6 +16,12 @@ Streaming, and so the multiples (one trial's tensors at a time, never all of the
   checked outputs, kept on the device until the timing gate opens: params + 3 in + 4 out.
 Plus one output of slack for temporaries inside forward, and the worker's fixed share (the 256 MiB
 L2 flush buffer and warm-up tensors).
+* reference, screening's fp64 measurement (precision.py; `measure_device`), where it runs: more than
+  the trials, so the reference's peak is the larger of the two (`measure_bytes`, 0 where unmeasured).
+  It runs only within the job's device budget (its grant; precision.measure_limit), so it never makes a
+  plan fail: the meta plan, made before the grant, leaves it out, and the first trial's measured plan
+  counts it where this job's reference measured (screening here, or each trial of a problem whose
+  bound is past the table: reference.make_trials).
 
 Host memory, judged as it goes (callstream.py): a worker sends each call's report as the call ends and
 forgets its outputs; the reference sends each trial's expected outputs as it makes them; the parent
@@ -79,13 +85,14 @@ class MemoryPlan:
     calls: int   # worker calls judged (trials): informative; the host need does not grow with them
     sets: int    # input sets the reference makes (trials + timing sets)
     source: str  # "meta" (before any allocation) or "measured" (the reference's first trial)
+    measure_bytes: int = 0  # the fp64 measurement in the reference, where it runs (`measure_device`)
 
     @property
     def problem_bytes(self) -> int:
         return self.input_bytes + self.output_bytes + self.param_bytes
 
     def reference_device(self) -> int:
-        return self.param_bytes + 2 * self.input_bytes + 3 * self.output_bytes
+        return max(self.param_bytes + 2 * self.input_bytes + 3 * self.output_bytes, self.measure_bytes)
 
     def worker_device(self, timed: bool) -> int:
         i, o = self.input_bytes, self.output_bytes
@@ -114,6 +121,16 @@ class MemoryPlan:
                 "worker_device_bytes": self.worker_device(timed) + (DEVICE_BASE if device == "cuda" else 0),
                 "device_peak_bytes": self.device_need(device, timed),
                 "worker_host_bytes": self.worker_host(device), "job_host_bytes": self.job_host()}
+
+
+def measure_device(input_bytes: int, output_bytes: int, param_bytes: int) -> int:
+    """What screening's fp64 measurement (precision.measure) holds at its peak, counted on the CPU for
+    KernelBench level 2 #93 at batch 8 (o = 69 MB of outputs; VmHWM): screening holds 3.5 o on entry
+    (its two kept draws, the model and its twin), then the fp64 forward peaks at 10 o (5 fp64 outputs:
+    conv_transpose2d's column buffer and two steps of the chain at once), the honest forward at 7 o (its
+    noise's temporaries), the error figures at 1.5 o (in slices); 17.7 o in all. Counted: 3 params (the
+    model and its fp64 twin), 5 inputs (two kept draws, one in fp64, its tf32 cut), 18 outputs."""
+    return 3 * param_bytes + 5 * input_bytes + 18 * output_bytes
 
 
 def plan_from(inputs: Any, outputs: Any, params: int, calls: int, sets: int, source: str) -> MemoryPlan:

@@ -23,6 +23,18 @@ parameter, input and default dtype in float64), for two fp32 evaluations:
 The larger of the two, times a margin, is the bound (tolerance.fitted), never looser than the table
 and never tighter than a floor.
 
+Where it runs (`measures`): the measurement holds ~18x a trial's outputs (memplan.measure_device: the
+fp64 forward, the honest one beside it and screening's kept draws). On a GPU the limit is the job's
+device budget (its grant, `budgets["device"]`, which memplan.check holds the reference to; the trials'
+plan then counts the measurement, MemoryPlan.measure_bytes; a trial whose bound is past the table is
+measured again on its own inputs within the same limit: reference.make_trials), so KernelBench level 2
+#93 at its own sizes (1.24 GB a trial: 20.6 GB measured) is measured where its job's grant holds that
+(the H200's whole, or a share of 21 GB); elsewhere (the CPU, where the reference shares the host with
+the workers and the parent; a screening without a pool) within MEASURE_BYTES. A measurement on a slice
+of the batch was the other way, and was not taken: a batch-coupled forward (BatchNorm in training
+mode, a mean over dim 0, an input whose dim 0 is not the batch) changes under a slice, and the
+slice's worst element is not the problem's.
+
 Simplified: a problem whose fp64 evaluation cannot be made (it raises, or computes some step in a
 lower precision on purpose, so that step's rounding would look exact) keeps the table, and says why.
 """
@@ -50,9 +62,10 @@ _DOT_OPERANDS: dict[str, tuple[int, ...]] = {
 _ATTENTION = ("aten::_scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention")
 # Sums whose honest error is a few units of rounding of the terms' absolute mass (`_HonestKernel`).
 _SUMS = frozenset({"aten::sum", "aten::mean", "aten::nansum", "aten::cumsum"})
-# Above this many bytes of parameters, inputs and outputs (the fp64 copies double them) the
-# reference keeps the table: the measurement would hold more memory than the trials themselves do.
-MEASURE_BYTES = 1 << 30
+# The measurement's hold (memplan.measure_device) past which the reference keeps the table where no
+# device budget is known (`measure_limit`): outputs of up to 512 MiB, as the earlier rule (twice a
+# trial's bytes within 1 GiB), which held these 9 GiB while it counted 1.
+MEASURE_BYTES = 9 << 30
 # Units of fp32 rounding (2^-24) by which the honest evaluation moves each op's result, at most: fast
 # exp/log/division are within 2-3 of them (PTX ex2/lg2/div.full), libdevice within 1-2.
 ULPS = 4.0
@@ -148,19 +161,48 @@ class _LowerPrecision(TorchDispatchMode):
         return out
 
 
+def measure_limit(device: Any, budgets: dict[str, Any] | None) -> int:
+    """The most the measurement may hold: a GPU job's device budget (memplan.check holds the reference to
+    it), else MEASURE_BYTES."""
+    if budgets and getattr(device, "type", device) == "cuda" and budgets.get("device"):
+        return int(budgets["device"])
+    return MEASURE_BYTES
+
+
+def measures(input_bytes: int, output_bytes: int, param_bytes: int, limit: int) -> bool:
+    """Whether a problem with these bytes a trial is measured within `limit` (`measure_limit`)."""
+    from distill.verifier import memplan
+
+    return memplan.measure_device(input_bytes, output_bytes, param_bytes) <= limit
+
+
 def _double(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
+# Elements per slice of `_errors`: its fp64 temporaries stay at a few times 32 MiB at any size.
+_SLICE = 1 << 22
+
+
 def _errors(got: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
-    d = (got.double() - exact).abs()
+    """Normwise and elementwise error, scaled as tolerance.compare scales them: an RMS under its floor
+    counts as the floor (a trial whose output is all zeros, as #93's is on weights scaled by 0.67:
+    there an honest kernel's zeros measure 0, not an infinite error)."""
+    from distill.verifier.tolerance import _RMS_FLOOR
+
     ref_norm = float(torch.linalg.vector_norm(exact))
-    if not (ref_norm > 0 and math.isfinite(ref_norm)):
+    if not math.isfinite(ref_norm):
         return math.inf, math.inf
-    rms = ref_norm / math.sqrt(max(exact.numel(), 1))
-    norm = float(torch.linalg.vector_norm(d)) / ref_norm
-    elem = float((d / (rms + exact.abs())).max()) if d.numel() else 0.0
-    return norm, elem
+    root = math.sqrt(max(exact.numel(), 1))
+    ref_norm = max(ref_norm, _RMS_FLOOR * root)
+    rms = ref_norm / root
+    g, e = got.reshape(-1), exact.reshape(-1)
+    sq, elem = 0.0, 0.0
+    for i in range(0, e.numel(), _SLICE):
+        d = (g[i:i + _SLICE].double() - e[i:i + _SLICE]).abs_()
+        sq += float(torch.linalg.vector_norm(d)) ** 2
+        elem = max(elem, float((d / (e[i:i + _SLICE].abs() + rms)).max()))
+    return math.sqrt(sq) / ref_norm, elem
 
 
 def measure(model: Any, model64: Any, draws: list[list[Any]], outs: list[list[torch.Tensor]],
@@ -217,3 +259,46 @@ def rounding_noise(outs: list[torch.Tensor], records: list[dict[str, Any] | None
         if m and table is not None and m["fp32_norm"] > table.norm_rel:
             return k, float(m["fp32_norm"]), table.norm_rel
     return None
+
+
+def trial_records(model: Any, twin: Callable[[], Any], inputs: list, outs: list, run: Any, limit: int, where: str) -> list:
+    """One trial's bound records (screen.bounds) on its own inputs: measured where the measurement fits
+    `limit` (`twin()` makes the model it ran on, which screen.bounds turns fp64), else the table. A bound past
+    tolerance.CEILING is a ProblemError naming the figures (`where`: which trial), never a candidate's verdict."""
+    from distill.verifier import screen
+    from distill.verifier.problemio import ProblemError
+
+    sizes = [sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor)) for ts in (inputs, outs)]
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    made = twin() if measures(sizes[0], sizes[1], params, limit) else None
+    records = screen.bounds(model, made, [inputs], [outs], run, params + sum(sizes))[1]
+    del made
+    past = past_ceiling(records)
+    if past:
+        raise ProblemError(f"the problem is ill-conditioned past judging on {where}: {past}")
+    return records
+
+
+def past_table(records: list[dict[str, Any] | None] | None) -> bool:
+    """Whether any output's measured bound is wider than the float32 table (tolerance.fitted past it; the
+    other dtypes' bounds never are)."""
+    from distill.verifier.tolerance import TOLERANCES
+
+    table = TOLERANCES[torch.float32]
+    return any(rec and rec.get("basis") == "measured" and (rec["norm_rel"] > table.norm_rel or rec["atol_rel"] > table.atol_rel)
+               for rec in records or [])
+
+
+def wider(records: list[Any], own: list[Any]) -> list[Any]:
+    """Each output's bound the wider, field by field, of `records` (screening's) and a trial's `own` (as judge.widened)."""
+    fields = ("norm_rel", "atol_rel", "rtol", "det_rel")
+    return [rec if not rec or not mine else {**rec, **{f: max(rec[f], mine[f]) for f in fields},
+                                             "basis": "measured on this trial" if mine["norm_rel"] > rec["norm_rel"]
+                                             else rec.get("basis")}
+            for rec, mine in zip(records, own)]
+
+
+def past_ceiling(records: list[dict[str, Any] | None]) -> str:
+    """Why the first output whose bound would be past tolerance.CEILING is past judging (screen.bounds
+    keeps the table for it, and says why); "" where none is."""
+    return next((rec["past_ceiling"] for rec in records if rec and rec.get("past_ceiling")), "")

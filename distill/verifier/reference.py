@@ -115,15 +115,16 @@ class ScreenFailed(ReferenceFailed):
         self.report = report
 
 
-def screened(mod: types.ModuleType, device: torch.device, known: dict[str, Any] | None = None) -> screen.ScreenReport:
+def screened(mod: types.ModuleType, device: torch.device, known: dict[str, Any] | None = None,
+             budgets: dict[str, Any] | None = None) -> screen.ScreenReport:
     """The problem's screening report: `known` (the pool's, from an earlier job's screening: context.Screens),
-    else screen.screen_module now. Raises ScreenFailed when the problem fails it: the problem, not a
-    candidate, is at fault."""
+    else screen.screen_module now, its fp64 measurement within the job's `budgets` (precision.measure_limit).
+    Raises ScreenFailed when the problem fails it: the problem, not a candidate, is at fault."""
     if known is not None:
         report = screen.ScreenReport(**known)
     else:
         t0 = time.monotonic()
-        report = screen.screen_module(mod, device)
+        report = screen.screen_module(mod, device, precision.measure_limit(device, budgets))
         report.seconds = round(time.monotonic() - t0, 3)
         memplan.release(device)
     if report.status != "ok":
@@ -145,7 +146,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
     the model was built, its parameters' summary, the screening), which the parent may need before it
     reads the rest: it acks each trial when it reads it, as the worker's calls are judged (refwork.Feed). With `second_init`, the last seed (the
     replay trial's) runs on the second weights drawn under it (statecheck.py), which `params` maps."""
-    report = screened(mod, device, known) if screen_first else None
+    report = screened(mod, device, known, budgets) if screen_first else None
     memplan.reset_peak(device)
     held = Held()
     model, args, kwargs, construct_ops = _build(mod, init_seed, device)
@@ -175,11 +176,23 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
         outs, seq = _outputs(out, keep="host")
         if plan is None:
             plan = memplan.plan_from(host, out, params, calls, len(seeds), "measured")
+            if report is not None and (precision.past_table(report.tolerances) or known is None and any(
+                    (rec or {}).get("basis") == "measured" for rec in report.tolerances)) and precision.measures(
+                    plan.input_bytes, plan.output_bytes, params, precision.measure_limit(device, budgets)):
+                plan.measure_bytes = memplan.measure_device(plan.input_bytes, plan.output_bytes, params)  # held here
             if budgets:
                 memplan.check(plan, device.type, budgets["device"], budgets["host"], budgets["timed"])
         trial = protocol.Trial(outputs=outs, sequence=seq, fingerprint=fingerprint(host))
         if report is not None:
             trial["tolerances"] = report.tolerances
+            if precision.past_table(report.tolerances):
+                # Past the table the parent asks no trial's own bound on a near miss (compare.py: only
+                # within the table), and the honest error moves with the draw and the weights (the replay's
+                # are scaled by up to 1/3: statecheck._factor): each trial carries its own, measured here.
+                mine = _own_bounds(mod, model, init_seed, device, second if second and i == len(seeds) - 1 else None,
+                                   _to(host, device), [out] if isinstance(out, torch.Tensor) else list(out), budgets,
+                                   f"trial {i} (seed {seed})")
+                trial["tolerances"] = precision.wider(report.tolerances, mine)
         if i == 0 and send is not None:  # what the worker's `run` needs, before the trials the parent reads in step
             head: dict[str, Any] = {"init_args": args, "init_kwargs": kwargs, "construct_ops": construct_ops,
                                     "params": state}
@@ -209,34 +222,40 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
 
 
 def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
-                 second_init: int | None = None) -> list[list[Any]]:
+                 second_init: int | None = None, budgets: dict[str, Any] | None = None) -> list[list[Any]]:
     """Each output's bound measured on one trial's own inputs (screen.bounds: the reference in fp32 and
     an honest kernel's error against the model in fp64), per seed; the table where the problem is too
     large to measure. Screening measures on two draws of its own, which cannot foresee a draw where an
     honest kernel errs more (every value small next to a constant added and taken away again).
-    `second_init`: the last seed's trial is on the second weights, as make_trials made it."""
+    `second_init`: the last seed's trial is on the second weights, as make_trials made it. `budgets`: as
+    screening's (precision.measure_limit)."""
     model = _build(mod, init_seed, device)[0]
     second_weights = _second(mod, model, init_seed, second_init, device)[0]
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
     out: list[list[Any]] = []
     for i, seed in enumerate(seeds):
-        second = bool(second_weights) and i == len(seeds) - 1
+        second = second_weights if second_weights and i == len(seeds) - 1 else None
         if second:
-            statecheck.apply_second(model, second_weights)
+            statecheck.apply_second(model, second)
         inputs = _to(make_inputs(mod, seed, device), device)
         with torch.no_grad():
             outs = _outputs(model(*inputs))[0]
-        io_bytes = params + sum(t.numel() * t.element_size() for t in [*inputs, *outs] if isinstance(t, torch.Tensor))
-        small = 2 * io_bytes <= precision.MEASURE_BYTES
-        twin = None
-        if small:  # a copy of the model the trial ran on (screen.bounds evaluates it in fp64)
-            twin = _build(mod, init_seed, device)[0]
-            if second:
-                statecheck.apply_second(twin, second_weights)
-        out.append(screen.bounds(model, twin, [inputs], [outs], _run, io_bytes)[1])
-        del inputs, outs, twin
+        out.append(_own_bounds(mod, model, init_seed, device, second, inputs, outs, budgets, f"trial {i} (seed {seed})"))
+        del inputs, outs
     memplan.release(device)
     return out
+
+
+def _own_bounds(mod: types.ModuleType, model: Any, init_seed: int, device: torch.device, second: dict | None,
+                inputs: list, outs: list, budgets: dict[str, Any] | None, where: str) -> list[Any]:
+    """One trial's bound records on its own inputs and weights (`second`: the replay trial's map):
+    precision.trial_records, its fp64 twin the model the trial ran on."""
+    def twin() -> Any:
+        made = _build(mod, init_seed, device)[0]
+        if second:
+            statecheck.apply_second(made, second)
+        return made
+
+    return precision.trial_records(model, twin, inputs, outs, _run, precision.measure_limit(device, budgets), where)
 
 
 def _run(model: Any, inputs: list) -> list[torch.Tensor]:
@@ -306,6 +325,9 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
     device = torch.device("cuda", cfg.get("gpu", 0)) if cfg["device"] == "cuda" else torch.device("cpu")
     cache: dict[str, types.ModuleType] = {}
     timers: dict[str, RefTimer] = {}
+    # The job's budgets (its grant: admission.py) as the last `trials` command gave them: a near miss's
+    # `trial_bounds` comes after its job's trials, and measures within them as screening did.
+    budgets: dict[str, Any] | None = None
     flush = None
     if device.type == "cuda":
         timing.prefer_spin_wait(device.index)
@@ -352,6 +374,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                 out = protocol.PlanReply(plan=plan.to_dict(device.type, bool(msg.get("budgets", {}).get("timed"))) if plan else None)
             elif cmd == "trials":
                 mod = load_problem(msg["source"], cache)
+                budgets = msg.get("budgets") or budgets
                 try:
                     out = make_trials(mod, msg["init_seed"], msg["seeds"], device, msg.get("calls", 0),
                                       msg.get("budgets"), screen_first=True, known=msg.get("screen"),
@@ -361,7 +384,7 @@ def reference_main(conn: Any, cfg: dict[str, Any]) -> None:
                     raise memplan.out_of_memory(exc, "the reference", None, device) from None
             elif cmd == "trial_bounds":  # a near miss: each trial's bound measured on its own inputs (judge.py)
                 out = protocol.TrialBoundsReply(bounds=trial_bounds(load_problem(msg["source"], cache), msg["init_seed"],
-                                                                    msg["seeds"], device, msg.get("second_init")))
+                                                                    msg["seeds"], device, msg.get("second_init"), budgets))
             elif cmd == "prepare_timing":  # compile outside the parent's GPU timing lock
                 mod = load_problem(msg["source"], cache)
                 timers[msg["key"]] = RefTimer(mod, msg["init_seed"], msg["seed"], device, msg.get("compile", True))

@@ -19,8 +19,9 @@ questions of every problem it serves (`screen_module`, cached per problem: refer
                #9 (a ReLU after a shift of -2 over outputs of std 0.33) and #83 (min(x, 0) then clamp
                to [0, 1])
   conditioned  no float32 output of the reference as written misses its fp64 evaluation by more
-               than the dtype table's bound (`ill_conditioned`: the output is rounding noise, and
-               an honest kernel cannot be told from a wrong one)
+               than the dtype table's bound, and no honest kernel's measured error (tf32 dot products)
+               puts the bound past tolerance.CEILING (`ill_conditioned`: the output is rounding noise,
+               or so ill-conditioned for tf32, and an honest kernel cannot be told from a wrong one)
   inputs matter every tensor input moves some output by well over its bound (EFFECT_MARGIN times,
                normwise; any change of an exact output), by a fresh draw or, for long reductions
                whose value concentrates, by the same draw scaled by SHRINK: else a kernel that
@@ -150,16 +151,17 @@ def _tensors(out: Any, what: str) -> list:
     return [t.detach().clone() for t in outs]
 
 
-def screen_module(mod: Any, device: Any) -> ScreenReport:
+def screen_module(mod: Any, device: Any, measure_limit: int | None = None) -> ScreenReport:
     """Screen a loaded problem module on `device` (a torch.device); never raises for the problem's
-    own failures, which are the report's status."""
+    own failures, which are the report's status. `measure_limit`: the bytes the fp64 measurement may
+    hold (precision.measure_limit; MEASURE_BYTES where None)."""
     try:
-        return _checks(mod, device)
+        return _checks(mod, device, measure_limit)
     except _Finding as f:
         return ScreenReport(f.status, f.reason)
 
 
-def _checks(mod: Any, device: Any) -> ScreenReport:
+def _checks(mod: Any, device: Any, measure_limit: int | None = None) -> ScreenReport:
     import torch
 
     from distill.verifier import precision
@@ -197,7 +199,7 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
 
     # Memory as the reference's own trials (memplan.py): draw 0's inputs and outputs stay, every other
     # draw is made, run and freed, keeping a fixed sample of its outputs (SAMPLE elements each); a
-    # small problem (precision.MEASURE_BYTES) keeps its draws' inputs rather than make them again.
+    # problem measured in fp64 (precision.measures) keeps its draws' inputs rather than make them again.
     small = False
     model = step("Model(*get_init_inputs())", build)
     inputs0 = draw(0)
@@ -214,10 +216,10 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
                                         if isinstance(v, torch.Tensor)],
                           output_shapes=[list(o.shape) for o in outs0],
                           output_dtypes=[str(o.dtype).removeprefix("torch.") for o in outs0])
-    report.io_bytes = int(sum(v.numel() * v.element_size() for v in inputs0 if isinstance(v, torch.Tensor))
-                          + sum(o.numel() * o.element_size() for o in outs0)
-                          + sum(p.numel() * p.element_size() for p in model.parameters()))
-    small = 2 * report.io_bytes <= precision.MEASURE_BYTES
+    sizes = (sum(v.numel() * v.element_size() for v in inputs0 if isinstance(v, torch.Tensor)),
+             sum(o.numel() * o.element_size() for o in outs0), sum(p.numel() * p.element_size() for p in model.parameters()))
+    report.io_bytes = int(sum(sizes))  # what the measurement holds is a multiple of these (memplan.measure_device)
+    small = precision.measures(*sizes, precision.MEASURE_BYTES if measure_limit is None else measure_limit)
     _finite(outs0)
 
     def same(label: str, again_model: Any) -> None:
@@ -259,6 +261,8 @@ def _checks(mod: Any, device: Any) -> ScreenReport:
         raise _Finding("ill_conditioned", f"output {k} is rounding noise at float32: an fp32 evaluation of the reference "
                                           f"misses its fp64 evaluation by {err:.3g} normwise, over the verifier's float32 "
                                           f"bound ({bound:g}), so no bound can tell an honest kernel from a wrong one")
+    if precision.past_ceiling(report.tolerances):
+        raise _Finding("ill_conditioned", precision.past_ceiling(report.tolerances))
     report.effects = _effects(model, inputs0, outs0, draw, tols, run, step)
     if not small:
         del model
@@ -292,9 +296,11 @@ def _sample(out: Any) -> Any:
 
 def bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: int) -> tuple[list, list]:
     """Each output's bound (tolerance.fitted from precision.measure) and its record for the report;
-    `twin` (the same model, rebuilt; None past precision.MEASURE_BYTES) becomes the fp64 model."""
+    `twin` (the same model, rebuilt; None where unmeasured: precision.measures) becomes the fp64 model.
+    An output whose bound would be past tolerance.CEILING keeps the table here and its record says why
+    (`past_ceiling`), so the checks that read the bounds still run in their order before it is refused."""
     from distill.verifier import precision
-    from distill.verifier.tolerance import fitted, tolerance_for
+    from distill.verifier.tolerance import IllConditioned, fitted, tolerance_for
 
     if twin is None:
         measured: Any = f"not measured: {io_bytes} bytes of parameters, inputs and outputs"
@@ -304,7 +310,11 @@ def bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: i
     for k, o in enumerate(outs[0]):
         table = tolerance_for(o.dtype)
         m = measured[k] if isinstance(measured, list) else None
-        tol = fitted(o.dtype, m.norm, m.elem) if m is not None else table
+        past = ""
+        try:
+            tol = fitted(o.dtype, m.norm, m.elem) if m is not None else table
+        except IllConditioned as exc:
+            tol, past = table, f"output {k}: {exc}"
         tols.append(tol)
         if tol is None:
             records.append(None)
@@ -314,6 +324,8 @@ def bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: i
         if m is not None:
             rec.update(basis="measured", measured={"fp32_norm": m.fp32_norm, "honest_norm": m.honest_norm,
                                                    "fp32_elem": m.fp32_elem, "honest_elem": m.honest_elem})
+            if past:
+                rec["past_ceiling"] = past
         else:
             rec.update(basis="table", why=measured if isinstance(measured, str) else
                        f"{str(o.dtype).removeprefix('torch.')} outputs keep the dtype table")
