@@ -45,7 +45,7 @@ class Grant:
 
     def budgets(self, timed: bool) -> dict[str, Any]:
         """The budgets memplan checks a plan against (the reference's `plan` and `trials` commands)."""
-        return {"device": self.device_bytes, "host": self.host_mb << 20, "timed": timed}
+        return {"device": self.device_bytes, "host": self.host_mb << 20, "timed": timed, "alone": self.alone}
 
 
 class Admission:

@@ -91,7 +91,8 @@ def error_status(err: protocol.Failure, call: Any) -> Finding:
 
 def widened(trials: list[protocol.Trial], bounds: list[list[Any]]) -> list[protocol.Trial]:
     """`trials` with each output's bound the wider, field by field, of the screening's and the one
-    measured on that trial's own inputs (reference.trial_bounds); both are capped by the dtype table."""
+    measured on that trial's own inputs (reference.trial_bounds); both within the dtype table, or past it
+    only where the honest error measured so (tolerance.fitted: up to tolerance.CEILING)."""
     out = []
     for trial, own in zip(trials, bounds):
         tols = []

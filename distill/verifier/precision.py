@@ -27,10 +27,12 @@ Where it runs (`measures`): the measurement holds ~18x a trial's outputs (mempla
 fp64 forward, the honest one beside it and screening's kept draws). On a GPU the limit is the job's
 device budget (its grant, `budgets["device"]`, which memplan.check holds the reference to; the trials'
 plan then counts the measurement, MemoryPlan.measure_bytes; a trial whose bound is past the table is
-measured again on its own inputs within the same limit: reference.make_trials), so KernelBench level 2
-#93 at its own sizes (1.24 GB a trial: 20.6 GB measured) is measured where its job's grant holds that
-(the H200's whole, or a share of 21 GB); elsewhere (the CPU, where the reference shares the host with
-the workers and the parent; a screening without a pool) within MEASURE_BYTES. A measurement on a slice
+measured again on its own inputs within the same limit: reference.make_trials) where the job holds its
+GPU alone; a shared job's within MEASURE_BYTES too (`measure_limit`). So KernelBench level 2 #93 at its
+own sizes (1.24 GB a trial: 20.6 GB measured) is measured only where its job holds the GPU alone (it
+fits a 14 GB share of the H200, so it does not: its wrong verdict for an honest tf32 kernel stands
+there); elsewhere (the CPU, where the reference shares the host with the workers and the parent; a
+screening without a pool) within MEASURE_BYTES. A measurement on a slice
 of the batch was the other way, and was not taken: a batch-coupled forward (BatchNorm in training
 mode, a mean over dim 0, an input whose dim 0 is not the batch) changes under a slice, and the
 slice's worst element is not the problem's.
@@ -162,10 +164,12 @@ class _LowerPrecision(TorchDispatchMode):
 
 
 def measure_limit(device: Any, budgets: dict[str, Any] | None) -> int:
-    """The most the measurement may hold: a GPU job's device budget (memplan.check holds the reference to
-    it), else MEASURE_BYTES."""
+    """The most the measurement may hold: the device budget of a GPU job that holds its GPU alone
+    (admission.py; memplan.check holds the reference to it), else MEASURE_BYTES (within a shared job's
+    budget). A shared GPU's references live in the fifth its workers leave (28 GB on the H200, four
+    references): the job's whole 14 GB share measured in each would outgrow it."""
     if budgets and getattr(device, "type", device) == "cuda" and budgets.get("device"):
-        return int(budgets["device"])
+        return int(budgets["device"]) if budgets.get("alone") else min(int(budgets["device"]), MEASURE_BYTES)
     return MEASURE_BYTES
 
 

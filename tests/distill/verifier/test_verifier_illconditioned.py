@@ -186,11 +186,14 @@ def test_a_problem_past_the_ceiling_is_the_problems_fault(pool):
 
 def test_the_measurement_reaches_a_large_problem_within_the_device_budget():
     """#93 at its own sizes: 134 MB of inputs, 1.11 GB of outputs, 0.5 MB of weights. The measurement
-    holds ~20.6 GB (memplan.measure_device): past MEASURE_BYTES and a 16 GiB grant, within a 24 GiB one."""
+    holds ~20.6 GB (memplan.measure_device): past MEASURE_BYTES and a 16 GiB grant, within a 24 GiB one
+    of a job that holds its GPU alone; a shared job's stays within MEASURE_BYTES (the references' room)."""
     ins, outs, params = 128 * 64 * 64 * 64 * 4, 128 * 128 * 130 * 130 * 4, (64 * 128 * 16 + 128) * 4
     assert not precision.measures(ins, outs, params, precision.measure_limit(CPU, {"device": 24 << 30}))
     assert not precision.measures(ins, outs, params, precision.measure_limit(torch.device("cuda"), {"device": 16 << 30}))
-    limit = precision.measure_limit(torch.device("cuda"), {"device": 24 << 30})
+    shared = precision.measure_limit(torch.device("cuda"), {"device": 24 << 30, "alone": False})
+    assert shared == precision.MEASURE_BYTES and not precision.measures(ins, outs, params, shared)
+    limit = precision.measure_limit(torch.device("cuda"), {"device": 24 << 30, "alone": True})
     assert limit == 24 << 30 and precision.measures(ins, outs, params, limit)
     assert not precision.measures(ins, outs, params, precision.measure_limit(torch.device("cuda"), None))
     plan = memplan.MemoryPlan(ins, outs, params, 5, 7, "meta")
