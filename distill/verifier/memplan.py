@@ -163,7 +163,7 @@ def meta_plan(mod: types.ModuleType, init_seed: int, seed: int, calls: int, sets
 # A job's outputs past their arrival, counted in outputs (`job_disk`). Either way: the call the replay's
 # determinism run compares against, the replay trial's expected outputs and one reply in a child's overflow
 # file (codec.Arena); with the timing sets' expected outputs where the job is timed. The replay's three runs
-# are compared as they arrive (job._take_run) and kept only where a widened bound may change that (a near
+# are compared as they arrive (aftercalls.take_run) and kept only where a widened bound may change that (a near
 # miss: its hold grows then, admission.DiskHold).
 KEPT_ALWAYS = 1 + 1 + 1
 # In step, during the run: the trial in hand, the first trial's (the degenerate-reference check compares
