@@ -265,17 +265,54 @@ def rounding_noise(outs: list[torch.Tensor], records: list[dict[str, Any] | None
     return None
 
 
+def bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: int) -> tuple[list, list]:
+    """Each output's bound (tolerance.fitted from precision.measure) and its record for the report;
+    `twin` (the same model, rebuilt; None where unmeasured: precision.measures) becomes the fp64 model.
+    An output whose bound would be past tolerance.CEILING keeps the table here and its record says why
+    (`past_ceiling`), so the checks that read the bounds still run in their order before it is refused."""
+    from distill.verifier.tolerance import IllConditioned, fitted, tolerance_for
+
+    if twin is None:
+        measured: Any = f"not measured: {io_bytes} bytes of parameters, inputs and outputs"
+    else:
+        measured = measure(model, twin.double(), draws, outs, run)
+    tols, records = [], []
+    for k, o in enumerate(outs[0]):
+        table = tolerance_for(o.dtype)
+        m = measured[k] if isinstance(measured, list) else None
+        past = ""
+        try:
+            tol = fitted(o.dtype, m.norm, m.elem) if m is not None else table
+        except IllConditioned as exc:
+            tol, past = table, f"output {k}: {exc}"
+        tols.append(tol)
+        if tol is None:
+            records.append(None)
+            continue
+        rec: dict[str, Any] = {"norm_rel": tol.norm_rel, "atol_rel": tol.atol_rel, "rtol": tol.rtol,
+                               "det_rel": tol.det_rel}
+        if m is not None:
+            rec.update(basis="measured", measured={"fp32_norm": m.fp32_norm, "honest_norm": m.honest_norm,
+                                                   "fp32_elem": m.fp32_elem, "honest_elem": m.honest_elem})
+            if past:
+                rec["past_ceiling"] = past
+        else:
+            rec.update(basis="table", why=measured if isinstance(measured, str) else
+                       f"{str(o.dtype).removeprefix('torch.')} outputs keep the dtype table")
+        records.append(rec)
+    return tols, records
+
+
 def trial_records(model: Any, twin: Callable[[], Any], inputs: list, outs: list, run: Any, limit: int, where: str) -> list:
-    """One trial's bound records (screen.bounds) on its own inputs: measured where the measurement fits
-    `limit` (`twin()` makes the model it ran on, which screen.bounds turns fp64), else the table. A bound past
+    """One trial's bound records (`bounds`) on its own inputs: measured where the measurement fits
+    `limit` (`twin()` makes the model it ran on, which `bounds` turns fp64), else the table. A bound past
     tolerance.CEILING is a ProblemError naming the figures (`where`: which trial), never a candidate's verdict."""
-    from distill.verifier import screen
     from distill.verifier.problemio import ProblemError
 
     sizes = [sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor)) for ts in (inputs, outs)]
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     made = twin() if measures(sizes[0], sizes[1], params, limit) else None
-    records = screen.bounds(model, made, [inputs], [outs], run, params + sum(sizes))[1]
+    records = bounds(model, made, [inputs], [outs], run, params + sum(sizes))[1]
     del made
     past = past_ceiling(records)
     if past:
@@ -303,6 +340,6 @@ def wider(records: list[Any], own: list[Any]) -> list[Any]:
 
 
 def past_ceiling(records: list[dict[str, Any] | None]) -> str:
-    """Why the first output whose bound would be past tolerance.CEILING is past judging (screen.bounds
+    """Why the first output whose bound would be past tolerance.CEILING is past judging (`bounds`
     keeps the table for it, and says why); "" where none is."""
     return next((rec["past_ceiling"] for rec in records if rec and rec.get("past_ceiling")), "")

@@ -550,7 +550,7 @@ class TrialsReply(TypedDict):
 
 
 class TrialBoundsReply(TypedDict):
-    """The reply to `trial_bounds`: each trial's bounds measured on its own inputs (screen.bounds)."""
+    """The reply to `trial_bounds`: each trial's bounds measured on its own inputs (precision.bounds)."""
 
     bounds: list[list[Any]]
     wait_s: NotRequired[float]  # the parent's (refwork.reference_call)

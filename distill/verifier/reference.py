@@ -223,7 +223,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
 
 def trial_bounds(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
                  second_init: int | None = None, budgets: dict[str, Any] | None = None) -> list[list[Any]]:
-    """Each output's bound measured on one trial's own inputs (screen.bounds: the reference in fp32 and
+    """Each output's bound measured on one trial's own inputs (precision.bounds: the reference in fp32 and
     an honest kernel's error against the model in fp64), per seed; the table where the problem is too
     large to measure. Screening measures on two draws of its own, which cannot foresee a draw where an
     honest kernel errs more (every value small next to a constant added and taken away again).

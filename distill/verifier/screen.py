@@ -247,7 +247,7 @@ def _checks(mod: Any, device: Any, measure_limit: int | None = None) -> ScreenRe
         if k == 1 and small:  # the fp64 measurement's second draw
             inputs1, outs1 = ins, outs
         del ins, outs
-    tols, report.tolerances = bounds(model, twin, [inputs0, inputs1], [outs0, outs1], run, report.io_bytes)
+    tols, report.tolerances = precision.bounds(model, twin, [inputs0, inputs1], [outs0, outs1], run, report.io_bytes)
     del twin, inputs1, outs1
     for k, tol in enumerate(tols):
         per_draw = [draw_k[k] for draw_k in samples]
@@ -292,45 +292,6 @@ def _sample(out: Any) -> Any:
     if n <= SAMPLE:
         return slice(None)
     return torch.randint(0, n, (SAMPLE,), generator=torch.Generator().manual_seed(n)).to(out.device)
-
-
-def bounds(model: Any, twin: Any, draws: list, outs: list, run: Any, io_bytes: int) -> tuple[list, list]:
-    """Each output's bound (tolerance.fitted from precision.measure) and its record for the report;
-    `twin` (the same model, rebuilt; None where unmeasured: precision.measures) becomes the fp64 model.
-    An output whose bound would be past tolerance.CEILING keeps the table here and its record says why
-    (`past_ceiling`), so the checks that read the bounds still run in their order before it is refused."""
-    from distill.verifier import precision
-    from distill.verifier.tolerance import IllConditioned, fitted, tolerance_for
-
-    if twin is None:
-        measured: Any = f"not measured: {io_bytes} bytes of parameters, inputs and outputs"
-    else:
-        measured = precision.measure(model, twin.double(), draws, outs, run)
-    tols, records = [], []
-    for k, o in enumerate(outs[0]):
-        table = tolerance_for(o.dtype)
-        m = measured[k] if isinstance(measured, list) else None
-        past = ""
-        try:
-            tol = fitted(o.dtype, m.norm, m.elem) if m is not None else table
-        except IllConditioned as exc:
-            tol, past = table, f"output {k}: {exc}"
-        tols.append(tol)
-        if tol is None:
-            records.append(None)
-            continue
-        rec: dict[str, Any] = {"norm_rel": tol.norm_rel, "atol_rel": tol.atol_rel, "rtol": tol.rtol,
-                               "det_rel": tol.det_rel}
-        if m is not None:
-            rec.update(basis="measured", measured={"fp32_norm": m.fp32_norm, "honest_norm": m.honest_norm,
-                                                   "fp32_elem": m.fp32_elem, "honest_elem": m.honest_elem})
-            if past:
-                rec["past_ceiling"] = past
-        else:
-            rec.update(basis="table", why=measured if isinstance(measured, str) else
-                       f"{str(o.dtype).removeprefix('torch.')} outputs keep the dtype table")
-        records.append(rec)
-    return tols, records
 
 
 def _effects(model: Any, inputs0: list, outs0: list, draw: Any, tols: list, run: Any, step: Any) -> list[float | None]:
