@@ -79,6 +79,8 @@ class Row:
                                        # pool's, the most seen while the verdict ran (shared with verdicts
                                        # running beside it)
     worker_host_peak: int | None = None  # the worker's own resident bytes, the most the pool read (its job alone)
+    worker_held: int | None = None     # device bytes the harness held as a call began (GPU): the worker's peak
+                                       # less the candidate's own forward
 
 
 # -- shrinking -------------------------------------------------------------------------------------
@@ -218,7 +220,7 @@ def record(row: Row, result: Any, seconds: float) -> None:
     mem = (getattr(result, "checks", None) or {}).get("memory") or {}
     row.worker_peak, row.reference_peak = mem.get("worker_peak_bytes"), mem.get("reference_peak_bytes")
     row.plan_peak = (mem.get("plan") or {}).get("device_peak_bytes")
-    row.worker_host_peak = mem.get("worker_host_peak_bytes")
+    row.worker_host_peak, row.worker_held = mem.get("worker_host_peak_bytes"), mem.get("worker_held_bytes")
     checks = getattr(result, "checks", None) or {}
     phases = dict(checks.get("phase_s") or {})
     # Outside the job's own phases: the problem's screening (where this job's reference did it), the
@@ -337,8 +339,9 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
     if judged:
         lines += ["", "| level | verdicts | candidate side | problem side | verifier side | too large | limit? | "
                   "median s/verdict | median worker device peak / problem bytes | median host peak (the pool's, "
-                  "shared) / problem bytes | median worker host peak / problem bytes |",
-                  "|---:|" + "---:|" * 10]
+                  "shared) / problem bytes | median worker host peak / problem bytes | median device held by the "
+                  "harness at a call / problem bytes |",
+                  "|---:|" + "---:|" * 11]
         for level in levels:
             rs = [r for r in judged if r.level == level]
             if not rs:
@@ -354,9 +357,12 @@ def table(rows: list[Row], levels: list[int], top: int) -> str:
             host = statistics.median(hosts) if hosts else None
             own = [r.worker_host_peak / r.problem_bytes for r in rs if r.worker_host_peak and r.problem_bytes]
             own_host = statistics.median(own) if own else None
+            held = [r.worker_held / r.problem_bytes for r in rs if r.worker_held and r.problem_bytes]
+            harness = statistics.median(held) if held else None
             lines.append(f"| {level} | {len(rs)} | {by['candidate']} | {by['problem']} | {by['verifier']} | {large} | "
                          f"{limit} | {'-' if sec is None else f'{sec:.1f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} | "
-                         f"{'-' if host is None else f'{host:.2f}x'} | {'-' if own_host is None else f'{own_host:.2f}x'} |")
+                         f"{'-' if host is None else f'{host:.2f}x'} | {'-' if own_host is None else f'{own_host:.2f}x'} | "
+                         f"{'-' if harness is None else f'{harness:.2f}x'} |")
     for level in levels:
         why = Counter(re.sub(r"\d+", "N", r.reason)[:110] for r in rows if r.level == level and r.stage != "verified")
         if why:

@@ -125,6 +125,10 @@ def run_job(ctx: JobContext, slot: Slot, spec: JobSpec) -> tuple[Verdict, bool]:
         aftercalls.handled(phases, "run", proc, handled)
         if isinstance(run.get("memory"), dict):  # the worker's own figures: informative only
             base["memory"].update({k: run["memory"].get(k) for k in ("worker_peak_bytes", "streamed")})
+        held_at = [c["device_memory"]["held_bytes"] for c in run.get("calls") or ()  # the harness's part of it
+                   if isinstance(c.get("device_memory"), dict) and type(c["device_memory"].get("held_bytes")) is int]
+        if held_at:
+            base["memory"]["worker_held_bytes"] = max(held_at)
         run_s = run.get("run_s")
         for k, sec in (run_s.items() if isinstance(run_s, dict) else ()):
             phases[f"run.{k}"] = round(float(sec), 4)
