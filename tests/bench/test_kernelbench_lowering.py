@@ -82,11 +82,18 @@ def test_rows_sides_budget_and_resume(kb: Path, tmp_path: Path, capsys: pytest.C
                "reason": "verdict PoolError: the pool closed during this job"}
     lines[i] = json.dumps(stopped)
     (out / "rows.jsonl").write_text("\n".join(lines) + "\n")
-    assert kbl.main(args) == 0
+    assert kbl.main(args + ["--jobs", "1"]) == 0
     assert "verified 1/1" in capsys.readouterr().err
     rows = _rows(out)
     assert (rows["2_Scaled.py"]["status"], rows["2_Scaled.py"]["side"]) == ("pass", "candidate")
     assert rows["1_ReLU.py"] == json.loads(next(x for x in before.splitlines() if "1_ReLU" in x))
+
+
+def test_bad_jobs_is_exit_2(kb: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    assert kbl.main([str(kb), "--jobs", "0", "--out", str(out)]) == 2
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+    assert not out.exists()  # nothing started, nothing written
 
 
 def test_whose_side_an_outcome_is_on() -> None:
