@@ -30,7 +30,11 @@ compares each call with its trial's expected outputs as the call arrives and kee
 call the replay's determinism run compares against (and of a call that failed its comparison), and
 the expected outputs: each of those on the job's scratch disk when large (spill.py). So no process
 holds more than a few outputs at once, however many calls and trials:
-* worker: one call's outputs and their encoded copy: 2 out (on the CPU, its device bytes too);
+* worker: one call's outputs and their encoded copy: 2 out (on the CPU, its device bytes too); timed on
+  a GPU, the timing's reply (a worker's `timed_outputs`, a replayer's `time_replay`) carries the three
+  checked outputs at once, and their encoded copies: 2 x jobspec.TIMING_CHECKS out. Left out until the
+  H200 (KernelBench level 1 #59, 2.0 GiB of outputs, 2026-11-30): its replayer was killed at 15.73 GiB
+  (the retry's doubled cap) in the timing, every correctness step having fitted 8 GiB;
 * reference: one trial's outputs and their encoded copy: 2 out;
 * parent: a message as read and as decoded, and the comparison's float32 working copies of the output,
   the expected one and their difference: PARENT_OUTPUTS out.
@@ -52,12 +56,14 @@ from typing import Any
 import torch
 
 from distill.verifier import sizing
+from distill.verifier.jobspec import TIMING_CHECKS
 from distill.verifier.problemio import ProblemError, ReferenceFailed, seed_all
 
 # Fixed device bytes of a worker besides the problem (flush buffer, warm-up tensors).
 DEVICE_BASE = 320 << 20
-# Host multiples of one call's outputs (the header above): a worker's and the reference's; the parent's.
-PROCESS_OUTPUTS, PARENT_OUTPUTS = 2, 6
+# Host multiples of one call's outputs (the header above): a worker's and the reference's; the parent's;
+# a GPU worker's or replayer's timing reply (the checked outputs and their encoded copy).
+PROCESS_OUTPUTS, PARENT_OUTPUTS, TIMED_OUTPUTS = 2, 6, 2 * TIMING_CHECKS
 # Host bytes of a worker besides the problem: torch, Triton and the CUDA context (cli.MIN_MEMORY_MB
 # measured honest runs at about half of these).
 HOST_BASE = {"cpu": 384 << 20, "cuda": 768 << 20}
@@ -104,23 +110,28 @@ class MemoryPlan:
         base = DEVICE_BASE if device == "cuda" else 0
         return max(self.worker_device(timed) + base, self.reference_device())
 
-    def worker_host(self, device: str) -> int:
-        """One call's outputs, then their encoded copy in its report; on the CPU the device tensors
-        live in host memory too."""
-        host = PROCESS_OUTPUTS * self.output_bytes + HOST_BASE[device]
+    def worker_outputs(self, device: str, timed: bool) -> int:
+        """The outputs a worker (or replayer) holds on the host at once: one call's and their encoded copy,
+        or, timed on a GPU, the timing reply's checked outputs and theirs."""
+        return TIMED_OUTPUTS if timed and device == "cuda" else PROCESS_OUTPUTS
+
+    def worker_host(self, device: str, timed: bool = False) -> int:
+        """Its outputs on the host at once (`worker_outputs`); on the CPU the device tensors live in host
+        memory too."""
+        host = self.worker_outputs(device, timed) * self.output_bytes + HOST_BASE[device]
         return host + (self.worker_device(False) if device == "cpu" else 0)
 
-    def job_host(self) -> int:
+    def job_host(self, device: str = "cpu", timed: bool = False) -> int:
         """The whole job's host bytes beyond each process's fixed base: the worker's and the reference's
         share of a message each (their device bytes on the CPU are in `worker_host`), and the parent's."""
-        return (2 * PROCESS_OUTPUTS + PARENT_OUTPUTS) * self.output_bytes
+        return (self.worker_outputs(device, timed) + PROCESS_OUTPUTS + PARENT_OUTPUTS) * self.output_bytes
 
     def to_dict(self, device: str, timed: bool) -> dict[str, Any]:
         return {**asdict(self), "problem_bytes": self.problem_bytes,
                 "reference_device_bytes": self.reference_device(),
                 "worker_device_bytes": self.worker_device(timed) + (DEVICE_BASE if device == "cuda" else 0),
                 "device_peak_bytes": self.device_need(device, timed),
-                "worker_host_bytes": self.worker_host(device), "job_host_bytes": self.job_host()}
+                "worker_host_bytes": self.worker_host(device, timed), "job_host_bytes": self.job_host(device, timed)}
 
 
 def measure_device(input_bytes: int, output_bytes: int, param_bytes: int) -> int:
@@ -236,13 +247,14 @@ def check(plan: MemoryPlan, device: str, device_budget: int, host_budget: int, t
                            f"{_gib(need)} ({need} bytes) of device memory per process, the budget is "
                            f"{_gib(device_budget)} ({device_budget} bytes) for one job, its GPU's workers' together "
                            f"(VerifierPool device_memory_mb; admission.py)")
-    host = plan.worker_host(device)
+    host = plan.worker_host(device, timed)
     budget = _host_budget(device, device_budget, host_budget)
     if host > budget:
+        held = "the timing's checked outputs" if plan.worker_outputs(device, timed) > PROCESS_OUTPUTS else "one call's outputs"
         raise ReferenceFailed(f"too large for this verifier: {what}; a worker needs {_gib(host)} ({host} bytes) of "
-                           f"host memory for one call's outputs, the most one job gets is {_gib(budget)} ({budget} "
+                           f"host memory for {held}, the most one job gets is {_gib(budget)} ({budget} "
                            "bytes) (VerifierPool max_memory_mb times the workers, device_memory_mb on the CPU)")
-    total = plan.job_host()
+    total = plan.job_host(device, timed)
     avail = host_available()
     if avail is not None and total > avail:
         raise ReferenceFailed(f"too large for this machine: {what}; the job's outputs take {_gib(total)} ({total} bytes) "

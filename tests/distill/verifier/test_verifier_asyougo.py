@@ -34,10 +34,35 @@ def test_a_problem_refused_for_its_calls_outputs_is_now_planned(monkeypatch):
     gib = 1 << 30
     monkeypatch.setattr(memplan, "host_available", lambda: 128 * gib)
     plan = memplan.MemoryPlan(4 * gib, 4 * gib, 0, calls=7, sets=8, source="meta")
-    memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=16 * gib, timed=True)
+    memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=16 * gib, timed=False)
     assert plan.worker_host("cuda") == 8 * gib + memplan.HOST_BASE["cuda"]
     with pytest.raises(memplan.ProblemError, match="one call's outputs"):
-        memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=8 * gib, timed=True)
+        memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=8 * gib, timed=False)
+
+
+def test_the_timing_reply_is_planned(monkeypatch):
+    """A timed GPU job's worker (or replayer) sends the timing's three checked outputs in one reply, with
+    their encoded copy: KernelBench level 1 #59 (1.97 GiB of outputs) passed every correctness step
+    within an 8 GiB share and its replayer was killed in the timing at 15.73 GiB (H200, 2026-11-30). The
+    plan counts that reply, so such a job is granted the GPU and host alone (admission.py) up front."""
+    gib, mib = 1 << 30, 1 << 20
+    monkeypatch.setattr(memplan, "host_available", lambda: 128 * gib)
+    out = 2016 * mib
+    plan = memplan.MemoryPlan(120 * mib, out, 20 * 1024, calls=5, sets=7, source="meta")
+    base = memplan.HOST_BASE["cuda"]
+    assert plan.worker_host("cuda", timed=True) == 2 * memplan.TIMING_CHECKS * out + base
+    assert plan.worker_host("cuda", timed=False) == plan.worker_host("cpu", timed=True) - plan.worker_device(False) \
+        - memplan.HOST_BASE["cpu"] + base == 2 * out + base  # untimed, and on the CPU lane: one call's outputs
+    with pytest.raises(memplan.ProblemError, match="the timing's checked outputs"):
+        memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=8055 * mib, timed=True)
+    memplan.check(plan, "cuda", device_budget=64 * gib, host_budget=8055 * mib, timed=False)
+    from distill.verifier.admission import Admission
+    from distill.verifier.context import DeviceBudget
+    budget = DeviceBudget("cuda", 8055, None, 0.1, {0: 140 * gib})
+    adm = Admission({0: 8}, 60.0)
+    planned = plan.to_dict("cuda", True)
+    assert adm.grant(budget, 0, planned, "cuda", True).alone  # the whole: 8 x 8055 MB of host
+    assert not adm.grant(budget, 0, plan.to_dict("cuda", False), "cuda", False).alone
 
 
 def test_large_kept_outputs_are_files_removed_with_the_job(tmp_path, monkeypatch):
