@@ -298,15 +298,22 @@ class HostSampler:
 def verify_all(pool: Any, pairs: list[tuple[Row, str, str]], threads: int, deadline: float,
                done: Callable[[Row], None]) -> bool:
     """Verify the pairs `threads` at a time, each row handed to `done` as its verdict arrives; no pair
-    starts after `deadline` (time.monotonic()). True when every pair was verified."""
-    from concurrent.futures import ThreadPoolExecutor
+    starts after `deadline` (time.monotonic()). True when every pair was verified.
+
+    Interrupted (Ctrl-C, or `timeout -s INT` around a budgeted GPU call), no pair starts and the pool is
+    closed: the jobs in flight end at once as the verifier's PoolError (rows a resumed run verifies again)
+    and the caller prints its table. Before, the interrupt waited for every job in flight, minutes at
+    KernelBench's sizes, and `timeout -k` killed the run before its table."""
+    from concurrent.futures import ThreadPoolExecutor, wait
 
     from distill.verifier.handout import PoolError
     from distill.verifier.problemio import ProblemError
 
+    stop = threading.Event()
+
     def one(item: tuple[Row, str, str]) -> bool:
         row, source, candidate = item
-        if time.monotonic() > deadline:
+        if stop.is_set() or time.monotonic() > deadline:
             return False
         t0 = time.monotonic()
         sampler.begin(id(row))
@@ -320,7 +327,20 @@ def verify_all(pool: Any, pairs: list[tuple[Row, str, str]], threads: int, deadl
         return True
 
     with HostSampler() as sampler, ThreadPoolExecutor(max_workers=threads) as ex:
-        return all(list(ex.map(one, pairs)))
+        futures = [ex.submit(one, pair) for pair in pairs]
+        try:
+            # Woken each second: a SIGINT taken by another thread leaves a blocked main thread asleep, and
+            # Python runs its handler (KeyboardInterrupt) in the main thread only once it wakes.
+            pending = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=1.0)
+            return all([f.result() for f in futures])
+        except KeyboardInterrupt:
+            stop.set()
+            print("interrupted: no verification starts; the pool is closed, so the jobs in flight end as the "
+                  "verifier's (a resumed run verifies them again)", file=sys.stderr, flush=True)
+            pool.close()
+            return False
 
 
 def table(rows: list[Row], levels: list[int], top: int) -> str:
@@ -481,8 +501,9 @@ def main(argv: list[str] | None = None) -> int:
             finished = verify_all(pool, pairs, args.jobs or 2 * pool.sizing.workers, deadline, done)
     print(table([r for r in rows if _done(r) or args.no_verify], levels, args.top))
     if not finished:
-        print(f"budget of {args.budget:g} s reached: {sum(not _done(r) for r in rows)} problem(s) left; run the same "
-              "command again to go on", file=sys.stderr)
+        why = "interrupted" if time.monotonic() <= deadline else f"budget of {args.budget:g} s reached"
+        print(f"{why}: {sum(not _done(r) for r in rows)} problem(s) left; run the same command again to go on",
+              file=sys.stderr)
         return 3
     return 0
 

@@ -106,3 +106,40 @@ def test_whose_side_an_outcome_is_on() -> None:
     assert kbl.side_of(ProblemError("too large for this machine")) == "problem"
     assert kbl.side_of(ResourceError("a harness step hit the cap")) == "verifier"
     assert kbl.side_of(PoolError("no worker")) == "verifier"
+
+
+def test_an_interrupt_closes_the_pool_and_ends_the_jobs_in_flight() -> None:
+    """`timeout -s INT` around a budgeted GPU call: no pair starts, the pool is closed so the jobs in flight
+    end at once as the verifier's (rows a resumed run verifies again), and verify_all returns. Before, the
+    interrupt waited for every job in flight (minutes at KernelBench's sizes) and the run died unprinted."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from distill.verifier.handout import PoolError
+
+    class Pool:  # a job lasts until the pool closes, as a GPU job of minutes does
+        def __init__(self) -> None:
+            self.closed, self.started = threading.Event(), []
+
+        def verify(self, source: str, candidate: str) -> None:
+            self.started.append(source)
+            if not self.closed.wait(60):
+                raise AssertionError("the pool was never closed")
+            raise PoolError("the pool closed during this job")
+
+        def close(self) -> None:
+            self.closed.set()
+
+    pool, rows = Pool(), []
+    pairs = [(kbl.Row(1, f"{i}_p.py", "lowered"), f"src{i}", "cand") for i in range(5)]
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))  # as `timeout -s INT` sends it
+    timer.start()
+    t0 = time.monotonic()
+    assert kbl.verify_all(pool, pairs, 2, float("inf"), rows.append) is False
+    assert time.monotonic() - t0 < 30
+    assert pool.closed.is_set() and pool.started == ["src0", "src1"]  # no pair started after the interrupt
+    assert sorted((r.problem, r.status, r.side) for r in rows) == [("0_p.py", "PoolError", "verifier"),
+                                                                   ("1_p.py", "PoolError", "verifier")]
+    assert all(not kbl._done(r) for r in rows)  # verified again by the resumed run
