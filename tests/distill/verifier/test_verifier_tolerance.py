@@ -216,7 +216,14 @@ def test_a_large_comparison_in_slices_gives_the_whole_tensors_verdict_and_figure
     spurious[11] = float("nan")
     one_off = r.clone()
     one_off[29_999] += 1.0
+    huge = r.clone()
+    huge[5] = 3e38  # finite, its difference from -3e38 overflows float32
+    flipped = huge.clone()
+    flipped[5] = -3e38
+    signs = nonfinite.clone()
+    signs[20_000] = float("-inf")  # an infinity where the reference has one of the other sign
     cases = [(r + 1e-6 * torch.randn_like(r), r), (r + 1e-2 * torch.randn_like(r), r), (one_off, r),
+             (huge + 1e-7, huge), (flipped, huge), (signs, nonfinite),
              (nonfinite + 1e-7, nonfinite), (spurious, nonfinite), (r.half(), r.half()),
              (torch.arange(30_011), torch.arange(30_011)), (torch.arange(30_011) // 2, torch.arange(30_011))]
     for out, ref in cases:
