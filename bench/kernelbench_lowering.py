@@ -232,9 +232,15 @@ def record(row: Row, result: Any, seconds: float) -> None:
     twin = checks.get("resized")
     if isinstance(twin, dict) and isinstance(twin.get("phase_s"), dict):
         phases["twin"] = sum(v for k, v in twin["phase_s"].items() if "." not in k and isinstance(v, (int, float)))
-    if isinstance((checks.get("timing") or {}).get("trials"), int):
-        phases["timing.trials"] = checks["timing"]["trials"]
-    row.phase_s = {k: round(v, 2) for k, v in phases.items() if isinstance(v, (int, float)) and v >= 0.05} or None
+    timed = checks.get("timing") or {}
+    if isinstance(timed.get("trials"), int):
+        phases["timing.trials"] = timed["trials"]
+    # the candidate's median kernel time: `timed` / trials against it is what a timed trial costs beyond
+    # its kernel (staging, flush, sync), gate held
+    if isinstance(timed.get("kernel_ms"), (int, float)) and math.isfinite(timed["kernel_ms"]):
+        phases["timing.kernel_s"] = timed["kernel_ms"] / 1e3
+    row.phase_s = {k: (round(v, 6) if k == "timing.kernel_s" else round(v, 2)) for k, v in phases.items()
+                   if isinstance(v, (int, float)) and (v >= 0.05 or k == "timing.kernel_s")} or None
 
 
 class HostSampler:

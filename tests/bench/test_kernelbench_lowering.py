@@ -108,6 +108,19 @@ def test_whose_side_an_outcome_is_on() -> None:
     assert kbl.side_of(PoolError("no worker")) == "verifier"
 
 
+def test_a_rows_phases_say_what_a_timed_trial_cost_beyond_its_kernel() -> None:
+    from distill.verifier.verdict import Verdict
+
+    row = kbl.Row(2, "16_x.py", "lowered")
+    checks = {"phase_s": {"timed": 20.16, "run": 73.3, "run.calls": 0.01},
+              "timing": {"trials": 100, "kernel_ms": 4.25}, "resized": {"phase_s": {"run": 9.0, "run.calls": 1.0}}}
+    kbl.record(row, Verdict("pass", "every check held", checks), 287.8)
+    assert row.phase_s == {"timed": 20.16, "run": 73.3, "timing.trials": 100, "timing.kernel_s": 0.00425,
+                           "twin": 9.0}, row.phase_s
+    # (L2 #16's timed seconds and trial count; the kernel time here is made up) ~197 ms a trial beyond it
+    assert row.phase_s["timed"] / row.phase_s["timing.trials"] - row.phase_s["timing.kernel_s"] > 0.19
+
+
 def test_an_interrupt_closes_the_pool_and_ends_the_jobs_in_flight() -> None:
     """`timeout -s INT` around a budgeted GPU call: no pair starts, the pool is closed so the jobs in flight
     end at once as the verifier's (rows a resumed run verifies again), and verify_all returns. Before, the
