@@ -29,25 +29,110 @@ copies, pre-run hooks, the patch scope, the write-back) and changes two:
   locked, since one thread never sees a lock contended. Cost: the recorded addresses are copies of each store's pointers;
   when the programs' address ranges are disjoint (elementwise and row kernels) nothing more runs,
   otherwise one stable sort of the launch's stored addresses (~0.1 s per million).
+* **Memory a GPU kernel can reach.** The interpreter's loads, stores and atomics go to whatever host
+  address a pointer holds, and a pointer can be made from any integer (`addr.to(tl.pointer_type(...))`)
+  or moved by any offset (`a_ptr + delta`): a kernel handed `id(obj)`, or `id(obj) - a.data_ptr()`,
+  read and wrote the Python objects of its worker and, since a replayer is a fork of the same zygote and
+  the record carries those integers, of the replayer, whose reports the parent takes as fact (red-team
+  pass 9: `raw_host_peek`, `raw_host_offset`, both `pass` before). A GPU kernel reaches device memory
+  only. So every address a launch's programs touch (masked-off lanes aside) must lie in the storage of a
+  tensor the launch was handed (its arguments, in tuples and host-side tensor descriptors too), or
+  within `bands.BAND_BYTES` of one, where the guard bands catch a store past an end as before; any
+  other access raises `OutsideMemory`, whose message names it an illegal memory access, as CUDA does: a
+  `crash` (CUDA fault), the status a GPU gives it (before, such a load far off faulted the worker: `crash`
+  for `wild_pointer_kernel`, and a load at a mapped address passed).
+  Not covered: a pointer made from another tensor's `data_ptr()` (grouped GEMM's pointer arrays),
+  which no replay rebuilds anyway (the record carries the worker's addresses).
 """
 from __future__ import annotations
 
 import inspect
 import secrets
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
+import torch
 from triton import knobs
 from triton.runtime import interpreter
 from triton.runtime.jit import _normalize_ty   # the JIT's own reading of an annotation
 from triton.runtime.errors import InterpreterError
 
 from distill.verifier.sandbox import gpu_compile
+from distill.verifier.sandbox.bands import BAND_BYTES
 
 
 class WriteConflict(RuntimeError):
     """Two programs of one launch stored different values to the same address without atomics."""
+
+
+class OutsideMemory(RuntimeError):
+    """A launch's program touched an address outside every tensor it was handed (module docstring)."""
+
+
+# While a launch runs: the byte ranges its programs may touch ([starts], [ends], sorted and merged),
+# and the kernel's name; None outside a launch, where no memory operation runs on a GPU.
+_SPAN = types.SimpleNamespace(lo=None, hi=None, name="?")
+
+
+_STORAGE = torch._C.TensorBase.untyped_storage
+_STORAGE_PTR = torch._C.StorageBase.data_ptr
+_STORAGE_BYTES = torch._C.StorageBase.nbytes
+
+
+def _tensors(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth < 4 and isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v, depth + 1)
+    elif depth < 4 and isinstance(getattr(value, "base", None), torch.Tensor):  # a host TensorDescriptor
+        yield value.base
+
+
+def _spans(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The storages of the tensors among `values`, each widened by a guard band a side, merged."""
+    pairs = []
+    with torch._C.DisableTorchFunction():  # C-level reads: a subclass's own `untyped_storage` may say anything
+        for t in (t for v in values for t in _tensors(v)):
+            try:
+                storage = _STORAGE(t)
+                start, nbytes = _STORAGE_PTR(storage), _STORAGE_BYTES(storage)
+            except (RuntimeError, NotImplementedError, TypeError):  # a meta or sparse tensor holds no memory here
+                continue
+            pairs.append((max(start - BAND_BYTES, 0), start + nbytes + BAND_BYTES))
+    pairs.sort()
+    merged: list[list[int]] = []
+    for lo, hi in pairs:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return (np.array([m[0] for m in merged], dtype=np.uint64), np.array([m[1] for m in merged], dtype=np.uint64))
+
+
+def _check(ptrs: Any, mask: Any, what: str) -> None:
+    """Raise OutsideMemory unless every active address (and its element) lies in the launch's spans."""
+    p = np.asarray(ptrs.data)
+    if mask is not None:
+        p, m = np.broadcast_arrays(p, np.asarray(mask.data, dtype=bool))
+        p = p[m]
+    addrs = p.astype(np.uint64).ravel()
+    if not addrs.size:
+        return
+    if _SPAN.lo is None:
+        raise OutsideMemory(f"an illegal memory access: a {what} ran outside any launch (a GPU runs memory operations "
+                            "only in a kernel)")
+    size = np.uint64(max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)) if hasattr(ptrs, "get_element_ty") \
+        else np.uint64(1)
+    at = np.searchsorted(_SPAN.lo, addrs, side="right").astype(np.int64) - 1
+    ok = at >= 0
+    ok[ok] &= addrs[ok] + size <= _SPAN.hi[at[ok]]
+    if not ok.all():
+        bad = int(addrs[~ok][0])
+        raise OutsideMemory(f"an illegal memory access: kernel {_SPAN.name} made a {what} at address {bad:#x}, outside "
+                            "every tensor the launch was handed (on a GPU a kernel reaches only device memory; here a "
+                            "pointer made from an integer or moved far past its tensor reaches the interpreter's process)")
 
 
 # While a launch's programs run: the current program's stores ([addresses, bits, item size, sequence
@@ -188,7 +273,13 @@ def _call(self: Any, *args_dev: Any, **kwargs: Any) -> None:
         args = {name: arg if name in constexprs else interpreter._implicit_cvt(arg) for name, arg in args.items()}
         grid = self.grid(args) if callable(self.grid) else self.grid
         assert len(grid) <= 3, "grid must have at most 3 dimensions"
-        done = _run_programs(self, args, tuple(grid) + (1,) * (3 - len(grid)))
+        outer = (_SPAN.lo, _SPAN.hi, _SPAN.name)
+        _SPAN.lo, _SPAN.hi = _spans([*args_hst, *kwargs_hst.values()])
+        _SPAN.name = getattr(self.fn, "__name__", "?")
+        try:
+            done = _run_programs(self, args, tuple(grid) + (1,) * (3 - len(grid)))
+        finally:
+            _SPAN.lo, _SPAN.hi, _SPAN.name = outer
     finally:
         patch_scope.restore()
     if AFTER_PROGRAMS.hook is not None:
@@ -202,20 +293,30 @@ def install() -> None:
     interpreter.GridExecutor.__call__ = _call
     builder = interpreter.InterpreterBuilder
     real_store: Callable = builder.create_masked_store
+    real_load: Callable = builder.create_masked_load
 
     def create_masked_store(self: Any, ptrs: Any, value: Any, mask: Any, cache_modifier: Any,
                             eviction_policy: Any) -> Any:
+        _check(ptrs, mask, "store")
         if _REC.stores is not None:
             _record(ptrs, value, mask)
         return real_store(self, ptrs, value, mask, cache_modifier, eviction_policy)
 
+    def create_masked_load(self: Any, ptrs: Any, mask: Any, other: Any, cache_modifier: Any, eviction_policy: Any,
+                           is_volatile: Any) -> Any:
+        _check(ptrs, mask, "load")
+        return real_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+
     builder.create_masked_store = create_masked_store
-    for name in ("create_atomic_rmw", "create_atomic_cas"):
-        setattr(builder, name, _noting_atomics(getattr(builder, name)))
+    builder.create_masked_load = create_masked_load
+    # create_atomic_rmw(op, ptr, val, mask, sem, scope); create_atomic_cas(ptr, cmp, val, sem, scope)
+    builder.create_atomic_rmw = _noting_atomics(builder.create_atomic_rmw, ptr_at=1, mask_at=3)
+    builder.create_atomic_cas = _noting_atomics(builder.create_atomic_cas, ptr_at=0, mask_at=None)
 
 
-def _noting_atomics(real: Callable) -> Callable:
+def _noting_atomics(real: Callable, ptr_at: int, mask_at: int | None) -> Callable:
     def atomic(self: Any, *args: Any) -> Any:
+        _check(args[ptr_at], args[mask_at] if mask_at is not None else None, "atomic")
         if _REC.stores is not None:
             _atomic()
         return real(self, *args)

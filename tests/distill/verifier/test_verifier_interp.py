@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,41 @@ def test_stores_ordered_by_atomics_are_the_lock_pattern():
     # no release after the first program's store, or no acquire before the second's: a race
     assert interp_grid._conflicts([_stores(0, [100], [7], [2], (1, 1)), _stores(1, [100], [9], [5], (4, 6))])[0].size
     assert interp_grid._conflicts([_stores(0, [100], [7], [2], (1, 3)), _stores(1, [100], [9], [5], (6, 6))])[0].size
+
+
+# -- memory a kernel may touch ---------------------------------------------------------------------------------
+class _Ptrs:
+    """A pointer block as the interpreter's builder hands it over: addresses and an element type."""
+
+    def __init__(self, addrs: list[int], bits: int = 32) -> None:
+        self.data = np.array(addrs, np.uint64)
+        self.bits = bits
+
+    def get_element_ty(self):
+        return tl.int64 if self.bits == 64 else tl.float32
+
+
+def test_a_launch_touches_only_the_storages_it_was_handed_and_their_bands():
+    """Red-team pass 9 (cases.d/redteam9.json): a pointer made from `id(obj)` read the worker's own objects."""
+    a, b = torch.zeros(16), torch.zeros(8, dtype=torch.int64)
+    view = b[2:]  # a view reaches its whole storage
+    band = interp_grid.BAND_BYTES
+    interp_grid._SPAN.lo, interp_grid._SPAN.hi = interp_grid._spans([(a,), 3, view])
+    try:
+        start = a.data_ptr()
+        interp_grid._check(_Ptrs([start, start + 60]), None, "load")
+        interp_grid._check(_Ptrs([b.data_ptr()], 64), None, "store")
+        interp_grid._check(_Ptrs([start + 64 + band - 4]), None, "store")  # in the tail band: bands.py sees it
+        with pytest.raises(interp_grid.OutsideMemory, match="outside every tensor"):
+            interp_grid._check(_Ptrs([start, id(a)]), None, "load")
+        with pytest.raises(interp_grid.OutsideMemory):
+            interp_grid._check(_Ptrs([start + 64 + band - 2]), None, "store")  # an element across the band's end
+        # masked-off lanes may hold any address, as on a GPU
+        interp_grid._check(_Ptrs([start, id(a)]), types.SimpleNamespace(data=np.array([True, False])), "load")
+    finally:
+        interp_grid._SPAN.lo = interp_grid._SPAN.hi = None
+    with pytest.raises(interp_grid.OutsideMemory, match="outside any launch"):
+        interp_grid._check(_Ptrs([a.data_ptr()]), None, "load")
 
 
 # -- what a constexpr may be -----------------------------------------------------------------------------------
