@@ -79,7 +79,11 @@ def parse(source: str) -> ast.Module:
     """`ast.parse`, safe to call from several threads at once. A source nested deeper than the parser
     goes (`1+1+...` 5,000 times, 20,000 unary minuses) raises RecursionError or MemoryError there: a
     SyntaxError here, so it is the candidate's verdict. Raised out of `verify` in the trusted parent it
-    failed `verify_many`, every pair of the batch with it (a red-team find)."""
+    failed `verify_many`, every pair of the batch with it (a red-team find). A source past MAX_SOURCE_CHARS
+    is one too, before any parse (red-team pass 9)."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise SyntaxError(f"{len(source)} characters long, past the verifier's limit of {MAX_SOURCE_CHARS}",
+                          (None, 1, 0, ""))
     with _PARSE_LOCK:
         try:
             tree = ast.parse(source)
@@ -136,6 +140,13 @@ _KEEP_ENDS = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")  # the empty match after each 
 # the verdict the source's alone. The deepest of 669 honest sources (the fixtures, lowered modules of
 # five seeds) is 17; 200 levels walk well inside Python's default limit of 1,000 frames.
 MAX_NESTING = 200
+# The longest source the verifier reads. The parent parses a candidate five times or more (the static
+# check, kernelsrc, statecheck's literals and tables, lanegap), under one lock that every job of the
+# pool shares: a 4 MB module of one literal list took 42 s of the parent's CPU and 1.3 GB (red-team
+# pass 9), every other job's parse waiting, and the cost grows with the text (the parent's memory, so a
+# whole batch, at some tens of MB). The largest of the fixtures is 5.4 kB; a model's answer of 32k
+# tokens is ~130 kB.
+MAX_SOURCE_CHARS = 512 * 1024
 
 
 def _depth(tree: ast.AST) -> int:

@@ -83,6 +83,21 @@ def test_a_source_nested_past_the_limit_is_a_syntax_error_whatever_the_recursion
         sys.setrecursionlimit(old)
 
 
+def test_a_source_past_the_length_limit_is_a_syntax_error_before_any_parse():
+    """Red-team pass 9: a 4 MB literal table cost the parent 42 s and 1.3 GB of parses under the pool's
+    one parse lock; the verdict is the source's, and no parse runs."""
+    from distill.verifier import kernelsrc, static, statecheck
+
+    body = HEAD + KERNEL + MODEL
+    fits = body + "\nT = [" + ",".join(["0.5"] * ((static.MAX_SOURCE_CHARS - len(body) - 16) // 4)) + "]\n"
+    assert len(fits) <= static.MAX_SOURCE_CHARS and check_source(fits).status is None
+    long = fits + "#" * (static.MAX_SOURCE_CHARS - len(fits) + 1)
+    rep = check_source(long)
+    assert rep.status == "syntax_error" and "past the verifier's limit" in rep.reason, rep
+    assert static.unparsable(long) is not None
+    assert statecheck.literals(long) == frozenset() and kernelsrc.extract(long).error
+
+
 @pytest.mark.parametrize("use", ["s = torch.cuda.Stream()", "d = torch.cuda.current_device()",
                                  "v = torch.select(torch.ones(3), 0, 1)", "w = torch.signal.windows"])
 def test_torch_namespaces_named_like_stdlib_modules_are_fine(use):
