@@ -115,9 +115,11 @@ def _check(ptrs: Any, mask: Any, what: str) -> None:
     """Raise OutsideMemory unless every active address (and its element) lies in the launch's spans."""
     p = np.asarray(ptrs.data)
     if mask is not None:
-        p, m = np.broadcast_arrays(p, np.asarray(mask.data, dtype=bool))
-        p = p[m]
-    addrs = p.astype(np.uint64).ravel()
+        m = np.asarray(mask.data, dtype=bool)
+        if not m.all():
+            p, m = np.broadcast_arrays(p, m)
+            p = p[m]
+    addrs = p.astype(np.uint64, copy=False).ravel()
     if not addrs.size:
         return
     if _SPAN.lo is None:
@@ -125,9 +127,13 @@ def _check(ptrs: Any, mask: Any, what: str) -> None:
                             "only in a kernel)")
     size = np.uint64(max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)) if hasattr(ptrs, "get_element_ty") \
         else np.uint64(1)
+    first, last = addrs.min(), addrs.max()
+    at = int(np.searchsorted(_SPAN.lo, first, side="right")) - 1
+    if at >= 0 and last <= _SPAN.hi[at] - size:  # one span holds them all (the spans are disjoint): the usual case
+        return
     at = np.searchsorted(_SPAN.lo, addrs, side="right").astype(np.int64) - 1
     ok = at >= 0
-    ok[ok] &= addrs[ok] + size <= _SPAN.hi[at[ok]]
+    ok[ok] &= addrs[ok] <= _SPAN.hi[at[ok]] - size  # no sum: an address near 2**64 would wrap
     if not ok.all():
         bad = int(addrs[~ok][0])
         raise OutsideMemory(f"an illegal memory access: kernel {_SPAN.name} made a {what} at address {bad:#x}, outside "

@@ -99,6 +99,8 @@ def test_a_launch_touches_only_the_storages_it_was_handed_and_their_bands():
             interp_grid._check(_Ptrs([start, id(a)]), None, "load")
         with pytest.raises(interp_grid.OutsideMemory):
             interp_grid._check(_Ptrs([start + 64 + band - 2]), None, "store")  # an element across the band's end
+        with pytest.raises(interp_grid.OutsideMemory):
+            interp_grid._check(_Ptrs([start, 2**64 - 4]), None, "load")  # its end wraps past 2**64
         # masked-off lanes may hold any address, as on a GPU
         interp_grid._check(_Ptrs([start, id(a)]), types.SimpleNamespace(data=np.array([True, False])), "load")
     finally:
