@@ -36,8 +36,12 @@ copies, pre-run hooks, the patch scope, the write-back) and changes two:
   the record carries those integers, of the replayer, whose reports the parent takes as fact (red-team
   pass 9: `raw_host_peek`, `raw_host_offset`, both `pass` before). A GPU kernel reaches device memory
   only. So every address a launch's programs touch (masked-off lanes aside) must lie in the storage of a
-  tensor the launch was handed (its arguments, in tuples and host-side tensor descriptors too), or
-  within `bands.BAND_BYTES` of one, where the guard bands catch a store past an end as before; any
+  tensor the launch was handed (its arguments, in tuples and host-side tensor descriptors too); a
+  storage with no room for a guard band beside its tensor (a parameter) is widened by `bands.BAND_BYTES`
+  on that side, and one that holds bands (forward's allocations, inputs, a replay's storages) is not,
+  so a store past an end reaches the band and is caught as before, and a replayer's kernel reaches
+  nothing outside its record's storages. Not covered: a worker's kernel reaches up to a band past a
+  parameter, into its own process's heap (a worker's reports are claims). Any
   other access raises `OutsideMemory`, whose message names it an illegal memory access, as CUDA does: a
   `crash` (CUDA fault), the status a GPU gives it (before, such a load far off faulted the worker: `crash`
   for `wild_pointer_kernel`, and a load at a mapped address passed).
@@ -78,6 +82,10 @@ _SPAN = types.SimpleNamespace(lo=None, hi=None, name="?")
 _STORAGE = torch._C.TensorBase.untyped_storage
 _STORAGE_PTR = torch._C.StorageBase.data_ptr
 _STORAGE_BYTES = torch._C.StorageBase.nbytes
+_DATA_PTR = torch._C.TensorBase.data_ptr
+_ELEMENT_SIZE = torch._C.TensorBase.element_size
+_SIZE = torch._C.TensorBase.size
+_STRIDE = torch._C.TensorBase.stride
 
 
 def _tensors(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
@@ -91,16 +99,26 @@ def _tensors(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
 
 
 def _spans(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The storages of the tensors among `values`, each widened by a guard band a side, merged."""
+    """The storages of the tensors among `values`, merged. A storage that holds its tensor between guard
+    bands (what forward allocates and the inputs, bands.py; every storage of a replay, replay.py) is taken
+    as it is: a store past the tensor lands in the band, which is caught as before. One without room for
+    a band beside its tensor (a parameter the constructor made) is widened by a band on that side, so a
+    load a little past its end stays what it was (on a GPU, allocator slack): never more than that."""
     pairs = []
     with torch._C.DisableTorchFunction():  # C-level reads: a subclass's own `untyped_storage` may say anything
         for t in (t for v in values for t in _tensors(v)):
             try:
                 storage = _STORAGE(t)
                 start, nbytes = _STORAGE_PTR(storage), _STORAGE_BYTES(storage)
+                ptr, width = _DATA_PTR(t), _ELEMENT_SIZE(t)
+                reach = [(n - 1) * st for n, st in zip(_SIZE(t), _STRIDE(t)) if n > 0]
             except (RuntimeError, NotImplementedError, TypeError):  # a meta or sparse tensor holds no memory here
                 continue
-            pairs.append((max(start - BAND_BYTES, 0), start + nbytes + BAND_BYTES))
+            first = ptr + width * sum(r for r in reach if r < 0)
+            last = ptr + width * (1 + sum(r for r in reach if r > 0))
+            head = BAND_BYTES if first - start < BAND_BYTES else 0
+            tail = BAND_BYTES if start + nbytes - last < BAND_BYTES else 0
+            pairs.append((max(start - head, 0), start + nbytes + tail))
     pairs.sort()
     merged: list[list[int]] = []
     for lo, hi in pairs:

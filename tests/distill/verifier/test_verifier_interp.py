@@ -85,7 +85,9 @@ class _Ptrs:
 
 
 def test_a_launch_touches_only_the_storages_it_was_handed_and_their_bands():
-    """Red-team pass 9 (cases.d/redteam9.json): a pointer made from `id(obj)` read the worker's own objects."""
+    """Red-team pass 9 (cases.d/redteam9.json): a pointer made from `id(obj)` read the worker's own objects.
+    A storage its tensor fills (a parameter) gets a band's width of slack each side; one that holds bands
+    around its tensor gets none."""
     a, b = torch.zeros(16), torch.zeros(8, dtype=torch.int64)
     view = b[2:]  # a view reaches its whole storage
     band = interp_grid.BAND_BYTES
@@ -107,6 +109,19 @@ def test_a_launch_touches_only_the_storages_it_was_handed_and_their_bands():
         interp_grid._SPAN.lo = interp_grid._SPAN.hi = None
     with pytest.raises(interp_grid.OutsideMemory, match="outside any launch"):
         interp_grid._check(_Ptrs([a.data_ptr()]), None, "load")
+    # a tensor between bands inside its storage (what forward allocates, a replay's storages): no more
+    flat = torch.zeros(band // 4 * 2 + 16)
+    inner = flat[band // 4:band // 4 + 16]
+    interp_grid._SPAN.lo, interp_grid._SPAN.hi = interp_grid._spans([inner])
+    try:
+        end = flat.data_ptr() + flat.numel() * 4
+        interp_grid._check(_Ptrs([flat.data_ptr(), end - 4]), None, "store")  # its bands: bands.py's to see
+        with pytest.raises(interp_grid.OutsideMemory):
+            interp_grid._check(_Ptrs([end]), None, "load")
+        with pytest.raises(interp_grid.OutsideMemory):
+            interp_grid._check(_Ptrs([flat.data_ptr() - 4]), None, "load")
+    finally:
+        interp_grid._SPAN.lo = interp_grid._SPAN.hi = None
 
 
 # -- what a constexpr may be -----------------------------------------------------------------------------------
