@@ -333,8 +333,9 @@ def verify_all(pool: Any, pairs: list[tuple[Row, str, str]], threads: int, deadl
         return True
 
     with HostSampler() as sampler, ThreadPoolExecutor(max_workers=threads) as ex:
-        futures = [ex.submit(one, pair) for pair in pairs]
+        futures = []
         try:
+            futures += [ex.submit(one, pair) for pair in pairs]
             # Woken each second: a SIGINT taken by another thread leaves a blocked main thread asleep, and
             # Python runs its handler (KeyboardInterrupt) in the main thread only once it wakes.
             pending = set(futures)
