@@ -232,6 +232,8 @@ def record(row: Row, result: Any, seconds: float) -> None:
     twin = checks.get("resized")
     if isinstance(twin, dict) and isinstance(twin.get("phase_s"), dict):
         phases["twin"] = sum(v for k, v in twin["phase_s"].items() if "." not in k and isinstance(v, (int, float)))
+        if isinstance(twin["phase_s"].get("plan"), (int, float)):  # its wait for the GPU (another job alone on it)
+            phases["twin.plan"] = twin["phase_s"]["plan"]
     timed = checks.get("timing") or {}
     if isinstance(timed.get("trials"), int):
         phases["timing.trials"] = timed["trials"]

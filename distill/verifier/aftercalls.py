@@ -105,6 +105,7 @@ def time_candidate(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.Tri
     broken, raised = True, replayed is not None and _replayer_cap(ctx, proc, grant)
     rep: protocol.TimeReply | protocol.TimeReplayReply
     early: protocol.TimeReplayReply | None  # the reply, where it came before the step waited for
+    gate_s: float | None = None
     try:
         t0 = time.monotonic()
         if replayed is None:
@@ -122,8 +123,11 @@ def time_candidate(ctx: JobContext, slot: Slot, spec: JobSpec, ref: protocol.Tri
                     t1 = time.monotonic()
                     proc.send(protocol.Go(cmd="go", nonce=nonce))
                     early = proc.until_step(nonce, timing.DONE, spec.timeout, "timing")
+                gate_s = time.monotonic() - t1
                 rep = watched(ctx, proc, early if early is not None else proc.finish(nonce, spec.timeout, "timing"))
         verdict_phases = {"gate_wait": t1 - t0, "timed": time.monotonic() - t1}
+        if gate_s is not None:  # the gate held; `timed` less it is the reply's transfer and reading
+            verdict_phases["timing.gate"] = gate_s
         if replayed is not None:
             verdict_phases["timing.wait"] = waited  # queued for a replayer
             verdict_phases["timing_setup"] = setup_s  # the record rebuilt and its kernels compiled, outside the gate

@@ -112,11 +112,12 @@ def test_a_rows_phases_say_what_a_timed_trial_cost_beyond_its_kernel() -> None:
     from distill.verifier.verdict import Verdict
 
     row = kbl.Row(2, "16_x.py", "lowered")
-    checks = {"phase_s": {"timed": 20.16, "run": 73.3, "run.calls": 0.01},
-              "timing": {"trials": 100, "kernel_ms": 4.25}, "resized": {"phase_s": {"run": 9.0, "run.calls": 1.0}}}
+    checks = {"phase_s": {"timed": 20.16, "timing.gate": 2.5, "run": 73.3, "run.calls": 0.01},
+              "timing": {"trials": 100, "kernel_ms": 4.25},
+              "resized": {"phase_s": {"plan": 60.0, "run": 9.0, "run.calls": 1.0}}}
     kbl.record(row, Verdict("pass", "every check held", checks), 287.8)
-    assert row.phase_s == {"timed": 20.16, "run": 73.3, "timing.trials": 100, "timing.kernel_s": 0.00425,
-                           "twin": 9.0}, row.phase_s
+    assert row.phase_s == {"timed": 20.16, "timing.gate": 2.5, "run": 73.3, "timing.trials": 100,
+                           "timing.kernel_s": 0.00425, "twin": 69.0, "twin.plan": 60.0}, row.phase_s
     # (L2 #16's timed seconds and trial count; the kernel time here is made up) ~197 ms a trial beyond it
     assert row.phase_s["timed"] / row.phase_s["timing.trials"] - row.phase_s["timing.kernel_s"] > 0.19
 

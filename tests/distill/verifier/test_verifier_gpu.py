@@ -41,6 +41,8 @@ def test_honest_controls_pass_and_are_timed(gpu_pool, name):
     t = v.checks["timing"]
     assert t["samples"] == 50 and t["kernel_ms"] >= 0.9 * t["floor_ms"]
     assert t["peaks"]["bandwidth_bytes_per_s"] > 1e11 and t["peaks"]["peak_flops"] > 1e13
+    ph = v.checks["phase_s"]  # a replayer times (the default): the gate it held, inside `timed`
+    assert t["timed_in"] == "replayer" and 0 < ph["timing.gate"] <= ph["timed"], ph
 
 
 @pytest.mark.parametrize("timing", ["eager", "off"])
