@@ -62,7 +62,7 @@ from triton.runtime import interpreter
 from triton.runtime.jit import _normalize_ty   # the JIT's own reading of an annotation
 from triton.runtime.errors import InterpreterError
 
-from distill.verifier.sandbox import gpu_compile
+from distill.verifier.sandbox import gpu_compile, ptrspace
 from distill.verifier.sandbox.bands import BAND_BYTES
 
 
@@ -75,8 +75,9 @@ class OutsideMemory(RuntimeError):
 
 
 # While a launch runs: the byte ranges its programs may touch ([starts], [ends], sorted and merged),
-# and the kernel's name; None outside a launch, where no memory operation runs on a GPU.
-_SPAN = types.SimpleNamespace(lo=None, hi=None, name="?")
+# and the kernel's name; None outside a launch, where no memory operation runs on a GPU. `args`: the
+# launch's host arguments; `widened`: whether the tensors its pointer arrays reach were added (ptrspace).
+_SPAN = types.SimpleNamespace(lo=None, hi=None, name="?", args=(), widened=True)
 
 
 _STORAGE = torch._C.TensorBase.untyped_storage
@@ -152,6 +153,14 @@ def _check(ptrs: Any, mask: Any, what: str) -> None:
     at = np.searchsorted(_SPAN.lo, addrs, side="right").astype(np.int64) - 1
     ok = at >= 0
     ok[ok] &= addrs[ok] <= _SPAN.hi[at[ok]] - size  # no sum: an address near 2**64 would wrap
+    if not ok.all() and not _SPAN.widened:
+        # Once a launch: the tensors the job holds that its int64 tensors point into (grouped GEMM's
+        # pointer arrays, ptrspace.py), only when an address fell outside, so other launches pay nothing.
+        _SPAN.widened = True
+        extra = ptrspace.reached([t for v in _SPAN.args for t in _tensors(v)])
+        if extra:
+            _SPAN.lo, _SPAN.hi = _spans([*_SPAN.args, *extra])
+            return _check(ptrs, mask, what)
     if not ok.all():
         bad = int(addrs[~ok][0])
         raise OutsideMemory(f"an illegal memory access: kernel {_SPAN.name} made a {what} at address {bad:#x}, outside "
@@ -297,13 +306,14 @@ def _call(self: Any, *args_dev: Any, **kwargs: Any) -> None:
         args = {name: arg if name in constexprs else interpreter._implicit_cvt(arg) for name, arg in args.items()}
         grid = self.grid(args) if callable(self.grid) else self.grid
         assert len(grid) <= 3, "grid must have at most 3 dimensions"
-        outer = (_SPAN.lo, _SPAN.hi, _SPAN.name)
-        _SPAN.lo, _SPAN.hi = _spans([*args_hst, *kwargs_hst.values()])
-        _SPAN.name = getattr(self.fn, "__name__", "?")
+        outer = (_SPAN.lo, _SPAN.hi, _SPAN.name, _SPAN.args, _SPAN.widened)
+        _SPAN.args = (*args_hst, *kwargs_hst.values())
+        _SPAN.lo, _SPAN.hi = _spans(list(_SPAN.args))
+        _SPAN.name, _SPAN.widened = getattr(self.fn, "__name__", "?"), False
         try:
             done = _run_programs(self, args, tuple(grid) + (1,) * (3 - len(grid)))
         finally:
-            _SPAN.lo, _SPAN.hi, _SPAN.name = outer
+            _SPAN.lo, _SPAN.hi, _SPAN.name, _SPAN.args, _SPAN.widened = outer
     finally:
         patch_scope.restore()
     if AFTER_PROGRAMS.hook is not None:
