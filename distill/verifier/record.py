@@ -24,6 +24,7 @@ policy.py's).
 """
 from __future__ import annotations
 
+import bisect
 import re
 import types
 from typing import Any
@@ -53,6 +54,7 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,79}\Z")
 MAX_STEPS = 200_000
 MAX_STORAGES = 100_000
 MAX_DIMS = 12
+MAX_POINTERS = 1 << 16  # words of one pointer array (replay.py rebuilds them with its own addresses)
 
 
 class NotReplayable(Exception):
@@ -254,11 +256,40 @@ class _Writer:
         for entry, s in zip(self.storages, self.objects):
             if s is None:
                 continue
+            raw = torch.empty(0, dtype=torch.uint8, device=self.device if entry["device"] == "job" else "cpu")
+            data = raw.set_(s, 0, (entry["nbytes"],), (1,)).to("cpu", copy=True)
+            ptrs = self._pointers(entry, data)
+            if ptrs is not None:  # an array of the record's addresses: rebuilt by the replayer, not state
+                entry.update(kind="ptrs", ptrs=ptrs)
+                continue
             total += entry["nbytes"]
             if total > limit:
                 raise NotReplayable(f"forward read {total >> 20} MiB of tensors made before it (limit {limit >> 20} MiB)")
-            raw = torch.empty(0, dtype=torch.uint8, device=self.device if entry["device"] == "job" else "cpu")
-            entry["data"] = raw.set_(s, 0, (entry["nbytes"],), (1,)).to("cpu", copy=True)
+            entry["data"] = data
+
+    def _pointers(self, entry: dict[str, Any], data: torch.Tensor) -> list[list[int] | None] | None:
+        """A state storage of int64 words that are all addresses inside the record's storages (a pointer
+        array: grouped GEMM's `torch.tensor([t.data_ptr() for t in group])`), as one [storage, byte
+        offset] per word (None for a null word), or None. The worker's addresses mean nothing to a
+        replayer, which writes its own (replay.py); as state they were a table the parent poisons."""
+        if entry["dtype"] not in ("int64", "uint64") or not entry["nbytes"] or entry["nbytes"] % 8 \
+                or entry["nbytes"] // 8 > MAX_POINTERS:
+            return None
+        spans = sorted((ptr, ptr + n, sid) for (ptr, n), sid in self.keys.items()
+                       if n > 0 and self.storages[sid]["kind"] != "ptrs")
+        if not spans:
+            return None
+        starts = [a for a, _, _ in spans]
+        out: list[list[int] | None] = []
+        for word in torch._C.TensorBase.tolist(data.view(torch.int64)):  # C-level: the guarded one counts reads
+            if word == 0:
+                out.append(None)
+                continue
+            at = bisect.bisect_right(starts, word) - 1
+            if at < 0 or word >= spans[at][1]:
+                return None
+            out.append([spans[at][2], word - spans[at][0]])
+        return out if any(p is not None for p in out) else None
 
 
 def closure_value(cell: Any, kernel: str) -> list:

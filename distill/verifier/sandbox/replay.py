@@ -27,8 +27,9 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from distill.verifier import codec, policy
-from distill.verifier.sandbox import bands, provenance
-from distill.verifier.record import MAX_DIMS, MAX_STEPS, MAX_STORAGES, NAME, SCALARS, NotReplayable, scrub
+from distill.verifier.sandbox import bands, provenance, ptrspace
+from distill.verifier.record import MAX_DIMS, MAX_POINTERS, MAX_STEPS, MAX_STORAGES, NAME, SCALARS, NotReplayable, \
+    scrub
 
 __all__ = ["Bound", "NotReplayable", "Program", "Replayed"]
 
@@ -86,6 +87,7 @@ class Program:
         if len(wire["storages"]) > MAX_STORAGES or len(wire["steps"]) > MAX_STEPS:
             raise NotReplayable("the record is too long")
         self.storages = [self._storage(s) for s in wire["storages"]]
+        self._check_pointers()
         total = sum(s["nbytes"] for s in self.storages)
         if total > byte_limit:
             raise NotReplayable(f"the record's buffers take {total >> 20} MiB (limit {byte_limit >> 20} MiB)")
@@ -165,7 +167,7 @@ class Program:
         return gaps
 
     def _storage(self, s: Any) -> dict[str, Any]:
-        if type(s) is not dict or s.get("kind") not in ("input", "alloc", "state", "poison") \
+        if type(s) is not dict or s.get("kind") not in ("input", "alloc", "state", "poison", "ptrs") \
                 or s.get("device") not in ("cpu", "job") or s.get("dtype") not in codec.DTYPES:
             raise NotReplayable("malformed record: a storage")
         out = {"kind": s["kind"], "nbytes": _int(s.get("nbytes"), 0, 1 << 40, "a storage's size"),
@@ -173,6 +175,8 @@ class Program:
         if s["kind"] == "input":
             out["index"] = _int(s.get("index"), 0, 1 << 16, "an input's position")
             out["view"] = s.get("view")
+        if s["kind"] == "ptrs":
+            out["ptrs"] = self._pointer_words(s, out["nbytes"])
         if s["kind"] == "state":
             data = s.get("data")
             if type(data) is not torch.Tensor or data.dtype != torch.uint8 or data.numel() != out["nbytes"]:
@@ -184,6 +188,30 @@ class Program:
                     raise NotReplayable("malformed record: state's second weights")
                 out["second"] = second
         return out
+
+    @staticmethod
+    def _pointer_words(s: dict[str, Any], nbytes: int) -> list[tuple[int, int] | None]:
+        """A pointer array's words as the record claims them: [storage, byte offset] or None (null). The
+        storages are checked once all are read (`_check_pointers`): every word lands in one of them."""
+        words = s.get("ptrs")
+        if s.get("dtype") not in ("int64", "uint64") or nbytes % 8 or type(words) is not list \
+                or len(words) != nbytes // 8 or len(words) > MAX_POINTERS:
+            raise NotReplayable("malformed record: a pointer array")
+        out: list[tuple[int, int] | None] = []
+        for w in words:
+            if w is None:
+                out.append(None)
+            elif type(w) is list and len(w) == 2:
+                out.append((_int(w[0], 0, MAX_STORAGES, "a pointer's storage"), _int(w[1], 0, 1 << 40, "a pointer")))
+            else:
+                raise NotReplayable("malformed record: a pointer")
+        return out
+
+    def _check_pointers(self) -> None:
+        for s in self.storages:
+            for w in s.get("ptrs") or ():
+                if w is not None and (w[0] >= len(self.storages) or w[1] >= self.storages[w[0]]["nbytes"]):
+                    raise NotReplayable("malformed record: a pointer past its storage")
 
     def _ref(self, r: Any) -> dict[str, Any]:
         if type(r) is not dict or r.get("dtype") not in codec.DTYPES or type(r.get("size")) is not list \
@@ -281,7 +309,17 @@ class Program:
             body = raw[BAND:BAND + s["nbytes"]]
             body.copy_(s["second" if second else "data"]) if s["kind"] == "state" else body.fill_(0xFF)
             mem.append(raw.untyped_storage())
+        self._point(mem)
         return mem
+
+    def _point(self, mem: list[torch.UntypedStorage]) -> None:
+        """Each pointer array's words as this process's addresses of the storages the record names (past
+        their head bands), null words 0: the worker's addresses would reach nothing here (record.py)."""
+        for s, storage in zip(self.storages, mem):
+            if s["kind"] == "ptrs":
+                words = [0 if w is None else mem[w[0]].data_ptr() + BAND + w[1] for w in s["ptrs"]]
+                raw = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+                raw[BAND:BAND + s["nbytes"]].copy_(torch.tensor(words, dtype=torch.int64).view(torch.uint8))
 
     def _place(self, mem: list[torch.UntypedStorage], inputs: list[Any]) -> None:
         """The replayer's own inputs into the storages the record's inputs lived in."""
@@ -321,6 +359,18 @@ class Program:
         def num(v: Any) -> Any:
             return subst.get(v, v) if subst and type(v) is float else v
 
+        # The CPU lane's memory check lets a pointer array reach these storages (ptrspace.py).
+        outer, ptrspace.HELD.tensors = ptrspace.HELD.tensors, [
+            torch.empty(0, dtype=torch.uint8, device=m.device).set_(m) for m in mem]
+        try:
+            self._steps(mem, kernels, ablate, poison, launch, subst, num)
+        finally:
+            ptrspace.HELD.tensors = outer
+        return [self._view(mem, r) for r in self.outputs]
+
+    def _steps(self, mem: list[torch.UntypedStorage], kernels: dict[str, Any], ablate: bool, poison: bool,
+               launch: Callable[[Any, tuple, tuple, dict], None], subst: dict[float, float] | None,
+               num: Callable[[Any], Any]) -> None:
         for st in self.steps:
             if st[0] == "launch":
                 if not ablate:
@@ -339,7 +389,6 @@ class Program:
                 view.copy_(made.reshape(view.shape))
             else:
                 self._view(mem, st[1]).copy_(self._view(mem, st[2]))
-        return [self._view(mem, r) for r in self.outputs]
 
     def run(self, inputs: list[Any], kernels: dict[str, Any], device: torch.device, ablate: bool,
             launch: Callable[[Any, tuple, tuple, dict], None], second: bool = False) -> Replayed:
@@ -407,6 +456,7 @@ class Bound:
             raw.fill_(BAND_BYTE)
             body = raw[BAND:BAND + s["nbytes"]]
             body.copy_(s["data"]) if s["kind"] == "state" else body.fill_(0xFF)
+        self.program._point(self.mem)
         self.program._place(self.mem, inputs)
         self.subst = self.program.substitutes(inputs)
 
