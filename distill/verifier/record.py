@@ -85,10 +85,22 @@ class _Writer:
         self.objects: list[Any] = []  # the storage objects of state, read at the end
         self.steps: list[list] = []
         self.used: set[int] = set()  # ids of tensor objects referenced by steps so far
+        # A tensor of each storage forward's ops took or made (a parameter's view `w[e]` too): where a
+        # pointer array's address may land beside the record's own storages (`_pointers`).
+        self.seen: dict[tuple[int, int], torch.Tensor] = {}
         for i, t in enumerate(inputs):
             if type(t) in _TENSORS:
                 sid = self._storage(t, {"kind": "input", "index": i})
                 self.storages[sid]["view"] = self._geometry(t)
+
+    def _saw(self, values: tuple, depth: int = 0) -> None:
+        for v in values:
+            if type(v) in _TENSORS:
+                key = self._key(v)
+                if key[1] and len(self.seen) < MAX_STORAGES:
+                    self.seen.setdefault(key, v)
+            elif type(v) in (tuple, list) and depth < 2:
+                self._saw(tuple(v), depth + 1)
 
     def _key(self, t: torch.Tensor) -> tuple[int, int]:
         s = t.untyped_storage()
@@ -166,6 +178,7 @@ class _Writer:
         if not (_plain(args) and _plain(kwargs) and _plain(out)):
             bad = next((type(v).__name__ for v in (*args, *kwargs.values(), out) if not _plain(v)), "?")
             raise NotReplayable(f"{name} took an object of type {scrub(bad)}")
+        self._saw((*args, *kwargs.values(), out))
         target = out if type(out) in _TENSORS else None
         if name in policy.POISONED | frozenset(_FILLS) | frozenset(_FILL_ARG):
             if target is None:
@@ -252,44 +265,82 @@ class _Writer:
         self.steps.append(step)
 
     def state_data(self, limit: int) -> None:
+        """Read the bytes of every state storage, pointer arrays first: they may add the storages they point
+        into (`_pointers`), whose bytes are read with the rest."""
+        datas: dict[int, torch.Tensor] = {}
+        for sid, (entry, s) in enumerate(zip(self.storages, self.objects)):
+            if s is not None and entry["dtype"] in ("int64", "uint64"):
+                datas[sid] = self._bytes(entry, s)
+                ptrs = self._pointers(entry, datas[sid])
+                if ptrs is not None:  # an array of the record's addresses: rebuilt by the replayer, not state
+                    entry.update(kind="ptrs", ptrs=ptrs)
+                    self.objects[sid] = None
         total = 0
-        for entry, s in zip(self.storages, self.objects):
+        for sid, (entry, s) in enumerate(zip(self.storages, self.objects)):
             if s is None:
-                continue
-            raw = torch.empty(0, dtype=torch.uint8, device=self.device if entry["device"] == "job" else "cpu")
-            data = raw.set_(s, 0, (entry["nbytes"],), (1,)).to("cpu", copy=True)
-            ptrs = self._pointers(entry, data)
-            if ptrs is not None:  # an array of the record's addresses: rebuilt by the replayer, not state
-                entry.update(kind="ptrs", ptrs=ptrs)
                 continue
             total += entry["nbytes"]
             if total > limit:
                 raise NotReplayable(f"forward read {total >> 20} MiB of tensors made before it (limit {limit >> 20} MiB)")
-            entry["data"] = data
+            entry["data"] = datas[sid] if sid in datas else self._bytes(entry, s)
+
+    def _bytes(self, entry: dict[str, Any], s: Any) -> torch.Tensor:
+        raw = torch.empty(0, dtype=torch.uint8, device=self.device if entry["device"] == "job" else "cpu")
+        return raw.set_(s, 0, (entry["nbytes"],), (1,)).to("cpu", copy=True)
 
     def _pointers(self, entry: dict[str, Any], data: torch.Tensor) -> list[list[int] | None] | None:
-        """A state storage of int64 words that are all addresses inside the record's storages (a pointer
+        """A state storage of int64 words that are addresses inside storages forward reached (a pointer
         array: grouped GEMM's `torch.tensor([t.data_ptr() for t in group])`), as one [storage, byte
         offset] per word (None for a null word), or None. The worker's addresses mean nothing to a
-        replayer, which writes its own (replay.py); as state they were a table the parent poisons."""
-        if entry["dtype"] not in ("int64", "uint64") or not entry["nbytes"] or entry["nbytes"] % 8 \
-                or entry["nbytes"] // 8 > MAX_POINTERS:
+        replayer, which writes its own (replay.py); as state they were a table the parent poisons. An
+        address in a storage only forward's ops took (a parameter's view `w[e]`) adds that storage, as
+        state. Words of which some are such addresses and others none: a pointer to a tensor forward
+        never used but through `data_ptr()`, which the record cannot name (NotReplayable)."""
+        if not entry["nbytes"] or entry["nbytes"] % 8 or entry["nbytes"] // 8 > MAX_POINTERS:
             return None
-        spans = sorted((ptr, ptr + n, sid) for (ptr, n), sid in self.keys.items()
-                       if n > 0 and self.storages[sid]["kind"] != "ptrs")
-        if not spans:
-            return None
-        starts = [a for a, _, _ in spans]
+        words = torch._C.TensorBase.tolist(data.view(torch.int64))  # C-level: the guarded one counts reads
+        known = self._spans(self.keys.items())
+        seen = self._spans((key, None) for key in self.seen)
         out: list[list[int] | None] = []
-        for word in torch._C.TensorBase.tolist(data.view(torch.int64)):  # C-level: the guarded one counts reads
+        missing = 0
+        for word in words:
             if word == 0:
                 out.append(None)
                 continue
-            at = bisect.bisect_right(starts, word) - 1
-            if at < 0 or word >= spans[at][1]:
-                return None
-            out.append([spans[at][2], word - spans[at][0]])
-        return out if any(p is not None for p in out) else None
+            hit = self._find(known, word)
+            if hit is None:
+                other = self._find(seen, word)
+                if other is not None:
+                    t = self.seen[other[0]]
+                    self._storage(t, {"kind": "state"})
+                    known = self._spans(self.keys.items())
+                    hit = self._find(known, word)
+            if hit is None:
+                missing += 1
+                out.append(None)
+            else:
+                out.append([hit[1], word - hit[0][0]])
+        mapped = sum(p is not None for p in out)
+        if not mapped:
+            return None
+        if missing:
+            raise NotReplayable(f"an int64 tensor holds {mapped} address(es) of forward's tensors and {missing} of "
+                                "none forward used (a pointer array to a tensor read only through its data_ptr(): "
+                                "the replay cannot place it; take a view of it in forward, or hand it to the launch)")
+        return out
+
+    def _spans(self, items: Any) -> tuple[list[int], list[tuple[tuple[int, int], Any]]]:
+        spans = sorted(((ptr, n), sid) for (ptr, n), sid in items if n > 0 and ptr > 0
+                       and (sid is None or self.storages[sid]["kind"] != "ptrs"))
+        return [key[0] for key, _ in spans], spans
+
+    @staticmethod
+    def _find(spans: tuple[list[int], list], word: int) -> tuple[tuple[int, int], Any] | None:
+        at = bisect.bisect_right(spans[0], word) - 1
+        if at < 0:
+            return None
+        (ptr, n), sid = spans[1][at]
+        return ((ptr, n), sid) if word < ptr + n else None
 
 
 def closure_value(cell: Any, kernel: str) -> list:

@@ -164,8 +164,9 @@ def _check(ptrs: Any, mask: Any, what: str) -> None:
     if not ok.all():
         bad = int(addrs[~ok][0])
         raise OutsideMemory(f"an illegal memory access: kernel {_SPAN.name} made a {what} at address {bad:#x}, outside "
-                            "every tensor the launch was handed (on a GPU a kernel reaches only device memory; here a "
-                            "pointer made from an integer or moved far past its tensor reaches the interpreter's process)")
+                            "every tensor the launch was handed or its pointer arrays point into (on a GPU a kernel "
+                            "reaches only device memory; here a pointer made from an integer or moved far past its "
+                            "tensor reaches the interpreter's process)")
 
 
 # While a launch's programs run: the current program's stores ([addresses, bits, item size, sequence

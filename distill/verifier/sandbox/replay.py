@@ -317,9 +317,14 @@ class Program:
         their head bands), null words 0: the worker's addresses would reach nothing here (record.py)."""
         for s, storage in zip(self.storages, mem):
             if s["kind"] == "ptrs":
-                words = [0 if w is None else mem[w[0]].data_ptr() + BAND + w[1] for w in s["ptrs"]]
                 raw = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-                raw[BAND:BAND + s["nbytes"]].copy_(torch.tensor(words, dtype=torch.int64).view(torch.uint8))
+                raw[BAND:BAND + s["nbytes"]].copy_(self._words(mem, s))
+
+    @staticmethod
+    def _words(mem: list[torch.UntypedStorage], s: dict[str, Any]) -> torch.Tensor:
+        """A pointer array's bytes in this memory (on the host)."""
+        words = [0 if w is None else mem[w[0]].data_ptr() + BAND + w[1] for w in s["ptrs"]]
+        return torch.tensor(words, dtype=torch.int64).view(torch.uint8)
 
     def _place(self, mem: list[torch.UntypedStorage], inputs: list[Any]) -> None:
         """The replayer's own inputs into the storages the record's inputs lived in."""
@@ -413,8 +418,10 @@ class Program:
             raw = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
             body = raw[BAND:BAND + s["nbytes"]]
             bad = int((raw[:BAND] != BAND_BYTE).sum()) + int((raw[BAND + s["nbytes"]:] != BAND_BYTE).sum())
+            words = self._words(mem, s) if s["kind"] == "ptrs" else None
             for a, b in gaps:
-                was = s["second" if second else "data"][a:b].to(body.device) if s["kind"] == "state" else 0xFF
+                was = s["second" if second else "data"][a:b].to(body.device) if s["kind"] == "state" else \
+                    words[a:b].to(body.device) if words is not None else 0xFF
                 bad += int((body[a:b] != was).sum())
             if bad:
                 what = f"input {s['index']}" if s["kind"] == "input" else f"{s['kind']} storage {sid}"
