@@ -7,6 +7,11 @@ record into plain data:
 * memory as *storages*: the call's inputs, the buffers it allocated, and *state* (storages that
   existed before the call: parameters, buffers, caches), with the bytes the worker claims they hold;
 * tensors as references: storage, byte offset, dtype, size, stride;
+* a *pointer array* (grouped GEMM: an int64 tensor made before the launch holding `data_ptr()` values)
+  as storage kind `ptrs`, one [storage, byte offset] per word into the record's storages, which the
+  replayer fills with its own addresses; a storage only forward's ops took (a parameter's view) is added
+  as state for it. Not covered: an array pointing at a tensor forward reached only through its
+  `data_ptr()` (no op, no launch took it): NotReplayable, with the reason;
 * ops as `alloc` (poisoned, or filled with a scalar), `fill` and `copy` steps; views need no step;
 * launches as kernel name, arguments, constexprs and options, and the resolved grid; a host-side TMA
   descriptor (triton.tools.tensor_descriptor.TensorDescriptor) as its tensor's reference and its four
@@ -54,7 +59,7 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,79}\Z")
 MAX_STEPS = 200_000
 MAX_STORAGES = 100_000
 MAX_DIMS = 12
-MAX_POINTERS = 1 << 16  # words of one pointer array (replay.py rebuilds them with its own addresses)
+MAX_POINTERS = 1 << 16  # words of a record's pointer arrays in all (replay.py rebuilds them with its own addresses)
 
 
 class NotReplayable(Exception):
@@ -296,7 +301,8 @@ class _Writer:
         address in a storage only forward's ops took (a parameter's view `w[e]`) adds that storage, as
         state. Words of which some are such addresses and others none: a pointer to a tensor forward
         never used but through `data_ptr()`, which the record cannot name (NotReplayable)."""
-        if not entry["nbytes"] or entry["nbytes"] % 8 or entry["nbytes"] // 8 > MAX_POINTERS:
+        taken = sum(len(e["ptrs"]) for e in self.storages if e["kind"] == "ptrs")
+        if not entry["nbytes"] or entry["nbytes"] % 8 or taken + entry["nbytes"] // 8 > MAX_POINTERS:
             return None
         words = torch._C.TensorBase.tolist(data.view(torch.int64))  # C-level: the guarded one counts reads
         known = self._spans(self.keys.items())

@@ -45,8 +45,12 @@ copies, pre-run hooks, the patch scope, the write-back) and changes two:
   other access raises `OutsideMemory`, whose message names it an illegal memory access, as CUDA does: a
   `crash` (CUDA fault), the status a GPU gives it (before, such a load far off faulted the worker: `crash`
   for `wild_pointer_kernel`, and a load at a mapped address passed).
-  Not covered: a pointer made from another tensor's `data_ptr()` (grouped GEMM's pointer arrays),
-  which no replay rebuilds anyway (the record carries the worker's addresses).
+  Pointer arrays (grouped GEMM: an int64 tensor of other tensors' `data_ptr()` values, loaded and cast
+  to pointers): on the first address outside, once a launch, the spans take in the storages of the
+  tensors the job holds that an address in one of the launch's int64/uint64 tensors points into
+  (ptrspace.py: in a worker, forward's frames, the module and the call's inputs; in a replayer, the
+  record's storages, whose arrays it fills with its own addresses: record.py, replay.py). An entry
+  that is no held tensor's address (`id(obj)`, one far past a tensor) stays outside.
 """
 from __future__ import annotations
 

@@ -14,7 +14,11 @@ tensor of the record reaches (4 KiB guard bands around each storage, and the ran
 its tensors), an input the steps changed, an output that is an input's memory. Scalar arguments and
 fill values are claims too: a number computed from the weights beforehand rides them unchanged, so
 the replay trial's run places the state on the second weights (statecheck.py), where such a number is
-wrong. Not covered: a store into a gap of a strided tensor.
+wrong. A pointer array (record.py: an int64 tensor of the record's addresses, as [storage, offset] per
+word) is filled with this process's addresses of those storages whenever they are placed, and while
+the steps run the CPU lane's memory check lets its launches reach them (ptrspace.HELD); its offsets are
+the worker's numbers, like a scalar argument, and the same secret inputs and second weights make a
+number carried there wrong. Not covered: a store into a gap of a strided tensor.
 """
 from __future__ import annotations
 
@@ -208,6 +212,8 @@ class Program:
         return out
 
     def _check_pointers(self) -> None:
+        if sum(len(s.get("ptrs") or ()) for s in self.storages) > MAX_POINTERS:
+            raise NotReplayable("malformed record: too many pointers")
         for s in self.storages:
             for w in s.get("ptrs") or ():
                 if w is not None and (w[0] >= len(self.storages) or w[1] >= self.storages[w[0]]["nbytes"]):
