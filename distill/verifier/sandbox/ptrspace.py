@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from triton.runtime import interpreter
 
-import distill
 from distill.verifier.sandbox import calls
 
 MAX_WORDS = 1 << 16
 _ADDRESS_TYPES = (torch.int64, torch.uint64)
-_HARNESS = os.path.dirname(os.path.abspath(distill.__file__)) + os.sep
+# The verifier's package (distill/): frames of its files are the harness's.
+_HARNESS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _RUN_CALL = calls.run_call.__code__
 # The replayer's storages while its record runs (replay.py), as tensors over each whole storage.
 HELD = types.SimpleNamespace(tensors=None)
