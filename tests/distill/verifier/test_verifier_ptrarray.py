@@ -98,6 +98,26 @@ def test_a_worker_finds_the_tensors_its_frames_hold():
     assert any(t is mine for t in found) and any(t is kept["w"][0] for t in found)
 
 
+def test_harness_frames_and_what_lies_above_the_call_are_never_read(monkeypatch):
+    """A frame of the verifier's own files is the harness's (its copies are not the job's), and the
+    harness's call (calls.run_call) gives its inputs only: not `pristine`, nothing above it."""
+    code = compile("def inner():\n    hidden = torch.randn(4)\n    return hidden, ptrspace._held()\n",
+                   ptrspace._HARNESS + "harness_frame.py", "exec")
+    ns = {"torch": torch, "ptrspace": ptrspace}
+    exec(code, ns)  # noqa: S102 - a function whose frame reads as the harness's
+    mine = torch.randn(4)
+    hidden, found = ns["inner"]()
+    assert any(t is mine for t in found) and not any(t is hidden for t in found)
+
+    def run_call(inputs, pristine):
+        return ptrspace._held()
+
+    monkeypatch.setattr(ptrspace, "_RUN_CALL", run_call.__code__)
+    x, copy = torch.randn(3), torch.randn(3)
+    found = run_call([x], [copy])
+    assert any(t is x for t in found) and not any(t is copy or t is mine for t in found)
+
+
 # -- the record and the replay ---------------------------------------------------------------------------
 def _traced(a, b, ptr_extra=(), seen=()):
     out = torch.empty_like(a).fill_(float("nan"))
