@@ -308,7 +308,11 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
         return name + "(storage)"
     if name in ALLOCATION and name not in _READS_VALUES:
         return name  # a dtype here is the new tensor's: no value is read
-    if name in JOINS:  # values from every tensor joined, into their promoted dtype
+    # An `out=` tensor is where the values land, in its dtype: `torch.cat([x], out=u8)` converts as
+    # `x.to(torch.uint8)` does, under a join's name (its schema name has no overload).
+    out = kwargs.get("out")
+    out_dtype = _DTYPE.__get__(out) if isinstance(out, torch.Tensor) else None
+    if name in JOINS:  # values from every tensor joined, into their promoted dtype (or out='s)
         parts = [t for t in (args[0] if args and isinstance(args[0], (list, tuple)) else ())
                  if isinstance(t, torch.Tensor)]
         if not parts:
@@ -316,6 +320,7 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
         dst = _DTYPE.__get__(parts[0])
         for t in parts[1:]:
             dst = torch.promote_types(dst, _DTYPE.__get__(t))
+        dst = out_dtype or dst
         for t in parts:
             src = _DTYPE.__get__(t)
             if not _keeps(src, dst, False):
@@ -335,6 +340,7 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
         dst, sources = _DTYPE.__get__(tensors[-1]), tensors[:1]
     else:
         dst, sources = (given if isinstance(given, torch.dtype) else _DTYPE.__get__(tensors[0])), tensors[:1]
+    dst = out_dtype or dst
     view = name in VIEWS
     for t in sources:
         src = _DTYPE.__get__(t)
