@@ -101,6 +101,7 @@ class _State:
     compiles: int = 0
     lowering_skipped: int = 0
     shared: int = 0  # the last launch checked: its block's shared memory (compiled.py's `warmup` reads it)
+    bound: dict = dataclasses.field(default_factory=dict)  # the last launch checked: its arguments, bound
 
 
 _STATE = _State()
@@ -216,6 +217,8 @@ def install(scratch: str = "") -> None:
 
     def run(self: InterpretedFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         compiled = check(self, args, kwargs)
+        if not warmup:
+            grid_fits(self.fn.__name__, grid(dict(_STATE.bound)) if callable(grid) else grid)
         outer, active.compiled = active.compiled, compiled
         try:
             return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)
@@ -223,6 +226,24 @@ def install(scratch: str = "") -> None:
             active.compiled = outer
 
     InterpretedFunction.run = run
+
+
+# CUDA's limits on a launch's grid (cuLaunchKernel): x below 2**31, y and z at most 65535. A GPU launch past
+# them fails ("invalid argument"); the interpreter runs any grid, so a kernel spreading rows over axis 1
+# (`grid = (1, rows)`) passed here and raised on every GPU past 65535 rows.
+GRID_LIMITS = ((1 << 31) - 1, 65535, 65535)
+
+
+def grid_fits(name: str, grid: Any) -> None:
+    """Raise, as a GPU launch does, for a grid past CUDA's limits; anything else the grid executor judges."""
+    try:
+        dims = [int(g) for g in grid]
+    except (TypeError, ValueError):
+        return
+    for axis, (n, limit) in enumerate(zip(dims, GRID_LIMITS)):
+        if n > limit:
+            raise RuntimeError(f"kernel {name}: grid {tuple(dims)} exceeds a GPU's limit on axis {axis} ({limit} "
+                               "programs): the launch fails on a GPU (CUDA: invalid argument)")
 
 
 def last_shared() -> int:
@@ -269,6 +290,7 @@ def check(fn: InterpretedFunction, args: tuple, kwargs: dict[str, Any]) -> froze
     kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
     # The GPU launcher's own binding: a missing argument or an unknown keyword raises here as there.
     bound, specialization, options = twin.binder(*args, **kwargs)
+    _STATE.bound = bound
     for name, spec in zip(bound, specialization):
         why = gpu_deps.refused_constexpr(given.get(name, spec[1])) if spec[0] == "constexpr" else None
         if why:
