@@ -48,6 +48,8 @@ _SIZE = torch._C.TensorBase.size
 _STRIDE = torch._C.TensorBase.stride
 _DTYPE = torch._C.TensorBase.dtype.__get__
 _DEVICE = torch._C.TensorBase.device.__get__
+_MRO = type.__dict__["__mro__"].__get__
+_VARS = type.__dict__["__dict__"].__get__
 
 
 def _walk(value: Any, out: dict[int, torch.Tensor], seen: set[int], depth: int = 0) -> None:
@@ -64,10 +66,21 @@ def _walk(value: Any, out: dict[int, torch.Tensor], seen: set[int], depth: int =
     elif type(value) is dict:
         for v in list(value.values())[:4096]:
             _walk(v, out, seen, depth + 1)
-    elif issubclass(type(value), torch.nn.Module):
+    elif issubclass(type(value), torch.nn.Module) and _plain_dict(type(value)):
         d = object.__getattribute__(value, "__dict__")
         if type(d) is dict:
             _walk(d, out, seen, depth)
+
+
+def _plain_dict(cls: type) -> bool:
+    """Whether instances of `cls` keep their attributes in the interpreter's own instance dict: a class
+    may define `__dict__` as a property, which reading it would run (the candidate's code, inside a
+    launch). Read through `type`'s own slot, so no metaclass is asked either."""
+    for base in _MRO(cls):
+        entry = _VARS(base).get("__dict__")
+        if entry is not None:
+            return type(entry) is types.GetSetDescriptorType
+    return False
 
 
 def _held() -> list[torch.Tensor]:

@@ -98,6 +98,26 @@ def test_a_worker_finds_the_tensors_its_frames_hold():
     assert any(t is mine for t in found) and any(t is kept["w"][0] for t in found)
 
 
+def test_a_module_is_read_without_running_its_code():
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+            self.cache = [torch.randn(2)]
+
+    class Sly(Plain):
+        @property
+        def __dict__(self):
+            raise AssertionError("ran the candidate's code")
+
+    found: dict = {}
+    ptrspace._walk(Plain(), found, set())
+    assert len(found) == 2
+    sly = Sly.__new__(Sly)
+    ptrspace._walk(sly, found, set())  # a `__dict__` of its own making: not read at all
+    assert len(found) == 2
+
+
 def test_harness_frames_and_what_lies_above_the_call_are_never_read(monkeypatch):
     """A frame of the verifier's own files is the harness's (its copies are not the job's), and the
     harness's call (calls.run_call) gives its inputs only: not `pristine`, nothing above it."""
