@@ -21,6 +21,7 @@ from distill.verifier.sandbox import interp_grid, ptrspace, replay
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
 
 BAND = replay.BAND
+HONEST = ["grouped_gemm_ptrs", "grouped_gemm_autotune", "ptrarray_linear_relu"]
 
 
 @triton.jit
@@ -208,13 +209,13 @@ def test_a_replayer_refuses_pointers_outside_the_records_storages():
 
 # -- through a pool --------------------------------------------------------------------------------------
 def test_the_fixtures_are_in_the_manifest():
-    assert {"grouped_gemm_ptrs", "ptrarray_linear_relu"} <= set(MANIFEST["honest"])
+    assert set(HONEST) <= set(MANIFEST["honest"])
     names = {c["name"]: c["status"] for c in MANIFEST["cases"]}
     assert names["ptrarray_host_peek"] == names["ptrarray_far_entry"] == names["ptrarray_moved_pointer"] == "crash"
     assert names["raw_host_peek"] == names["raw_host_offset"] == "crash"  # red-team pass 9 stays closed
 
 
-@pytest.mark.parametrize("name", ["grouped_gemm_ptrs", "ptrarray_linear_relu"])
+@pytest.mark.parametrize("name", HONEST)
 def test_honest_pointer_arrays_pass_with_the_replay(honest_verdict, name):
     v = honest_verdict(name)
     assert v.status == "pass", v.reason
@@ -240,7 +241,7 @@ def gpu_pool():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["grouped_gemm_ptrs", "ptrarray_linear_relu"])
+@pytest.mark.parametrize("name", HONEST)
 def test_gpu_honest_pointer_arrays_pass(gpu_pool, name):
     v = gpu_pool.verify(problem(name), honest(name))
     assert v.status == "pass", v.reason
