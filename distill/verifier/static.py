@@ -229,6 +229,16 @@ class _Walker(ast.NodeVisitor):
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}  # local name -> dotted module (or module.attr) it is bound to
         self.findings: list[Finding] = []
+        self.own_classes: set[str] = set()  # classes the module defines and never rebinds
+
+    def visit_Module(self, node: ast.Module) -> None:
+        defined = {n.name for n in ast.walk(node) if isinstance(n, ast.ClassDef)}
+        rebound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        rebound |= {a.asname or a.name.split(".", 1)[0] for n in ast.walk(node)
+                    if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        rebound |= {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.own_classes = defined - rebound
+        self.generic_visit(node)
 
     def flag(self, node: ast.AST, category: str, detail: str) -> None:
         assert category in policy.CATEGORIES, category
@@ -294,6 +304,8 @@ class _Walker(ast.NodeVisitor):
         elif attr.startswith("_") and attr not in policy.ALLOWED_PRIVATE_ATTRIBUTES and not (
                 isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
             self.flag(node, "introspection", f"private attribute .{attr}")
+        elif attr == "mro":  # `torch.Tensor.mro()[1]` is its C base class, whose numpy/tolist are not the guarded ones
+            self.flag(node, "introspection", "attribute .mro")
         dotted = _dotted(node, self.aliases)
         if dotted is not None:
             cat = policy.module_category(dotted)
@@ -323,6 +335,12 @@ class _Walker(ast.NodeVisitor):
                     self.visit_Attribute(ast.copy_location(ast.Attribute(node.args[0], key.value, ast.Load()), node))
             elif name == "type" and len(node.args) == 3:
                 self.flag(node, "dynamic code", "type() with three arguments")
+            elif name == "super" and (node.args or node.keywords) and not (
+                    node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self.own_classes):
+                # `super(torch.Tensor, x).numpy()` reaches the C base class's numpy, past the guarded
+                # `Tensor.numpy` (a C type's methods cannot be swapped): the host read every tensor's bytes
+                # unaudited (red-team pass 10). `super(ModelNew, self)` names the module's own class.
+                self.flag(node, "introspection", "super() past a class the module does not define")
         self.generic_visit(node)
 
     # -- patching and fallbacks -----------------------------------------------------------------

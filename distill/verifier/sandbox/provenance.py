@@ -192,6 +192,11 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
             # a storage's bytes handed to any object with `write`, no ATen op run (policy's "torch.save")
             (torch, "save", "torch.save", "file"), (torch.serialization, "save", "torch.serialization.save", "file"),
             (torch, "load", "torch.load", "file"), (torch.serialization, "load", "torch.serialization.load", "file"),
+            # the serialisers' own byte pump (torch.save calls it): every byte of a storage handed to any
+            # object with `write`, no ATen op run; a candidate calling it read its inputs on the host unseen
+            # (red-team pass 10). Tensor's C base class keeps numpy/tolist out of reach of a swap (an immutable
+            # type): the static check refuses the routes to it (`super(torch.Tensor, x)`, `.mro()`).
+            (torch.UntypedStorage, "_write_file", "UntypedStorage._write_file", "file"),
             (torch, "compile", "torch.compile", "torch.compile"),
             (torch.jit, "script", "torch.jit.script", "torch.compile"),
             (torch.jit, "trace", "torch.jit.trace", "torch.compile")]
