@@ -242,6 +242,13 @@ _READS_VALUES = frozenset({"aten::fill_"})
 _STORAGES = (torch.UntypedStorage, torch.TypedStorage)
 # The C-level dtype getter: a tensor subclass may override `.dtype` in Python, never this.
 _DTYPE = torch.Tensor.dtype
+# The lazy conjugate and negative bits (`x.conj()` of a complex tensor, its `.imag`): a view carries them,
+# and the copy that reads it materialises them, negating values (C-level, as `_DTYPE`).
+_LAZY_BITS = (("conj", torch._C.TensorBase.is_conj), ("neg", torch._C.TensorBase.is_neg))
+
+
+def _lazy(t: torch.Tensor) -> str | None:
+    return next((bit for bit, test in _LAZY_BITS if test(t)), None)
 
 
 # Float types whose every value the wider one holds exactly (same or more exponent and mantissa bits):
@@ -322,6 +329,8 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
             dst = torch.promote_types(dst, _DTYPE.__get__(t))
         dst = out_dtype or dst
         for t in parts:
+            if _lazy(t):
+                return f"{name}({_lazy(t)})"
             src = _DTYPE.__get__(t)
             if not _keeps(src, dst, False):
                 return f"{name}({_short(src)}->{_short(dst)})"
@@ -343,6 +352,8 @@ def op_name(name: str, args: tuple, kwargs: dict) -> str:
     dst = out_dtype or dst
     view = name in VIEWS
     for t in sources:
+        if not view and _lazy(t):  # `b.copy_(xc.conj())` negates b's imaginary parts under a copy's name
+            return f"{name}({_lazy(t)})"
         src = _DTYPE.__get__(t)
         if not _keeps(src, dst, view):
             return f"{name}({_short(src)}->{_short(dst)})"

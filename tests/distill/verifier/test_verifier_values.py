@@ -34,6 +34,7 @@ I64 = torch.arange(-4, 4)
 MASK = torch.rand(8) > 0.5
 H16, B16 = X.half(), X.bfloat16()
 I8 = torch.arange(-4, 4, dtype=torch.int8)
+C64 = torch.view_as_complex(X.view(4, 2))
 
 CHANGES_VALUES = {
     "narrowing cast": (lambda: I64.to(torch.int32), "aten::_to_copy(int64->int32)"),
@@ -49,6 +50,9 @@ CHANGES_VALUES = {
                                  "aten::cat(int64->uint8)"),
     "stack into a bf16 out=": (lambda: torch.stack([X], out=torch.empty(1, 8, dtype=torch.bfloat16)),
                                "aten::stack(float32->bfloat16)"),
+    # a copy that reads a lazily conjugated view negates imaginary parts (red-team pass 10)
+    "copy_ from a conjugate view": (lambda: torch.empty(4, dtype=torch.complex64).copy_(C64.conj()), "aten::copy_(conj)"),
+    "clone of a conjugate view": (lambda: C64.conj().clone(), "aten::clone(conj)"),
     "copy_ narrowing": (lambda: torch.empty(8, dtype=torch.int16).copy_(I64), "aten::copy_(int64->int16)"),
     "setitem cast": (lambda: torch.empty(8, dtype=torch.int32).__setitem__(slice(None), X), "aten::copy_(float32->int32)"),
     "fill_ from a tensor": (lambda: torch.empty(8, dtype=torch.int32).fill_(X[0]), "aten::fill_(float32->int32)"),
@@ -83,6 +87,7 @@ KEEPS_VALUES = {
                                                                X.view(torch.int32).view(torch.float32)),
     "allocation in another dtype": lambda: (torch.empty_like(X, dtype=torch.int8), torch.zeros_like(I64, dtype=torch.float32)),
     "complex parts": lambda: torch.view_as_real(torch.view_as_complex(X.view(4, 2))),
+    "a conjugate view, and copies of a resolved one": lambda: (C64.conj(), C64.conj().conj().clone(), C64.clone()),
     "fill_ with a number": lambda: torch.empty(8, dtype=torch.int32).fill_(3),
 }
 
