@@ -101,7 +101,7 @@ class _State:
     compiles: int = 0
     lowering_skipped: int = 0
     shared: int = 0  # the last launch checked: its block's shared memory (compiled.py's `warmup` reads it)
-    bound: dict = dataclasses.field(default_factory=dict)  # the last launch checked: its arguments, bound
+    bound: dict = dataclasses.field(default_factory=dict)  # the launch being checked: its arguments, bound
 
 
 _STATE = _State()
@@ -216,9 +216,13 @@ def install(scratch: str = "") -> None:
     active = ACTIVE
 
     def run(self: InterpretedFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        compiled = check(self, args, kwargs)
+        try:
+            compiled = check(self, args, kwargs)
+            bound = _STATE.bound
+        finally:
+            _STATE.bound = {}  # held past the launch, it kept the launch's tensors (an output's finalizer) alive
         if not warmup:
-            grid_fits(self.fn.__name__, grid(dict(_STATE.bound)) if callable(grid) else grid)
+            grid_fits(self.fn.__name__, grid(dict(bound)) if callable(grid) else grid)
         outer, active.compiled = active.compiled, compiled
         try:
             return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)
