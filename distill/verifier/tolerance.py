@@ -269,6 +269,27 @@ def _abs_diff(o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return d
 
 
+class _Scratch:
+    """Slice-sized buffers reused across a comparison's slices. A fresh 64 MiB temporary per slice is
+    a fresh mapping from the allocator (past glibc's 32 MiB mmap threshold), zeroed page by page by the
+    kernel on first touch and unmapped after: on the CPU box the parent spent about a third of its CPU
+    in those page faults (`perf record` of bench_parent_cpu.py, 2026-12-01)."""
+
+    def __init__(self, n: int, dtype: torch.dtype) -> None:
+        self.n, self.dtype, self.bufs = n, dtype, {}
+
+    def take(self, key: str, n: int) -> torch.Tensor:
+        if key not in self.bufs:
+            self.bufs[key] = torch.empty(self.n, dtype=self.dtype)
+        return self.bufs[key][:n]
+
+    def cast(self, key: str, t: torch.Tensor) -> torch.Tensor:
+        """`t` in the working dtype: itself where it already is, else copied into buffer `key`."""
+        if t.dtype == self.dtype:
+            return t
+        return self.take(key, t.numel()).copy_(t)
+
+
 def _compare_chunked(out: torch.Tensor, ref: torch.Tensor, det: bool, tol: Tolerance | None) -> tuple[bool, dict[str, Any]]:
     """`compare` over CHUNK-element slices, in two passes (the norms and the RMS, then the elements
     against the tolerance the RMS sets): the same figures up to float32 summation order."""
@@ -276,16 +297,19 @@ def _compare_chunked(out: torch.Tensor, ref: torch.Tensor, det: bool, tol: Toler
         bad = sum(int((a != b).sum()) for a, b in _slices(out, ref))
         return bad == 0, {"mismatched": bad, "exact": True}
     work = _work_dtype(ref.dtype)
+    scratch = _Scratch(min(CHUNK, out.numel()), work)
+    same_finite = True  # no slice held a non-finite value
     ref_sq = err_sq = max_abs = 0.0
     n, same, spurious = 0, True, 0
     for a, b in _slices(out, ref):
         # Finite norms of the slice and of its difference mean both are finite (as `compare` reads a whole
         # tensor): four passes over a slice, where checking finiteness first took ten (4.0 s per GiB of
         # float32 output on one core of the CPU box; the parent's comparisons of a 2 GB KernelBench output).
-        r = b.to(work)
-        d = torch.sub(a.to(work), r).abs_()
+        r = scratch.cast("r", b)
+        d = torch.sub(scratch.cast("o", a), r, out=scratch.take("d", r.numel())).abs_()
         rn, dn = norm2(r), norm2(d)
         if not (math.isfinite(rn) and math.isfinite(dn)):
+            same_finite = False
             o, r, facts = _finite_pair(a, b, work)
             same, spurious = same and facts["same"], spurious + facts["spurious"]
             if not same or spurious:
@@ -316,6 +340,12 @@ def _compare_chunked(out: torch.Tensor, ref: torch.Tensor, det: bool, tol: Toler
     bad = 0
     if max_abs > atol:  # no element can exceed atol + rtol|r| otherwise
         for a, b in _slices(out, ref):
+            if same_finite:  # every slice and difference finite (the first pass's norms): no masking
+                r = scratch.cast("r", b)
+                d = torch.sub(scratch.cast("o", a), r, out=scratch.take("d", r.numel())).abs_()
+                e = scratch.take("e", r.numel())
+                bad += int(torch.count_nonzero(torch.add(d, torch.abs(r, out=e), alpha=-tol.rtol, out=e) > atol))
+                continue
             o, r, _ = _finite_pair(a, b, work)
             d = _abs_diff(o, r)
             bad += int((torch.addcmul(d, r.abs().to(d.dtype), torch.tensor(-tol.rtol, dtype=d.dtype)) > atol).sum())
