@@ -69,9 +69,31 @@ class lifted:  # noqa: N801 - used as `with lifted(block):`
             self.block.install()
 
 
-def changed(inputs: list[Any], pristine: list[Any], block: provenance.BackendBlock | None) -> list[int]:
+def changed(inputs: list[Any], pristine: list[Any], block: provenance.BackendBlock | None,
+            made: list[str] | None = None) -> list[int]:
     """Positions of tensor inputs whose raw bytes differ from the pristine set's: an exact compare
-    on the device (no host copy of a multi-GB set), with the block lifted for it."""
+    on the device (no host copy of a multi-GB set), with the block lifted for it. The pristine set
+    lives on the same device as the candidate's kernels, which can write anywhere there: with `made`
+    (the set's fingerprints from before any candidate code) a pristine tensor that no longer matches
+    its own counts as changed too, so one write into both copies is not a match."""
     with lifted(block):
+        moved = problemio.fingerprint(pristine) if made is not None else None
         return [i for i, (x, p) in enumerate(zip(inputs, pristine))
-                if type(x) is torch.Tensor and not torch.equal(codec.raw_u8(x), codec.raw_u8(p))]
+                if type(x) is torch.Tensor and (not torch.equal(codec.raw_u8(x), codec.raw_u8(p))
+                                                or (moved is not None and moved[i] != made[i]))]
+
+
+# A resident set at least this large is compared on the GPU (`changed`) instead of through host copies taken
+# before and after each call: two device-to-host copies of the inputs a call, 10-22 s of a KernelBench job's
+# run with 2-4 GB of inputs on the H200 (`run.checks`, 2026-12-01), against two passes on the device and the
+# block lifted once (~0.14 s). Smaller sets keep the host copies, which no kernel can reach.
+DEVICE_COMPARE_BYTES = 512 << 20
+
+
+def compare_on_device(sets: InputSets, values: list[Any]) -> bool:
+    """Whether a call's inputs are checked on the device: a streamed set (made again per call), or a
+    resident one on a GPU of DEVICE_COMPARE_BYTES or more."""
+    if sets.stream:
+        return True
+    return sets.device.type == "cuda" and sum(
+        v.numel() * v.element_size() for v in values if type(v) is torch.Tensor) >= DEVICE_COMPARE_BYTES

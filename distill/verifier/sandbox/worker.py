@@ -375,15 +375,17 @@ def _calls(job: dict, msg: protocol.Run, device: torch.device, token: object, sy
         inputs = calls.refill(inputs, values, device, input_bands)
         lap("refill")
         torch.manual_seed(msg["call_seed"])
-        # Resident sets: host bits of the set as made, taken before its call; streamed: the fresh set itself.
-        pristine = None if sets.stream else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
+        # Host bits of the set as made, taken before its call; or (streamed, or large on a GPU) the set itself,
+        # compared on the device and checked against its own fingerprints from load (inputsets.changed).
+        on_device = inputsets.compare_on_device(sets, values)
+        pristine = None if on_device else [calls.host_bits(v) if type(v) is torch.Tensor else v for v in values]
         reply(protocol.Progress(progress=f"call {spec['kind']} {spec['trial']}"))
         held = calls.device_mark(device, out)
         rep: protocol.CallReport = calls.run_call(job["model"], inputs, pristine, token, bool(spec.get("trace")), sync, input_bands,
                              msg["state_limit"],
                              lambda _s=spec: reply(protocol.Progress(progress=f"outputs {_s['kind']} {_s['trial']}")))
         if rep["inputs_changed"] is None:
-            rep["inputs_changed"] = inputsets.changed(inputs, values, lift)
+            rep["inputs_changed"] = inputsets.changed(inputs, values, job["block"], sets.fingerprints[spec["trial"]])
         del values
         if held is not None:  # the candidate's own device bytes: the call's peak over what the harness held
             rep["device_memory"] = {"held_bytes": held, "peak_bytes": int(torch.cuda.max_memory_allocated(device))}

@@ -62,3 +62,20 @@ def test_an_out_of_memory_error_the_candidate_caused_keeps_its_verdict(pool, ker
     v = pool.verify(RELU_PROBLEM.format(n=1 << 20), kernel)
     assert v.status == "runtime_error", v.reason
     assert "memory" in v.reason.lower(), v.reason
+
+
+MUTATES = RELU.replace("    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)\n",
+                       "    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)\n"
+                       "    tl.store(x_ptr + offs, x * 0.5, mask=mask)\n")
+
+
+@pytest.mark.parametrize("kernel,status", [(RELU, "pass"), (MUTATES, "mutates_input")], ids=["honest", "mutates"])
+def test_a_large_resident_input_set_is_checked_on_the_gpu(pool, kernel, status):
+    """Inputs of inputsets.DEVICE_COMPARE_BYTES are compared on the device, not through host copies before
+    and after each call: an honest kernel passes, one that also writes its input is still `mutates_input`."""
+    from distill.verifier.sandbox import inputsets
+
+    assert MUTATES != RELU
+    v = pool.verify(RELU_PROBLEM.format(n=inputsets.DEVICE_COMPARE_BYTES // 4), kernel)
+    assert v.status == status, v.reason
+    assert v.checks["memory"]["streamed"] is False, v.checks["memory"]  # the resident path, not the streamed one
