@@ -17,7 +17,8 @@ constructor reads (`nn.Linear(6, 11)`, conv channels, norm groups), since the ca
   does not (`get_init_inputs`, `Model` outside `forward`, whatever they read in turn, and any size
   the constructor spells as a literal: kept as synth's keep_constructor keeps them) to a secret
   smaller size (1 and 2 kept: broadcasting; a size's power-of-two divisibility kept up to 16, for
-  aligned rows; the twin's memory stays under the original's). Where
+  aligned rows; the twin's memory stays under the original's; a problem of TWIN_QUARTER_BYTES or more
+  gets sizes of a quarter to a half of its own, a cheaper twin that catches the same). Where
   it cannot tell (no such constant, a size reassigned, the text does not parse) the check says
   "not covered" and why, and decides nothing.
 
@@ -47,6 +48,11 @@ RESIZED = ("required", "recorded", "off")
 # one degenerate: an input that moves no output well over the tolerance). On the CPU, 1 of 15 twins of
 # an attention problem failed screening so (a CI run's one failure); three draws make it ~1 in 3,000.
 TWIN_DRAWS = 3
+# A module-text problem at least this large gets a twin with each size a quarter to a half of its own
+# (`_smaller(quarter=True)`) instead of a half to all but one: a twin is a second whole verification, and
+# KernelBench's 3-4 GB problems spent 9-25 s of the H200's time on theirs (2026-12-01); any other size
+# catches a baked-in one as well.
+TWIN_QUARTER_BYTES = 1 << 30
 
 
 def lane_problem(problem: Any, device: str) -> tuple[Any, dict[str, str] | None]:
@@ -99,10 +105,11 @@ def _names(nodes: list[ast.AST]) -> set[str]:
     return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, str]]:
+def module_twin(source: str, rng: secrets.SystemRandom, quarter: bool = False) -> tuple[str, dict[str, str]]:
     """`source` with each size constant `get_inputs` reads, and the constructor does not, changed to a
-    size drawn from `rng` in [max(2, ceil(v/2)), v - 1] (1 and 2 kept, even sizes kept even); returns the text and what
-    changed ("name": "16 -> 11"). Raises NotCovered saying why when nothing can be changed."""
+    size drawn from `rng` in [max(2, ceil(v/2)), v - 1] (1 and 2 kept, even sizes kept even; `quarter`: in
+    [ceil(v/4), ceil(v/2)], `_smaller`); returns the text and what changed ("name": "16 -> 11"). Raises
+    NotCovered saying why when nothing can be changed."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError) as exc:
@@ -165,7 +172,7 @@ def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, 
         olds, news = [], []
         for lit in candidates[name]:
             v = _int_value(lit)
-            new = v if v is None or v <= 2 else _smaller(v, rng)
+            new = v if v is None or v <= 2 else _smaller(v, rng, quarter)
             olds.append(v)
             news.append(new)
             if new != v:
@@ -177,13 +184,18 @@ def module_twin(source: str, rng: secrets.SystemRandom) -> tuple[str, dict[str, 
     return _apply(source, edits), changed
 
 
-def _smaller(v: int, rng: secrets.SystemRandom) -> int:
+def _smaller(v: int, rng: secrets.SystemRandom, quarter: bool = False) -> int:
     """A size in [max(2, ceil(v/2)), v - 1] that keeps v's power-of-two divisibility up to 16 where the
     range still leaves a secret choice (3 sizes or more), and v's evenness always. Problems often need
     an even size (rotary halves, a stride of 2: at the CPU fixtures' sizes an odd one failed
     unsloth_rope's reference), and honest GPU kernels need aligned rows: a TMA descriptor
     (TensorDescriptor, tl.make_tensor_descriptor) requires 16-byte strides, so a 4096-wide fp32 problem
-    resized to 2050 failed an honest Hopper matmul."""
+    resized to 2050 failed an honest Hopper matmul. `quarter` (a large problem's twin, TWIN_QUARTER_BYTES):
+    in [ceil(v/4), ceil(v/2)] instead, where that range leaves 3 choices; else the usual one."""
+    if quarter:
+        got = _within(v, max(2, -(-v // 4)), min(v - 1, -(-v // 2)), rng)
+        if got is not None:
+            return got
     lo = max(2, -(-v // 2))
     d = min(16, v & -v)
     while d > 2 and (v - 1) // d - -(-lo // d) + 1 < 3:
@@ -191,6 +203,17 @@ def _smaller(v: int, rng: secrets.SystemRandom) -> int:
     if d == 1:
         return rng.randint(lo, v - 1)
     return d * rng.randint(-(-lo // d), (v - 1) // d)
+
+
+def _within(v: int, lo: int, hi: int, rng: secrets.SystemRandom) -> int | None:
+    """A size in [lo, hi] keeping v's power-of-two divisibility up to 16 (less where fewer than 3 choices
+    remain, never below its evenness), or None where even that leaves fewer than 3."""
+    d = min(16, v & -v)
+    while d > 2 and hi // d - -(-lo // d) + 1 < 3:
+        d //= 2
+    if hi // d - -(-lo // d) + 1 < 3:
+        return None
+    return d * rng.randint(-(-lo // d), hi // d)
 
 
 def _closure(names: set[str], defs: dict[str, list[ast.AST]]) -> set[str]:
@@ -219,10 +242,10 @@ def _apply(source: str, edits: list[tuple[ast.AST, int]]) -> str:
     return raw.decode()
 
 
-def _twin_of(problem: Any) -> tuple[Any, dict[str, Any]]:
+def _twin_of(problem: Any, quarter: bool = False) -> tuple[Any, dict[str, Any]]:
     """The secret resized twin to run and what to record of it: the problem's own `twin` where it has
-    a recipe (a synth Problem), else the module text rewritten (`module_twin`). Raises NoTwin saying
-    why there is none."""
+    a recipe (a synth Problem), else the module text rewritten (`module_twin`; `quarter` for a large
+    problem). Raises NoTwin saying why there is none."""
     if not isinstance(problem, str) and getattr(problem, "recipe", ""):
         try:
             twin = problem.twin(problem.profile, secrets.randbelow(1 << 62), keep_constructor=True)
@@ -230,8 +253,9 @@ def _twin_of(problem: Any) -> tuple[Any, dict[str, Any]]:
             raise NoTwin(str(exc)) from None
         return twin, {"problem_id": twin.problem_id}
     source = problem if isinstance(problem, str) else problem.source
-    text, changed = module_twin(source, secrets.SystemRandom())
-    return text, {"problem_id": hashlib.sha256(text.encode()).hexdigest()[:16], "sizes": changed}
+    text, changed = module_twin(source, secrets.SystemRandom(), quarter)
+    return text, {"problem_id": hashlib.sha256(text.encode()).hexdigest()[:16], "sizes": changed,
+                  **({"quarter": True} if quarter else {})}
 
 
 def check_resized(attempt: Callable[[JobSpec], Verdict | None], problem: Any, candidate_source: str, spec: JobSpec,
@@ -245,9 +269,11 @@ def check_resized(attempt: Callable[[JobSpec], Verdict | None], problem: Any, ca
     disk, the replay's, the CPU lane's refusal of a construct: what a candidate's run can raise) is
     raised: no verdict, never the main run's pass kept unchecked. `attempt` runs a job once, as the
     pool's last try, and returns its verdict."""
+    plan = (verdict.checks.get("memory") or {}).get("plan") or {}
+    quarter = (plan.get("problem_bytes") or 0) >= TWIN_QUARTER_BYTES
     for draw in range(TWIN_DRAWS):
         try:
-            twin, record = _twin_of(problem)
+            twin, record = _twin_of(problem, quarter)
         except NoTwin as exc:
             verdict.checks["resized"] = {"status": exc.status, "reason": str(exc)[:300]}
             return verdict

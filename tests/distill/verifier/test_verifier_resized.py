@@ -333,3 +333,41 @@ def test_module_text_with_a_form_feed_gets_its_sizes_replaced_in_place(sep):
     text, changed = twins.module_twin(src, random.Random(0))
     new = changed["N"].split(" -> ")[1]
     assert new != "1000" and text == src.replace("N = 1000", f"N = {new}")
+
+
+def test_a_large_problems_twin_takes_a_quarter_to_a_half_of_each_size():
+    """`quarter` (a problem of twins.TWIN_QUARTER_BYTES or more): sizes in [ceil(v/4), ceil(v/2)] with the
+    alignment rule; where that range leaves fewer than 3 choices, the usual [ceil(v/2), v - 1]."""
+    import secrets
+
+    from distill.verifier.twins import _smaller
+
+    rng = secrets.SystemRandom()
+    for v, d, least in ((4096, 16, 60), (1000, 8, 30), (72, 4, 4), (48, 4, 3), (17, 1, 4)):
+        got = {_smaller(v, rng, quarter=True) for _ in range(2000)}
+        assert all(-(-v // 4) <= s <= -(-v // 2) and s % d == 0 for s in got), (v, sorted(got))
+        assert len(got) >= least, (v, sorted(got))
+    got = {_smaller(8, rng, quarter=True) for _ in range(500)}  # [2, 4] even: 2 choices, so the usual range
+    assert got <= {4, 6} and len(got) == 2, got
+
+
+def test_check_resized_draws_the_quarter_twin_for_a_large_problem_only():
+    """The twin's sizes follow the passing verdict's memory plan: 1 GiB of problem or more, a quarter to a half."""
+    import re
+
+    from distill.verifier import Verdict, twins
+    from distill.verifier.jobspec import JobSpec
+
+    seen: list[str] = []
+
+    def attempt(spec):
+        seen.append(spec.source)
+        return Verdict("pass", "every check held")
+
+    spec = JobSpec.make(MODULE, "candidate", "cpu", 60, trials=2, timing_trials=1, warmup=0, static_checks=False)
+    for gib, quarter in ((0.5, False), (2, True)):
+        v = Verdict("pass", "every check held", checks={"memory": {"plan": {"problem_bytes": int(gib * (1 << 30))}}})
+        out = twins.check_resized(attempt, MODULE, "candidate", spec, v, required=True)
+        assert out.status == "pass" and out.checks["resized"].get("quarter", False) is quarter
+        batch = int(re.search(r"^batch_size = (\d+)", seen[-1], re.M).group(1))
+        assert (32 <= batch <= 64) if quarter else (64 <= batch < 128), batch
