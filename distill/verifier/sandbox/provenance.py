@@ -184,8 +184,10 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
     import signal
     import threading
 
+    # apply_/map_/map2_ run a Python callable over a CPU tensor's elements in C, no ATen op: host compute
+    # the audit never saw (red-team pass 10). Swapped on torch.Tensor, they shadow its C base class's own.
     out = [(torch.Tensor, a, f"Tensor.{a}", "foreign compute")
-           for a in ("numpy", "tolist", "__array__", "__dlpack__", "__array_wrap__")]
+           for a in ("numpy", "tolist", "__array__", "__dlpack__", "__array_wrap__", "apply_", "map_", "map2_")]
     out += [(torch, "from_numpy", "torch.from_numpy", "foreign compute"),
             (torch, "frombuffer", "torch.frombuffer", "foreign compute"),
             (torch, "from_dlpack", "torch.from_dlpack", "foreign compute"),
