@@ -107,14 +107,14 @@ def _whole(part: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
 
 
 def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals: frozenset[float],
-           tables: frozenset[tuple[float, ...]] = frozenset()) -> tuple[
+           tables: frozenset[tuple[float, ...]] = frozenset(), sizes: frozenset[int] = frozenset()) -> tuple[
         list[dict[str, Any]], list[str], list[str]]:
     """The record's storages as the replayer gets them, what each state one was taken as, and the
     poisoned ones named for a reason (its first layout: dtype and bytes). Past `limit` bytes of
     claimed state the rest is poisoned unread: the parent never spends more on a worker's claims."""
     storages, kinds, poisoned = [], [], []
     claims: set[tuple[str, int]] = set()
-    fills = 0
+    fills = size_tables = 0
     reached = _reached(record)
     for sid, s in enumerate(record["storages"]):
         if not isinstance(s, dict) or s.get("kind") != "state":
@@ -123,7 +123,10 @@ def _state(record: dict[str, Any], params: dict[str, Any], limit: int, literals:
         limit -= s["data"].numel() if type(s.get("data")) is torch.Tensor else 0  # the bytes sent, not the claim
         judged, keep = _taken_bytes(s, reached.get(sid))
         s = {**s, "data": _whole(judged["data"], keep)}
-        taken = statecheck.classify(judged, params or {}, literals, tables) if limit >= 0 else ""
+        taken = statecheck.classify(judged, params or {}, literals, tables, sizes) if limit >= 0 else ""
+        if taken == "sizes":  # a few tables of sizes, never a store of them
+            size_tables += 1
+            taken = taken if size_tables <= statecheck.SIZE_TABLES else ""
         if taken == "constant":  # fills together: past CONSTANT_CLAIMS values they are a table
             value = statecheck.claim(judged, literals)
             if value is not None and value not in claims:
@@ -236,8 +239,10 @@ def prepare(candidate: str, problem: str, run: protocol.RunReply, traced: int, p
         name = scrub(missing[0])  # a name the worker sent: an identifier or nothing
         what = source.error or f"kernel {name} is not rebuilt from the module's source: {source.why_missing(name)}"
         return Prepared(finding=judge.Finding("not_triton", f"{why}{what}"[:1000], checks))
+    prints = run.get("fingerprints")
+    sizes = statecheck.input_sizes(prints[traced] if type(prints) is list and 0 <= traced < len(prints) else None)
     storages, kinds, poisoned = _state(record, params, byte_limit, statecheck.literals(candidate),
-                                       statecheck.sequences(candidate))
+                                       statecheck.sequences(candidate), sizes)
     msg = protocol.Replay(cmd="replay", problem=problem, kernels=source.text,
                           kernel_names=source.kernels + [i["name"] for i in instances], instances=instances,
                           trace={**record, "storages": storages, "scalar_inputs": _scalar_inputs(run, traced)},

@@ -11,6 +11,11 @@ time, is work no timing sees, so the parent accepts a state tensor only when it 
 * up to 4,096 values that are a list of numbers written in the candidate's source, in its order, or
   that list repeated (`torch.tensor([0.25, 0.5])` in forward: a table of literals, which carry no
   weight and no input). Numbers of the source in any arrangement carried a fold as bits of 0 and 1.
+* up to 4,096 integers that are all sizes or strides of the problem's inputs, in at most SIZE_TABLES
+  storages (`input_sizes`: from the traced call's input fingerprints, which matched the reference's):
+  a grouped GEMM's per-group sizes and leading dimensions (Triton's tutorial 08 builds them on the
+  host each call). Their arrangement can carry bits too; what those bits could say of the weights or
+  the inputs is wrong on the replay trial (second weights, secret inputs), where the table stays.
 Anything else reaches the replayer poisoned (NaN, or the integer minimum), and if the outputs then
 come out wrong the verdict names that tensor (judge.py).
 
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from typing import Any
 
 import torch
@@ -58,6 +64,7 @@ LITERAL_LIMIT = 4096  # elements of a tensor accepted as the source's own number
 # distinct values a record's constant fills (and ranges' starts) may claim besides 0, +-1 and literals:
 # an eps, a scale from the constructor's arguments, a counter a kernel left behind
 CONSTANT_CLAIMS = 8
+SIZE_TABLES = 8  # storages a record may hold as tables of the inputs' sizes (`_sizes_table`)
 # constant fills (and ranges) a record may keep in all: which of many one-element fills holds 0 and
 # which 1 carries a bit each
 CONSTANT_STORAGES = 256
@@ -309,6 +316,35 @@ def _written_table(bits: torch.Tensor, dtype: torch.dtype, tables: frozenset[tup
     return False
 
 
+def _sizes_table(bits: torch.Tensor, dtype: torch.dtype, sizes: frozenset[int]) -> bool:
+    """Integers that are all sizes or strides of the problem's inputs (`sizes`: `input_sizes`): the per-group
+    sizes and leading dimensions a grouped GEMM's host code gathers into a table (Triton's tutorial 08)."""
+    if not sizes or bits.numel() > LITERAL_LIMIT or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return False
+    allowed = torch.tensor(sorted(sizes), dtype=torch.int64)
+    return bool(torch.isin(bits.view(dtype).long(), allowed).all())
+
+
+def input_sizes(fingerprints: Any) -> frozenset[int]:
+    """The sizes and (contiguous) strides of the problem's tensor inputs, read from a call's input
+    fingerprints (problemio.fingerprint: "torch.float32[4, 32, 48]:..."), which the caller has found
+    equal to the reference's: numbers the problem fixes, never the worker's."""
+    out: set[int] = set()
+    for p in fingerprints if type(fingerprints) is list else ():
+        m = _SHAPE.match(p) if type(p) is str else None
+        if m is None:
+            continue
+        dims = [int(d) for d in m.group(1).split(",") if d.strip()]
+        stride = 1
+        for d in reversed(dims):
+            out.update((d, stride))
+            stride *= d
+    return frozenset(n for n in out if 0 < n < 1 << 62)
+
+
+_SHAPE = re.compile(r"^torch\.\w+\[([0-9, ]*)\]:")
+
+
 def _all_literals(bits: torch.Tensor, dtype: torch.dtype, literals: frozenset[float]) -> bool:
     if not literals or bits.numel() > LITERAL_LIMIT or dtype.is_complex or dtype == torch.bool:
         return False
@@ -321,11 +357,11 @@ def _all_literals(bits: torch.Tensor, dtype: torch.dtype, literals: frozenset[fl
 
 
 def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[float] = frozenset(),
-             tables: frozenset[tuple[float, ...]] = frozenset()) -> str:
-    """'parameters', 'constant', 'literals' or '' (not accepted) for one state storage of a replay
+             tables: frozenset[tuple[float, ...]] = frozenset(), sizes: frozenset[int] = frozenset()) -> str:
+    """'parameters', 'constant', 'literals', 'sizes' or '' (not accepted) for one state storage of a replay
     record: `entry["data"]` its bytes (uint8), `entry["dtype"]` the dtype it is read as; `literals`
     the numbers written in the candidate's source (literals), `tables` its lists of numbers
-    (sequences)."""
+    (sequences), `sizes` the problem's input sizes and strides (input_sizes)."""
     data, name = entry.get("data"), entry.get("dtype")
     if type(data) is not torch.Tensor or data.dtype != torch.uint8 or name not in codec.DTYPES:
         return ""
@@ -339,7 +375,9 @@ def classify(entry: dict[str, Any], ref: dict[str, Any], literals: frozenset[flo
         return "parameters"
     if _is_constant_or_range(bits, dtype):
         return "constant"
-    return "literals" if _written_table(bits, dtype, tables) else ""
+    if _written_table(bits, dtype, tables):
+        return "literals"
+    return "sizes" if _sizes_table(bits, dtype, sizes) else ""
 
 
 def claim(entry: dict[str, Any], literals: frozenset[float] = frozenset()) -> tuple[str, int] | None:

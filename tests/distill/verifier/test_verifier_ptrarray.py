@@ -21,7 +21,7 @@ from distill.verifier.sandbox import interp_grid, ptrspace, replay
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
 
 BAND = replay.BAND
-HONEST = ["grouped_gemm_ptrs", "grouped_gemm_autotune", "ptrarray_linear_relu"]
+HONEST = ["grouped_gemm_ptrs", "grouped_gemm_autotune", "ptrarray_linear_relu", "grouped_gemm_tutorial08"]
 
 
 @triton.jit
@@ -220,6 +220,14 @@ def test_honest_pointer_arrays_pass_with_the_replay(honest_verdict, name):
     v = honest_verdict(name)
     assert v.status == "pass", v.reason
     assert not v.checks.get("replay_poisoned")  # the arrays were rebuilt, not judged (and poisoned) as state
+
+
+def test_the_tutorials_tables_of_sizes_are_taken_as_sizes(honest_verdict):
+    """Tutorial 08 as written builds int32 tables of per-group sizes and leading dimensions on the host each
+    call: state the parent takes as sizes (every value a size or stride of the problem's inputs), not poison."""
+    v = honest_verdict("grouped_gemm_tutorial08")
+    assert v.status == "pass", v.reason
+    assert v.checks["replay_state"].count("sizes") == 2, v.checks["replay_state"]
 
 
 def test_a_parameter_read_only_through_data_ptr_says_why(pool):

@@ -279,6 +279,36 @@ def test_state_is_accepted_only_as_a_layout_of_the_parameters_or_a_constant():
                                 "dtype": "int8"}, ref, frozenset({0.0, 1.0}), bits) == ""
 
 
+def test_integer_tables_of_the_inputs_sizes_are_sizes_and_only_a_few_of_them():
+    """A grouped GEMM's host tables (Triton's tutorial 08: per-group M, N, K and leading dimensions, int32):
+    every value a size or stride of the problem's inputs, read from the traced call's input fingerprints.
+    Other integers, floats, or more than SIZE_TABLES such storages in one record stay poisoned."""
+    from distill.verifier import problemio, replaycheck
+
+    prints = problemio.fingerprint([torch.zeros(4, 32, 48), torch.zeros(4, 48, 24), 0.5])
+    sizes = statecheck.input_sizes(prints)
+    assert sizes == {4, 32, 48, 24, 1, 1536, 1152}, sizes  # dims and contiguous strides; the float is no tensor
+    assert statecheck.input_sizes(None) == statecheck.input_sizes(["torch.float32[]:x", 7]) == frozenset()
+
+    def entry(t):
+        return {"kind": "state", "data": codec.raw_u8(t).clone(), "dtype": codec.dtype_name(t.dtype)}
+
+    g_sizes = torch.tensor([32, 24, 48] * 4, dtype=torch.int32)
+    g_lds = torch.tensor([48, 24, 24] * 4, dtype=torch.int32)
+    assert statecheck.classify(entry(g_sizes), {}, sizes=sizes) == statecheck.classify(entry(g_lds), {}, sizes=sizes) \
+        == "sizes"
+    assert statecheck.classify(entry(g_sizes), {}) == ""  # no input sizes known: poisoned as before
+    assert statecheck.classify(entry(torch.tensor([32, 24, 47], dtype=torch.int32)), {}, sizes=sizes) == ""
+    assert statecheck.classify(entry(torch.tensor([32.0, 24.0, 48.0])), {}, sizes=sizes) == ""
+    many = torch.where(torch.arange(statecheck.LITERAL_LIMIT + 1) % 2 == 0, 48, 24)
+    assert statecheck.classify(entry(many), {}, sizes=sizes) == ""  # past LITERAL_LIMIT values
+    assert statecheck.classify(entry(many[:-1]), {}, sizes=sizes) == "sizes"
+    n = statecheck.SIZE_TABLES
+    record = {"storages": [entry(g_sizes.roll(i)) for i in range(n + 2)]}
+    _, kinds, poisoned = replaycheck._state(record, {}, 1 << 30, frozenset(), frozenset(), sizes)
+    assert kinds == ["sizes"] * n + ["poisoned"] * 2, kinds
+
+
 def test_a_records_fills_together_claim_at_most_a_few_values():
     """One fill is a number only the worker reports; a folded weight kept as one one-element tensor per
     value passed as that many constants (fold_split_constants). Past CONSTANT_CLAIMS distinct values
