@@ -230,6 +230,7 @@ class _Walker(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}  # local name -> dotted module (or module.attr) it is bound to
         self.findings: list[Finding] = []
         self.own_classes: set[str] = set()  # classes the module defines and never rebinds
+        self.super_calls: set[int] = set()  # `super` names checked as the callee of their own call
 
     def visit_Module(self, node: ast.Module) -> None:
         defined = {n.name for n in ast.walk(node) if isinstance(n, ast.ClassDef)}
@@ -281,6 +282,8 @@ class _Walker(ast.NodeVisitor):
 
     # -- names, attributes, calls ---------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "super" and id(node) not in self.super_calls:  # `s = super; s(torch.Tensor, x)`
+            self.flag(node, "introspection", "super used other than as a call")
         if node.id in policy.REFERENCE_NAMES:
             self.flag(node, "reference reuse", f"use of the reference name {node.id}")
         elif node.id.startswith("__") and node.id.endswith("__") and node.id not in policy.ALLOWED_DUNDERS:
@@ -335,12 +338,14 @@ class _Walker(ast.NodeVisitor):
                     self.visit_Attribute(ast.copy_location(ast.Attribute(node.args[0], key.value, ast.Load()), node))
             elif name == "type" and len(node.args) == 3:
                 self.flag(node, "dynamic code", "type() with three arguments")
-            elif name == "super" and (node.args or node.keywords) and not (
-                    node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self.own_classes):
-                # `super(torch.Tensor, x).numpy()` reaches the C base class's numpy, past the guarded
-                # `Tensor.numpy` (a C type's methods cannot be swapped): the host read every tensor's bytes
-                # unaudited (red-team pass 10). `super(ModelNew, self)` names the module's own class.
-                self.flag(node, "introspection", "super() past a class the module does not define")
+            elif name == "super":
+                self.super_calls.add(id(func))
+                if (node.args or node.keywords) and not (
+                        node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self.own_classes):
+                    # `super(torch.Tensor, x).numpy()` reaches the C base class's numpy, past the guarded
+                    # `Tensor.numpy` (a C type's methods cannot be swapped): the host read every tensor's bytes
+                    # unaudited (red-team pass 10). `super(ModelNew, self)` names the module's own class.
+                    self.flag(node, "introspection", "super() past a class the module does not define")
         self.generic_visit(node)
 
     # -- patching and fallbacks -----------------------------------------------------------------

@@ -52,6 +52,8 @@ def test_super_of_the_modules_own_class_is_allowed(init, body):
     ("super(type(x), x).numpy()", "super()"),
     ("torch.Tensor.mro()[1].numpy(x)", ".mro"),
     ("type.mro(torch.Tensor)[1].tolist(x)", ".mro"),
+    ("s = super; s(torch.Tensor, x).numpy()", "super used"),
+    ("y = list(map(super, [torch.Tensor], [x]))", "super used"),
 ])
 def test_routes_to_tensors_c_base_class_are_refused(body, detail):
     """Tensor's C base class holds the unguarded numpy/tolist (an immutable type: the guard cannot swap them)."""
