@@ -9,9 +9,10 @@ record into plain data:
 * tensors as references: storage, byte offset, dtype, size, stride;
 * a *pointer array* (grouped GEMM: an int64 tensor made before the launch holding `data_ptr()` values)
   as storage kind `ptrs`, one [storage, byte offset] per word into the record's storages, which the
-  replayer fills with its own addresses; a storage only forward's ops took (a parameter's view) is added
-  as state for it. Not covered: an array pointing at a tensor forward reached only through its
-  `data_ptr()` (no op, no launch took it): NotReplayable, with the reason;
+  replayer fills with its own addresses; a storage only forward's ops took (a parameter's view) or the
+  module holds (a parameter read only through its `data_ptr()`) is added as state for it. Not covered:
+  an array pointing at a tensor neither forward's ops nor the module hold (a global's, a closure's):
+  NotReplayable, with the reason;
 * ops as `alloc` (poisoned, or filled with a scalar), `fill` and `copy` steps; views need no step;
 * launches as kernel name, arguments, constexprs and options, and the resolved grid; a host-side TMA
   descriptor (triton.tools.tensor_descriptor.TensorDescriptor) as its tensor's reference and its four
@@ -82,8 +83,51 @@ def _plain(value: Any, depth: int = 0) -> bool:
 
 
 # -- the worker's side -------------------------------------------------------------------------------------
+_MRO = type.__dict__["__mro__"].__get__
+_VARS = type.__dict__["__dict__"].__get__
+
+
+def walk_tensors(value: Any, out: dict[int, torch.Tensor], seen: set[int], depth: int = 0) -> None:
+    """Tensors in `value`: itself, or in tuples, lists, dicts and modules, a few levels deep. Only exact
+    containers and the instance dicts of modules are read, so no code of the candidate's runs (the
+    worker reads its module this way after forward, sandbox/ptrspace.py its frames during a launch)."""
+    if id(value) in seen or depth > 4:
+        return
+    seen.add(id(value))
+    if issubclass(type(value), torch.Tensor):
+        out.setdefault(id(value), value)
+    elif type(value) in (tuple, list):
+        for v in value[:4096]:
+            walk_tensors(v, out, seen, depth + 1)
+    elif type(value) is dict:
+        for v in list(value.values())[:4096]:
+            walk_tensors(v, out, seen, depth + 1)
+    elif issubclass(type(value), torch.nn.Module) and _plain_dict(type(value)):
+        d = object.__getattribute__(value, "__dict__")
+        if type(d) is dict:
+            walk_tensors(d, out, seen, depth)
+
+
+def _plain_dict(cls: type) -> bool:
+    """Whether instances of `cls` keep their attributes in the interpreter's own instance dict: a class
+    may define `__dict__` as a property, which reading it would run (the candidate's code). Read through
+    `type`'s own slot, so no metaclass is asked either."""
+    for base in _MRO(cls):
+        entry = _VARS(base).get("__dict__")
+        if entry is not None:
+            return type(entry) is types.GetSetDescriptorType
+    return False
+
+
+def module_tensors(model: Any) -> list[torch.Tensor]:
+    """The tensors `model` holds (its parameters, buffers and plain attributes, through `walk_tensors`)."""
+    out: dict[int, torch.Tensor] = {}
+    walk_tensors(model, out, set())
+    return list(out.values())
+
+
 class _Writer:
-    def __init__(self, inputs: list[Any], device: torch.device) -> None:
+    def __init__(self, inputs: list[Any], device: torch.device, held: list[torch.Tensor] = ()) -> None:
         self.device = device
         self.storages: list[dict[str, Any]] = []
         self.keys: dict[tuple[int, int], int] = {}
@@ -97,6 +141,9 @@ class _Writer:
             if type(t) in _TENSORS:
                 sid = self._storage(t, {"kind": "input", "index": i})
                 self.storages[sid]["view"] = self._geometry(t)
+        # The module's own tensors: a pointer array may hold a parameter's `data_ptr()` that no op took
+        # (a grouped GEMM over expert weights): added as state where an address lands in one.
+        self._saw(tuple(t for t in held if type(t) in _TENSORS))
 
     def _saw(self, values: tuple, depth: int = 0) -> None:
         for v in values:
@@ -298,9 +345,9 @@ class _Writer:
         array: grouped GEMM's `torch.tensor([t.data_ptr() for t in group])`), as one [storage, byte
         offset] per word (None for a null word), or None. The worker's addresses mean nothing to a
         replayer, which writes its own (replay.py); as state they were a table the parent poisons. An
-        address in a storage only forward's ops took (a parameter's view `w[e]`) adds that storage, as
-        state. Words of which some are such addresses and others none: a pointer to a tensor forward
-        never used but through `data_ptr()`, which the record cannot name (NotReplayable)."""
+        address in a storage only forward's ops took (a parameter's view `w[e]`) or the module holds adds
+        that storage, as state. Words of which some are such addresses and others none: a pointer to a
+        tensor neither holds, used only through `data_ptr()`, which the record cannot name (NotReplayable)."""
         taken = sum(len(e["ptrs"]) for e in self.storages if e["kind"] == "ptrs")
         if not entry["nbytes"] or entry["nbytes"] % 8 or taken + entry["nbytes"] // 8 > MAX_POINTERS:
             return None
@@ -331,8 +378,9 @@ class _Writer:
             return None
         if missing:
             raise NotReplayable(f"an int64 tensor holds {mapped} address(es) of forward's tensors and {missing} of "
-                                "none forward used (a pointer array to a tensor read only through its data_ptr(): "
-                                "the replay cannot place it; take a view of it in forward, or hand it to the launch)")
+                                "none forward used (a pointer array to a tensor neither forward's ops nor the module hold, read "
+                                "only through its data_ptr(): the replay cannot place it; take a view of it in forward, "
+                                "or hand it to the launch)")
         return out
 
     def _spans(self, items: Any) -> tuple[list[int], list[tuple[tuple[int, int], Any]]]:
@@ -383,9 +431,10 @@ def state_limit(plan: dict[str, Any] | None) -> int:
 
 
 def serialise(trace: list[tuple], inputs: list[Any], outputs: list[torch.Tensor], device: torch.device,
-              state_limit: int = STATE_LIMIT) -> dict[str, Any]:
-    """The wire form of a traced call (module docstring), or {"error": why it cannot be replayed}."""
-    w = _Writer(inputs, device)
+              state_limit: int = STATE_LIMIT, held: list[torch.Tensor] = ()) -> dict[str, Any]:
+    """The wire form of a traced call (module docstring), or {"error": why it cannot be replayed}. `held`:
+    the module's tensors (`module_tensors`), where a pointer array's address may land."""
+    w = _Writer(inputs, device, held)
     try:
         for entry in trace[:MAX_STEPS + 1]:
             if entry[0] == "op":

@@ -165,7 +165,8 @@ def run_call(model: Any, inputs: list, pristine: list | None, token: object, tra
             report["aliases"] = aliasing(tensors, inputs)
             if trace:
                 device = next((t.device for t in _tensors(inputs)), tensors[0].device if tensors else None)
-                report["trace"] = record.serialise(box[0], inputs, tensors, device, state_limit) if device is not None else \
+                report["trace"] = record.serialise(box[0], inputs, tensors, device, state_limit,
+                                                   record.module_tensors(model)) if device is not None else \
                     {"error": "forward returned no tensor"}
             # Copies now: a candidate may hand back the same buffer next call, or write it later. On
             # the device (microseconds); the reply's encoding moves them to the host in one copy.

@@ -24,12 +24,13 @@ from __future__ import annotations
 import os
 import sys
 import types
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
 from triton.runtime import interpreter
 
+from distill.verifier import record
 from distill.verifier.sandbox import calls
 
 MAX_WORDS = 1 << 16
@@ -48,39 +49,6 @@ _SIZE = torch._C.TensorBase.size
 _STRIDE = torch._C.TensorBase.stride
 _DTYPE = torch._C.TensorBase.dtype.__get__
 _DEVICE = torch._C.TensorBase.device.__get__
-_MRO = type.__dict__["__mro__"].__get__
-_VARS = type.__dict__["__dict__"].__get__
-
-
-def _walk(value: Any, out: dict[int, torch.Tensor], seen: set[int], depth: int = 0) -> None:
-    """Tensors in `value`: itself, or in tuples, lists, dicts and modules, a few levels deep. Only exact
-    containers and the instance dicts of modules are read, so no code of the candidate's runs."""
-    if id(value) in seen or depth > 4:
-        return
-    seen.add(id(value))
-    if issubclass(type(value), torch.Tensor):
-        out.setdefault(id(value), value)
-    elif type(value) in (tuple, list):
-        for v in value[:4096]:
-            _walk(v, out, seen, depth + 1)
-    elif type(value) is dict:
-        for v in list(value.values())[:4096]:
-            _walk(v, out, seen, depth + 1)
-    elif issubclass(type(value), torch.nn.Module) and _plain_dict(type(value)):
-        d = object.__getattribute__(value, "__dict__")
-        if type(d) is dict:
-            _walk(d, out, seen, depth)
-
-
-def _plain_dict(cls: type) -> bool:
-    """Whether instances of `cls` keep their attributes in the interpreter's own instance dict: a class
-    may define `__dict__` as a property, which reading it would run (the candidate's code, inside a
-    launch). Read through `type`'s own slot, so no metaclass is asked either."""
-    for base in _MRO(cls):
-        entry = _VARS(base).get("__dict__")
-        if entry is not None:
-            return type(entry) is types.GetSetDescriptorType
-    return False
 
 
 def _held() -> list[torch.Tensor]:
@@ -93,11 +61,11 @@ def _held() -> list[torch.Tensor]:
     while frame is not None:
         code = frame.f_code
         if code is _RUN_CALL:  # the harness's call: its inputs (not `pristine`), and nothing above
-            _walk(frame.f_locals.get("inputs"), out, seen)
+            record.walk_tensors(frame.f_locals.get("inputs"), out, seen)
             break
         if not os.path.abspath(code.co_filename).startswith(_HARNESS):
             for v in list(frame.f_locals.values()):
-                _walk(v, out, seen)
+                record.walk_tensors(v, out, seen)
         frame = frame.f_back
     return list(out.values())
 

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from distill.verifier import codec
+from distill.verifier import record
 from distill.verifier.record import NotReplayable, serialise
 from distill.verifier.sandbox import interp_grid, ptrspace, replay
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
@@ -112,11 +113,11 @@ def test_a_module_is_read_without_running_its_code():
             raise AssertionError("ran the candidate's code")
 
     found: dict = {}
-    ptrspace._walk(Plain(), found, set())
-    assert len(found) == 2
+    record.walk_tensors(Plain(), found, set())
+    assert len(found) == 2 and len(record.module_tensors(Plain())) == 2
     sly = Sly.__new__(Sly)
-    ptrspace._walk(sly, found, set())  # a `__dict__` of its own making: not read at all
-    assert len(found) == 2
+    record.walk_tensors(sly, found, set())  # a `__dict__` of its own making: not read at all
+    assert len(found) == 2 and record.module_tensors(sly) == []
 
 
 def test_harness_frames_and_what_lies_above_the_call_are_never_read(monkeypatch):
@@ -230,11 +231,23 @@ def test_the_tutorials_tables_of_sizes_are_taken_as_sizes(honest_verdict):
     assert v.checks["replay_state"].count("sizes") == 2, v.checks["replay_state"]
 
 
-def test_a_parameter_read_only_through_data_ptr_says_why(pool):
-    """Not covered: the record cannot name a tensor forward never used but through its address."""
+def test_a_parameter_read_only_through_data_ptr_is_the_modules_and_replays(pool):
+    """A parameter no op of forward took, only its `data_ptr()` in the array: the record finds it among the
+    module's tensors (record.module_tensors) and adds it as state, taken as parameters. A tensor neither
+    forward's ops nor the module hold (a module global's) is still not placeable, and says why."""
     source = honest("ptrarray_linear_relu").replace(".detach()", "")
+    assert source != honest("ptrarray_linear_relu")
     v = pool.verify(problem("ptrarray_linear_relu"), source)
-    assert v.status == "not_triton" and "data_ptr()" in v.reason, v.reason
+    assert v.status == "pass", v.reason
+    assert "parameters" in v.checks["replay_state"], v.checks["replay_state"]
+    hidden = source.replace("class ModelNew", "_ONES = []\n\n\nclass ModelNew").replace(
+        "        group = [x, self.linear.weight, self.linear.bias, out]",
+        "        if not _ONES:  # a copy made on the first call, kept in a global: no op of a later call takes it\n"
+        "            _ONES.append(self.linear.bias.detach().clone())\n"
+        "        group = [x, self.linear.weight, _ONES[0], out]")
+    assert "_ONES[0]" in hidden
+    v = pool.verify(problem("ptrarray_linear_relu"), hidden)
+    assert v.status != "pass" and "data_ptr()" in v.reason, v.reason
 
 
 # -- the GPU lane ----------------------------------------------------------------------------------------
