@@ -199,6 +199,8 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
             # (red-team pass 10). Tensor's C base class keeps numpy/tolist out of reach of a swap (an immutable
             # type): the static check refuses the routes to it (`super(torch.Tensor, x)`, `.mro()`).
             (torch.UntypedStorage, "_write_file", "UntypedStorage._write_file", "file"),
+            # byteswap (and TypedStorage's, which calls it) rewrites every value's bytes in C, no ATen op
+            (torch.UntypedStorage, "_byteswap", "UntypedStorage.byteswap", "foreign compute"),
             (torch, "compile", "torch.compile", "torch.compile"),
             (torch.jit, "script", "torch.jit.script", "torch.compile"),
             (torch.jit, "trace", "torch.jit.trace", "torch.compile")]
