@@ -16,7 +16,8 @@ constructor reads (`nn.Linear(6, 11)`, conv channels, norm groups), since the ca
   rewrites, in the text itself, each integer constant that `get_inputs` reads and the constructor
   does not (`get_init_inputs`, `Model` outside `forward`, whatever they read in turn, and any size
   the constructor spells as a literal: kept as synth's keep_constructor keeps them) to a secret
-  smaller size (1 and 2 kept: broadcasting; a size's power-of-two divisibility kept up to 16, for
+  smaller size (1 and 2 kept: broadcasting; a power of two of 16 or more stays one, 16 at least, for
+  block shapes and `tl.dot`; a size's power-of-two divisibility kept up to 16, for
   aligned rows; the twin's memory stays under the original's; a problem of TWIN_QUARTER_BYTES or more
   gets sizes of a quarter to a half of its own, a cheaper twin that catches the same). Where
   it cannot tell (no such constant, a size reassigned, the text does not parse) the check says
@@ -191,7 +192,14 @@ def _smaller(v: int, rng: secrets.SystemRandom, quarter: bool = False) -> int:
     unsloth_rope's reference), and honest GPU kernels need aligned rows: a TMA descriptor
     (TensorDescriptor, tl.make_tensor_descriptor) requires 16-byte strides, so a 4096-wide fp32 problem
     resized to 2050 failed an honest Hopper matmul. `quarter` (a large problem's twin, TWIN_QUARTER_BYTES):
-    in [ceil(v/4), ceil(v/2)] instead, where that range leaves 3 choices; else the usual one."""
+    in [ceil(v/4), ceil(v/2)] instead, where that range leaves 3 choices; else the usual one.
+
+    A power of two of 16 or more stays a power of two and at least 16 (`_power_of_two`): honest kernels
+    take such sizes as block shapes (`tl.arange(0, HEAD_DIM)`, a block pointer's shape) and as `tl.dot`
+    operands, which need powers of two and 16 or more; flash attention at head dimension 16 resized to 12
+    was a `compile_error` on the twin (2026-12-01)."""
+    if v >= 16 and v & (v - 1) == 0:
+        return _power_of_two(v, rng, quarter)
     if quarter:
         got = _within(v, max(2, -(-v // 4)), min(v - 1, -(-v // 2)), rng)
         if got is not None:
@@ -203,6 +211,16 @@ def _smaller(v: int, rng: secrets.SystemRandom, quarter: bool = False) -> int:
     if d == 1:
         return rng.randint(lo, v - 1)
     return d * rng.randint(-(-lo // d), (v - 1) // d)
+
+
+def _power_of_two(v: int, rng: secrets.SystemRandom, quarter: bool) -> int:
+    """A power of two v's half or quarter (quarter: its quarter or eighth), 16 at least; v itself where
+    none is (16 stays 16: the twin's other sizes still move)."""
+    for shifts in ((2, 3), (1, 2)) if quarter else ((1, 2),):
+        choices = [v >> s for s in shifts if v >> s >= 16]
+        if choices:
+            return rng.choice(choices)
+    return v
 
 
 def _within(v: int, lo: int, hi: int, rng: secrets.SystemRandom) -> int | None:

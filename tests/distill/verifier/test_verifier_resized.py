@@ -211,7 +211,7 @@ def test_module_twin_rewrites_only_the_sizes_get_inputs_reads_outside_the_constr
     ns: dict = {}
     exec(compile(text.split("class Model")[0] + text.split("return self.norm(torch.relu(self.conv(x)))")[1],  # noqa: S102
                  "<twin>", "exec"), ns)
-    assert 64 <= ns["batch_size"] < 128 and 16 <= ns["height"] < 32 and 16 <= ns["depth"] < 32
+    assert ns["batch_size"] in (32, 64) and ns["height"] == ns["depth"] == 16  # powers of two stay so
     assert (ns["in_channels"], ns["width"], ns["kernel_size"], ns["unused"]) == (3, 30, 3, 4096)
 
 
@@ -263,10 +263,23 @@ def test_a_resized_size_keeps_its_alignment_where_a_secret_choice_remains():
     from distill.verifier.twins import _smaller
 
     rng = secrets.SystemRandom()
-    for v, d, least in ((4096, 16, 100), (1000, 8, 50), (72, 8, 4), (48, 8, 3), (16, 2, 4), (8, 2, 2), (17, 1, 8)):
+    for v, d, least in ((4032, 16, 100), (1000, 8, 50), (72, 8, 4), (48, 8, 3), (24, 4, 3), (8, 2, 2), (17, 1, 8)):
         got = {_smaller(v, rng) for _ in range(2000)}
         assert all(-(-v // 2) <= s < v and s % d == 0 for s in got), (v, sorted(got))
         assert len(got) >= least, (v, sorted(got))
+
+
+def test_a_power_of_two_stays_a_power_of_two_of_16_or_more():
+    """Honest kernels take such sizes as block shapes and tl.dot operands (flash attention's HEAD_DIM): its
+    half or quarter (a large problem's quarter or eighth), 16 at least, and 16 itself stays."""
+    import secrets
+
+    from distill.verifier.twins import _smaller
+
+    rng = secrets.SystemRandom()
+    for v, quarter, want in ((4096, False, {2048, 1024}), (4096, True, {1024, 512}), (64, False, {32, 16}),
+                             (64, True, {16}), (32, False, {16}), (32, True, {16}), (16, False, {16}), (16, True, {16})):
+        assert {_smaller(v, rng, quarter) for _ in range(400)} == want, (v, quarter)
 
 
 @dataclasses.dataclass
@@ -343,7 +356,7 @@ def test_a_large_problems_twin_takes_a_quarter_to_a_half_of_each_size():
     from distill.verifier.twins import _smaller
 
     rng = secrets.SystemRandom()
-    for v, d, least in ((4096, 16, 60), (1000, 8, 30), (72, 4, 4), (48, 4, 3), (17, 1, 4)):
+    for v, d, least in ((4032, 16, 60), (1000, 8, 30), (72, 4, 4), (48, 4, 3), (17, 1, 4)):
         got = {_smaller(v, rng, quarter=True) for _ in range(2000)}
         assert all(-(-v // 4) <= s <= -(-v // 2) and s % d == 0 for s in got), (v, sorted(got))
         assert len(got) >= least, (v, sorted(got))
@@ -370,4 +383,4 @@ def test_check_resized_draws_the_quarter_twin_for_a_large_problem_only():
         out = twins.check_resized(attempt, MODULE, "candidate", spec, v, required=True)
         assert out.status == "pass" and out.checks["resized"].get("quarter", False) is quarter
         batch = int(re.search(r"^batch_size = (\d+)", seen[-1], re.M).group(1))
-        assert (32 <= batch <= 64) if quarter else (64 <= batch < 128), batch
+        assert batch in ((16, 32) if quarter else (32, 64)), batch  # 128, a power of two (_power_of_two)
