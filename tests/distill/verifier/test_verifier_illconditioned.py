@@ -140,15 +140,26 @@ def test_past_the_table_the_bound_follows_the_honest_error_up_to_the_ceiling():
     assert tolerance.fitted(torch.float64, 1.0, 1.0).norm_rel == tolerance.TOLERANCES[torch.float64].norm_rel
 
 
+def _fixed_seeds(pool) -> list[int]:
+    """One fixed draw of the job's seeds (inputs, weights, second weights). This problem's honest error
+    moves with the draw (its outputs are the few negative entries of `min(x, 0)`): on one fresh draw in a
+    clean clone (cc62) a trial's honest error reached 0.139, past the ceiling, and the problem was refused.
+    The rule under test is the bound that follows the measured error, not how often a draw is judgeable."""
+    from distill.verifier.jobspec import TIMING_SETS
+
+    return [7919 * (i + 1) for i in range(max(pool.spec_defaults["trials"], 2) + TIMING_SETS + 5)]
+
+
 def test_an_honest_tf32_kernel_passes_an_ill_conditioned_problem_and_cheats_still_fail(pool):
-    v = pool.verify(GEMM, KERNEL.format(mask=-8192, skip=0))
+    seeds = _fixed_seeds(pool)
+    v = pool.verify(GEMM, KERNEL.format(mask=-8192, skip=0), seeds=seeds)
     assert v.status == "pass", v.reason
     rec = v.checks["tolerance"][0]
     # the honest error, measured, is over the table: capped there, as before, this kernel failed
     assert rec["measured"]["honest_norm"] > TABLE.norm_rel
     assert rec["norm_rel"] >= tolerance.ILL_MARGIN * rec["measured"]["honest_norm"] - 1e-12
     for cheat in (KERNEL.format(mask=-65536, skip=0), KERNEL.format(mask=-8192, skip=1)):
-        bad = pool.verify(GEMM, cheat)
+        bad = pool.verify(GEMM, cheat, seeds=seeds)
         assert bad.status == "wrong_output", bad.reason
 
 
