@@ -204,13 +204,9 @@ def _smaller(v: int, rng: secrets.SystemRandom, quarter: bool = False) -> int:
         got = _within(v, max(2, -(-v // 4)), min(v - 1, -(-v // 2)), rng)
         if got is not None:
             return got
-    lo = max(2, -(-v // 2))
-    d = min(16, v & -v)
-    while d > 2 and (v - 1) // d - -(-lo // d) + 1 < 3:
-        d //= 2
-    if d == 1:
-        return rng.randint(lo, v - 1)
-    return d * rng.randint(-(-lo // d), (v - 1) // d)
+    got = _within(v, max(2, -(-v // 2)), v - 1, rng, least=1)
+    assert got is not None  # v >= 3: the range holds v - 1, and v's evenness where v is even
+    return got
 
 
 def _power_of_two(v: int, rng: secrets.SystemRandom, quarter: bool) -> int:
@@ -223,13 +219,13 @@ def _power_of_two(v: int, rng: secrets.SystemRandom, quarter: bool) -> int:
     return v
 
 
-def _within(v: int, lo: int, hi: int, rng: secrets.SystemRandom) -> int | None:
+def _within(v: int, lo: int, hi: int, rng: secrets.SystemRandom, least: int = 3) -> int | None:
     """A size in [lo, hi] keeping v's power-of-two divisibility up to 16 (less where fewer than 3 choices
-    remain, never below its evenness), or None where even that leaves fewer than 3."""
+    remain, never below its evenness), or None where even that leaves fewer than `least`."""
     d = min(16, v & -v)
     while d > 2 and hi // d - -(-lo // d) + 1 < 3:
         d //= 2
-    if hi // d - -(-lo // d) + 1 < 3:
+    if hi // d - -(-lo // d) + 1 < least:
         return None
     return d * rng.randint(-(-lo // d), hi // d)
 
