@@ -281,17 +281,19 @@ def test_gpu_hostile_pointer_arrays(gpu_pool, case):
 def test_gpu_a_pointer_array_is_rebuilt_on_device_memory():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    # the suite imports kernels under TRITON_INTERPRET=1, and the interpreter reads a device address on the host
+    compiled = triton.runtime.jit.JITFunction(add_via.fn)
     dev = torch.device("cuda")
     a, b = torch.randn(100, device=dev), torch.randn(100, device=dev)
     out = torch.empty_like(a)
     arr = _addresses(a, b, out).to(dev)
     trace = [("op", torch.ops.aten.empty_like.default, (a,), {}, out),
-             ("launch", add_via, (arr, 100), (2,), {"BLOCK": 64}, True)]
+             ("launch", compiled, (arr, 100), (2,), {"BLOCK": 64}, True)]
     record = _wire(serialise(trace, [a, b], [out], dev))
     assert record["storages"][3]["kind"] == "ptrs" and record["storages"][3]["device"] == "job"
     program = replay.Program(record, frozenset({"add_via"}), 1 << 30)
     x, y = torch.randn(100, device=dev), torch.randn(100, device=dev)
-    done = program.run([x, y], {"add_via": add_via}, dev, False, _launch)
+    done = program.run([x, y], {"add_via": compiled}, dev, False, _launch)
     torch.cuda.synchronize()
     assert torch.equal(done.outputs[0], x + y)
     program.audit(done, [x, y])
