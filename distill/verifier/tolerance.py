@@ -275,12 +275,13 @@ class _Scratch:
     kernel on first touch and unmapped after: on the CPU box the parent spent about a third of its CPU
     in those page faults (`perf record` of bench_parent_cpu.py, 2026-12-01)."""
 
-    def __init__(self, n: int, dtype: torch.dtype) -> None:
-        self.n, self.dtype, self.bufs = n, dtype, {}
+    def __init__(self, n: int, dtype: torch.dtype, device: torch.device) -> None:
+        # on the compared tensors' device: a reference on a GPU compares its own runs there
+        self.n, self.dtype, self.device, self.bufs = n, dtype, device, {}
 
     def take(self, key: str, n: int) -> torch.Tensor:
         if key not in self.bufs:
-            self.bufs[key] = torch.empty(self.n, dtype=self.dtype)
+            self.bufs[key] = torch.empty(self.n, dtype=self.dtype, device=self.device)
         return self.bufs[key][:n]
 
     def cast(self, key: str, t: torch.Tensor) -> torch.Tensor:
@@ -297,7 +298,7 @@ def _compare_chunked(out: torch.Tensor, ref: torch.Tensor, det: bool, tol: Toler
         bad = sum(int((a != b).sum()) for a, b in _slices(out, ref))
         return bad == 0, {"mismatched": bad, "exact": True}
     work = _work_dtype(ref.dtype)
-    scratch = _Scratch(min(CHUNK, out.numel()), work)
+    scratch = _Scratch(min(CHUNK, out.numel()), work, out.device)
     same_finite = True  # no slice held a non-finite value
     ref_sq = err_sq = max_abs = 0.0
     n, same, spurious = 0, True, 0

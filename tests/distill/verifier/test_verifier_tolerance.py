@@ -234,3 +234,25 @@ def test_a_large_comparison_in_slices_gives_the_whole_tensors_verdict_and_figure
         assert sliced[0] == whole[0]
         for key, value in whole[1].items():
             assert sliced[1][key] == (pytest.approx(value, rel=1e-5) if isinstance(value, float) else value), key
+
+
+def test_the_sliced_comparisons_buffers_are_on_the_compared_tensors_device():
+    """A reference on a GPU compares its own runs there: buffers on the host made every sliced comparison
+    of a CUDA output a mixed-device error (the reference's `problem_error` for any 512 MiB+ output)."""
+    scratch = tolerance._Scratch(8, torch.float32, torch.device("meta"))
+    assert scratch.take("d", 5).device.type == "meta"
+    assert scratch.cast("o", torch.zeros(5, dtype=torch.float16, device="meta")).device.type == "meta"
+
+
+@pytest.mark.gpu
+def test_a_sliced_comparison_on_a_gpu_agrees_with_the_whole(monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.manual_seed(0)
+    r = torch.randn(30_011, device="cuda")
+    for out in (r + 1e-6 * torch.randn_like(r), r.half().float(), r + 1.0):
+        whole = tolerance.compare(out, r, det=False)
+        monkeypatch.setattr(tolerance, "CHUNK", 1_000)
+        sliced = tolerance.compare(out, r, det=False)
+        monkeypatch.setattr(tolerance, "CHUNK", 1 << 24)
+        assert sliced[0] == whole[0], (sliced, whole)
