@@ -39,7 +39,8 @@ def _to(x: Any, device: torch.device) -> Any:
 
 def _outputs(out: Any, keep: str = "device") -> tuple[list[torch.Tensor], bool]:
     """Copies of the outputs (a later forward may reuse the buffers): on the host (`keep="host"`)
-    for the trials the reply carries, so the device holds one trial's tensors at a time."""
+    for the trials the reply carries, so the device holds one trial's tensors at a time; the outputs
+    themselves (`keep="sent"`) for a trial encoded before anything else runs (`send`)."""
     if isinstance(out, torch.Tensor):
         items, seq = [out], False
     elif isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
@@ -48,6 +49,8 @@ def _outputs(out: Any, keep: str = "device") -> tuple[list[torch.Tensor], bool]:
         raise ProblemError(f"reference forward returned {type(out).__name__}, not a tensor or tuple of tensors")
     if keep == "host":
         return [t.detach().to("cpu", copy=True) for t in items], seq
+    if keep == "sent":
+        return [t.detach() for t in items], seq
     return [t.detach().clone() for t in items], seq
 
 
@@ -134,7 +137,7 @@ def screened(mod: types.ModuleType, device: torch.device, known: dict[str, Any] 
 
 def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device: torch.device,
                 calls: int = 0, budgets: dict[str, Any] | None = None, screen_first: bool = False,
-                known: dict[str, Any] | None = None, send: Callable[[protocol.Trial], None] | None = None,
+                known: dict[str, Any] | None = None, send: Callable[[protocol.Trial], Callable[[], None]] | None = None,
                 second_init: int | None = None) -> protocol.TrialsReply:
     """Expected outputs per seed, streamed: make the inputs, run, copy the outputs to the host, free
     (memplan.py). `budgets` (the pool's): the plan measured on the first trial is checked before
@@ -173,7 +176,11 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
         held.add(out)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        outs, seq = _outputs(out, keep="host")
+        # A sent trial's outputs go from the device straight into the reply's arena as it is encoded: a host
+        # copy first was a second pass over every byte (39 s of a 4.3 GB KernelBench job's 156 s, H200
+        # 2026-12-01). Not where the trial's own bounds run forward again first (the buffers may be reused).
+        own = report is not None and precision.past_table(report.tolerances)
+        outs, seq = _outputs(out, keep="sent" if send is not None and not own else "host")
         if plan is None:
             plan = memplan.plan_from(host, out, params, calls, len(seeds), "measured")
             if report is not None and (precision.past_table(report.tolerances) or known is None and any(
@@ -185,7 +192,7 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
         trial = protocol.Trial(outputs=outs, sequence=seq, fingerprint=fingerprint(host))
         if report is not None:
             trial["tolerances"] = report.tolerances
-            if precision.past_table(report.tolerances):
+            if own:
                 # Past the table the parent asks no trial's own bound on a near miss (compare.py: only
                 # within the table), and the honest error moves with the draw and the weights (the replay's
                 # are scaled by up to 1/3: statecheck._factor): each trial carries its own, measured here.
@@ -199,14 +206,16 @@ def make_trials(mod: types.ModuleType, init_seed: int, seeds: list[int], device:
             if report is not None:
                 head.update(screen=report.to_dict(), screened_here=known is None)
             trial["head"] = head
-        del host, out  # the device's copies: the parent may read this trial only when a worker's call needs it
-        if send is not None:
-            if plan is not None and plan.output_bytes > CACHE_BYTES:  # nor the allocator's cache of them while it waits (refwork.Feed)
-                memplan.release(device)
-            send(trial)
-        else:
+        del host, out
+        if send is None:
             trials.append(trial)
-        del outs, trial
+            del outs, trial
+            continue
+        wait = send(trial)  # encoded: the outputs are in the arena, the device's copies may go
+        del outs, trial  # the parent may read this trial only when a worker's call needs it
+        if plan is not None and plan.output_bytes > CACHE_BYTES:  # nor the allocator's cache of them while it waits (refwork.Feed)
+            memplan.release(device)
+        wait()
     io_bytes = plan.problem_bytes if plan is not None else params
     memory = protocol.ReferenceMemory(plan=plan.to_dict(device.type, bool(budgets and budgets["timed"])) if plan else None,
                                       reference_peak_bytes=memplan.peak(device), reference_held_peak_bytes=held.peak)
@@ -303,13 +312,17 @@ class RefTimer:
         return out
 
 
-def _send_trial(conn: Any, arena: codec.Arena | None, trial: protocol.Trial) -> None:
-    """One trial's expected outputs, before the reply; the parent's ack says it copied them out of the
-    arena, which the next trial then fills from its start."""
+def _send_trial(conn: Any, arena: codec.Arena | None, trial: protocol.Trial) -> Callable[[], None]:
+    """Send one trial's expected outputs, before the reply; what it returns waits for the parent's ack,
+    which says it copied them out of the arena (the next trial then fills it from its start). The caller
+    drops its device tensors in between: the parent may read the trial only when a worker's call needs it."""
     conn.send_bytes(codec.encode(protocol.TrialSent(trial=trial), arena))
-    got = codec.decode(conn.recv_bytes())
-    if arena is not None and got.get("cmd") == "ack":
-        arena.reset()
+
+    def wait() -> None:
+        got = codec.decode(conn.recv_bytes())
+        if arena is not None and got.get("cmd") == "ack":
+            arena.reset()
+    return wait
 
 
 def reference_main(conn: Any, cfg: dict[str, Any]) -> None:

@@ -46,9 +46,12 @@ from distill.verifier.sandbox.replay import NotReplayable, Program
 _KINDS = (JITFunction, InterpretedFunction)
 
 
-def _copies(tensors: list[torch.Tensor]) -> list[protocol.Output]:
+def _outputs(tensors: list[torch.Tensor]) -> list[protocol.Output]:
+    """A run's outputs as they lie: its report is encoded before another run starts, copying each
+    straight into the reply's arena (a device clone, then a host copy, then the arena's took 12.7 s of a
+    4.3 GB KernelBench job's 156 s on the H200, 2026-12-01)."""
     return [protocol.Output(dtype=str(t.dtype).replace("torch.", ""), device=t.device.type, shape=list(t.shape),
-                            data=t.detach().clone().to("cpu")) for t in tensors]
+                            data=t.detach()) for t in tensors]
 
 
 class _Inputs:
@@ -268,7 +271,7 @@ def _run(program: Program, inputs: list[Any], run: dict[str, Any], kernels: dict
     try:
         done = program.run(inputs, kernels, device, bool(run.get("ablate")), _launch, bool(run.get("second")))
         sync()
-        rep["outputs"] = _copies(done.outputs)
+        rep["outputs"] = _outputs(done.outputs)
     except NotReplayable as exc:
         rep["error"], rep["fatal"] = f"not replayable: {exc}", True
     except torch.OutOfMemoryError as exc:  # a worker's budget, with more held: not the candidate's fault

@@ -78,6 +78,28 @@ def test_reference_streams_its_trials():
     assert len(out["trials"]) == 7 and all(t["outputs"][0].numel() == 1 << 22 for t in out["trials"])
 
 
+def test_a_sent_trial_is_dropped_before_the_reference_waits_for_its_ack():
+    """In step (the reference process's `send`), a trial's outputs are encoded, then dropped: none of
+    their storage is alive while the reference waits for the parent's ack (which may last a worker's
+    whole call, on a GPU the worker may need that memory)."""
+    import weakref
+
+    mod = load_problem(BIG, {})
+    seen: list[weakref.ref] = []
+    alive_at_wait: list[bool] = []
+
+    def send(trial):
+        seen.append(weakref.ref(trial["outputs"][0].untyped_storage()))
+
+        def wait():
+            alive_at_wait.append(seen[-1]() is not None)
+        return wait
+
+    out = reference.make_trials(mod, 1, [2, 3, 4], torch.device("cpu"), calls=3, send=send)
+    assert len(seen) == 3 and out["trials"] == []
+    assert alive_at_wait == [False, False, False]
+
+
 def test_meta_plan_allocates_nothing_and_matches_the_measured_one():
     mod = load_problem(BIG, {})
     plan = memplan.meta_plan(mod, 1, 2, calls=7, sets=7)
