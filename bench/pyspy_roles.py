@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import re
 import sys
 
@@ -50,7 +51,8 @@ def where(frames: list[str]) -> str:
 def summarise(path: str) -> tuple[collections.Counter, dict[str, collections.Counter]]:
     roles: collections.Counter = collections.Counter()
     spots: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    opener = gzip.open if path.endswith(".gz") else open  # profiles kept in the repository are gzipped
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
         for line in fh:
             stack, _, count = line.rstrip("\n").rpartition(" ")
             if not stack or not count.isdigit():
@@ -64,7 +66,7 @@ def summarise(path: str) -> tuple[collections.Counter, dict[str, collections.Cou
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("profile", help="py-spy's raw output (--format raw)")
+    ap.add_argument("profile", help="py-spy's raw output (--format raw), or that gzipped (.gz)")
     ap.add_argument("--top", type=int, default=10, help="functions listed per role")
     args = ap.parse_args(argv)
     try:

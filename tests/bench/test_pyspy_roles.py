@@ -34,6 +34,14 @@ def test_samples_are_summed_by_role_and_by_the_deepest_project_frame(tmp_path, c
     assert out.startswith("22 samples") and "| parent | 9 | 40.9% |" in out
 
 
+def test_a_gzipped_profile_reads_as_the_plain_one(tmp_path):
+    import gzip
+
+    (tmp_path / "prof.txt.gz").write_bytes(gzip.compress(RAW.encode()))
+    (tmp_path / "prof.txt").write_text(RAW)
+    assert pyspy_roles.summarise(str(tmp_path / "prof.txt.gz")) == pyspy_roles.summarise(str(tmp_path / "prof.txt"))
+
+
 def test_a_missing_or_empty_profile_is_exit_2(tmp_path, capsys):
     assert pyspy_roles.main([str(tmp_path / "none.txt")]) == 2
     (tmp_path / "empty.txt").write_text("")
