@@ -36,7 +36,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from distill.verifier import kernelnest, static
+from distill.verifier import kernelnest, policy, static
 from distill.verifier.kernelnest import first_line as _first_line
 
 # Calls a constant may make (dotted, after import aliases are resolved): pure, no side effects.
@@ -84,6 +84,17 @@ def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
 
 def _module_ok(dotted: str) -> bool:
     return dotted.split(".", 1)[0] in _ROOTS and "._" not in dotted and not dotted.startswith("_")
+
+
+def _inductor_helpers(node: ast.ImportFrom) -> bool:
+    """`from torch._inductor.runtime import triton_helpers`, `from torch._inductor.runtime.triton_helpers
+    import libdevice, math as tl_math`: what an inductor-generated kernel calls (`triton_helpers.maximum`,
+    `libdevice.tanh`, `tl_math.exp`), torch's own @triton.jit helpers and Triton's modules, by the names
+    the policy allows (policy.INDUCTOR_HELPERS). Left out, every such kernel failed its replay (NameError)."""
+    base = node.module or ""
+    return not node.level and bool(node.names) and all(
+        (base == "torch._inductor.runtime" and a.name == "triton_helpers")
+        or f"{base}.{a.name}" in policy.INDUCTOR_HELPERS for a in node.names)
 
 
 class _Extractor:
@@ -193,7 +204,8 @@ class _Extractor:
     def keep_import(self, node: ast.Import | ast.ImportFrom) -> bool:
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level or not (base == "__future__" or _module_ok(base)) or any(a.name == "*" for a in node.names):
+            if node.level or not (base == "__future__" or _module_ok(base) or _inductor_helpers(node)) \
+                    or any(a.name == "*" for a in node.names):
                 for a in node.names:
                     self.skipped[a.asname or a.name] = f"it is imported from {base or '.'}, which the replay does not import"
                 return False

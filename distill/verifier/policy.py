@@ -107,13 +107,45 @@ EAGER_NO_OPS: frozenset[str] = frozenset({"torch.compiler.disable", "torch.compi
 # reset_parameters (how a candidate mirrors the reference's weights) calls the first by name.
 INIT_FANS: frozenset[str] = frozenset({"torch.nn.init._calculate_fan_in_and_fan_out",
                                        "torch.nn.init._calculate_correct_fan"})
+# What torch inductor's generated modules import, as KernelBook / KernelLLM training data holds them (a model
+# trained on it writes exactly this). Each is data, a check or a kernel's helper, never a compiler:
+# * triton_helpers' @triton.jit helpers (`triton_helpers.maximum(a, b)`, `promote_to_tensor`, `welford_*`)
+#   and the two modules it re-exports (`libdevice`, `math as tl_math`: Triton's own). By name: the rest of
+#   triton_helpers (`set_driver_to_cpu`, `get_backend_options`, the `triton` it imported) stays refused.
+# * the guards module's allocators and checks (`empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda`,
+#   `assert_size_stride`, `reinterpret_tensor`): the sandbox swaps the allocators and the reinterpretation for
+#   torch's dispatched `empty_strided` / `as_strided` (sandbox/inductor_rt.py), which the audit records,
+#   poisons and bounds-checks (the raw `_reinterpret_tensor` reads past its storage's end unchecked);
+# * `torch.cuda._DeviceGuard(0)` and `get_raw_stream(0)` (`torch._C._cuda_getCurrentRawStream`, a stream's
+#   number: nothing the policy allows takes one);
+# * `extern_kernels` (every inductor module imports it): its members are ATen ops, which the audit counts as
+#   compute when called (`extern_kernels.mm` is `not_triton`, as `torch.mm` is); an unused import costs nothing;
+# * `triton_heuristics.grid` and `grid_combo_kernels`: a grid's arithmetic. Gone from torch 2.6's inductor, so
+#   importing them fails as it does on a GPU (`runtime_error`), not as a compiler (`forbidden`).
+INDUCTOR_HELPERS: frozenset[str] = frozenset(
+    "torch._inductor.runtime.triton_helpers." + h
+    for h in ("libdevice", "math", "maximum", "minimum", "promote_to_tensor", "is_floating", "max2", "min2",
+              "prod", "any", "exp", "div_floor_integer", "remainder_integer", "pow_integer", "welford",
+              "welford_reduce", "welford_combine", "max_with_index", "min_with_index", "maximum_with_index",
+              "minimum_with_index", "online_softmax_combine", "online_softmax_reduce", "select_one",
+              "bucketize_binary_search", "randint64", "rand4x", "randn4x", "frexp", "device_assert_then",
+              "sort_with_index", "fp8e4m3fn_to_float32", "if_mask"))
+INDUCTOR_RUNTIME: frozenset[str] = INDUCTOR_HELPERS | frozenset(
+    {"torch._C._dynamo.guards.assert_size_stride", "torch._C._dynamo.guards.assert_alignment",
+     "torch._C._dynamo.guards._empty_strided_cuda", "torch._C._dynamo.guards._empty_strided_cpu",
+     "torch._C._dynamo.guards._reinterpret_tensor", "torch._C._cuda_getCurrentRawStream",
+     "torch.cuda._DeviceGuard", "torch._inductor.select_algorithm.extern_kernels",
+     "torch._inductor.runtime.triton_heuristics.grid", "torch._inductor.runtime.triton_heuristics.grid_combo_kernels"})
 ALLOWED_TORCH_NAMES: frozenset[str] = frozenset({"torch.library.wrap_triton", "triton.tools.tensor_descriptor"}
                                                 | CUSTOM_OPS | DRIVER_QUERIES | VERSION_PARSING | EAGER_NO_OPS
-                                                | INIT_FANS)
+                                                | INIT_FANS | INDUCTOR_RUNTIME)
 # Names a module may bind (`from triton.runtime import driver`) although they are not allowed names
 # themselves: every use of the bound name is still checked in full (`driver.active.get_current_target()`
 # is allowed, `driver.active.launch_enter_hook` is not).
-ALLOWED_BINDINGS: frozenset[str] = frozenset({"triton.runtime.driver"})
+ALLOWED_BINDINGS: frozenset[str] = frozenset({"triton.runtime.driver",
+                                              # `from torch._inductor.runtime import triton_helpers`, then
+                                              # `triton_helpers.maximum(...)` in a kernel: INDUCTOR_HELPERS
+                                              "torch._inductor.runtime.triton_helpers"})
 # Private attributes public kernels use: the fused-softmax tutorial loads a kernel it compiled with
 # `warmup` to read its registers (`k._init_handles()`; sandbox/compiled.py keeps its launches seen).
 ALLOWED_PRIVATE_ATTRIBUTES: frozenset[str] = frozenset({"_init_handles"})

@@ -268,7 +268,7 @@ class _Walker(ast.NodeVisitor):
                 self.flag(node, "introspection", f"star import from {base}")
                 continue
             full = f"{base}.{a.name}"
-            if a.name.startswith("_") or a.name in policy.REFERENCE_NAMES:
+            if (a.name.startswith("_") and not policy.allowed_name(full)) or a.name in policy.REFERENCE_NAMES:
                 self.flag(node, "introspection" if a.name.startswith("_") else "reference reuse",
                           f"import of {full}")
             elif full not in policy.ALLOWED_BINDINGS:  # a binding's uses are checked where they appear

@@ -68,6 +68,7 @@ SHARED_LIMIT = 232448  # an H100's shared memory per block, opt-in maximum (227 
 MAX_THREADS = 1024
 LOWER_BUDGET_S = 20.0
 _LANG_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")
+_LIBRARY_MODULES = ("torch._inductor.runtime.triton_helpers",)
 
 # The blocks the current launch's GPU compile generated code for ((code, line, column) of their first
 # statement or expression); None outside a launch checked here. interp_rewrite's branch helper reads it.
@@ -92,6 +93,7 @@ class _State:
     backend: Any = None
     ptx_version: int = 0
     module_map: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict)
+    library: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict)  # _LIBRARY_MODULES' views
     lang: _Views = dataclasses.field(default_factory=_Views)  # triton.language's: kept for the worker's life
     job: _Views = dataclasses.field(default_factory=_Views)  # the candidate's: dropped after each job
     wrapped: bool = False
@@ -170,6 +172,10 @@ def _scope(globs: dict[str, Any], views: _Views) -> dict[str, Any]:
 def _jit_value(v: Any) -> Any:
     if isinstance(v, InterpretedFunction):
         return twin_of(v)
+    if isinstance(v, types.ModuleType) and v.__name__ in _STATE.library:
+        # a kernel's `triton_helpers` global: Triton's dependency walk and code generator read
+        # `triton_helpers.maximum` off the module they find there (Triton's own they skip or map by name)
+        return _STATE.library[v.__name__]
     if type(v) is tuple:
         return tuple(_jit_value(x) for x in v)
     return v
@@ -193,6 +199,12 @@ def prepare() -> None:
     _STATE.ptx_version = get_ptx_version_from_options(backend.parse_options({}), TARGET.arch)
     _STATE.module_map = {**{name: _lang_proxy(sys.modules[name]) for name in _LANG_MODULES},
                          **backend.get_module_map()}
+    # triton_helpers when imported (the zygote preloads it: inductor_rt.py): a kernel's `triton_helpers` global
+    # is this view (`_jit_value`), so `triton_helpers.maximum(a, b)` reaches its JIT twin; without it, "Unsupported
+    # function referenced: <InterpretedFunction>" (an honest inductor kernel was compile_error). Not in the code
+    # generator's module_map, which also maps every value by its `__module__` and `__name__` (triton_helpers'
+    # decorated builtins are all named `wrapper`).
+    _STATE.library = {name: _lang_proxy(sys.modules[name]) for name in _LIBRARY_MODULES if name in sys.modules}
     _STATE.backend = backend
     real_visit = CodeGenerator.visit
 

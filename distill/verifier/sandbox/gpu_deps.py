@@ -32,15 +32,19 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 _TRITON_DIR = os.path.dirname(triton.__file__) + os.sep
+# torch inductor's runtime: its @triton.jit helpers (`triton_helpers.maximum`, `promote_to_tensor`), which an
+# inductor-generated kernel calls as it calls Triton's own (sandbox/inductor_rt.py), by file as Triton's are.
+_INDUCTOR_RUNTIME_DIR = os.path.join(os.path.dirname(torch.__file__), "_inductor", "runtime") + os.sep
 _DTYPES = (tl.dtype, tl.pointer_type, tl.block_type)
 _PLAIN = (bool, int, float, str, type(None))
 
 
 def is_triton_code(fn: Any) -> bool:
-    """A function whose code lives in Triton's installation (its code object's file: a function's
-    `__module__` can be set to anything, its code's file name cannot without making code)."""
+    """A function whose code lives in Triton's installation, or in torch inductor's runtime beside it
+    (triton_helpers' @triton.jit helpers: library code, not the candidate's), by its code object's file: a
+    function's `__module__` can be set to anything, its code's file name cannot without making code."""
     code = getattr(fn, "__code__", None)
-    return type(code) is types.CodeType and code.co_filename.startswith(_TRITON_DIR)
+    return type(code) is types.CodeType and code.co_filename.startswith((_TRITON_DIR, _INDUCTOR_RUNTIME_DIR))
 
 
 def _names(code: types.CodeType) -> list[str]:

@@ -22,7 +22,9 @@ MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.testing", "torch
            "distill.verifier.sandbox.libdevice_np", "distill.verifier.sandbox.interp_grid",
            "distill.verifier.sandbox.interp_rewrite", "distill.verifier.sandbox.interp_scan",
            "distill.verifier.sandbox.gpu_deps", "distill.verifier.sandbox.compiled",
-           "distill.verifier.sandbox.driver_view", "distill.verifier.sandbox.ptrspace")
+           "distill.verifier.sandbox.driver_view", "distill.verifier.sandbox.ptrspace",
+           # inductor's allocators and views as a candidate names them (inductor_rt.py)
+           "torch._C._dynamo.guards", "torch._inductor.runtime.triton_helpers")
 CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream",
            "triton.runtime.jit.JITFunction", "triton.runtime.interpreter.InterpretedFunction",
            "triton.runtime.jit.KernelInterface", "torch.utils._python_dispatch.TorchDispatchMode",

@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from distill.verifier import policy
-from distill.verifier.sandbox import compiled, cuda_standin, customops, driver_view, guard
+from distill.verifier.sandbox import compiled, cuda_standin, customops, driver_view, guard, inductor_rt
 from distill.verifier.sandbox.bands import Bands
 
 # The op tables and the rule that names an op by what it does to values live in policy.py; the
@@ -233,6 +233,7 @@ def install_patches(gpu: bool) -> tuple[dict[str, Callable], tuple[type, ...]]:
         real["launch:" + cls.__name__] = cls.__dict__["run"]
         cls.run = guard.launch_wrapper
     _eager_wrap_triton()
+    inductor_rt.install(gpu)
     compiled.install(gpu, cuda_standin.candidate_caller())
     driver_view.install(cuda_standin.candidate_caller())
     return real, kinds

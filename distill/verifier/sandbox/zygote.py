@@ -12,7 +12,9 @@ import torch
 import triton  # noqa: F401 - preloaded for the forks
 
 from distill.verifier import reference  # noqa: F401 - preloaded for the forks (references are forked here too)
-from distill.verifier.sandbox import provenance, worker
+from distill.verifier.sandbox import inductor_rt, provenance, worker
+
+inductor_rt.preload()  # ~2 s once here, rather than in every worker that names inductor's runtime
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     # Small sizes on purpose: no torch/OpenMP thread pool may exist in a process that forks.
