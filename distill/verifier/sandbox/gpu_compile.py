@@ -172,10 +172,13 @@ def _scope(globs: dict[str, Any], views: _Views) -> dict[str, Any]:
 def _jit_value(v: Any) -> Any:
     if isinstance(v, InterpretedFunction):
         return twin_of(v)
-    if isinstance(v, types.ModuleType) and v.__name__ in _STATE.library:
+    if isinstance(v, types.ModuleType) and v.__name__ in _LIBRARY_MODULES and _STATE.backend is not None:
         # a kernel's `triton_helpers` global: Triton's dependency walk and code generator read
         # `triton_helpers.maximum` off the module they find there (Triton's own they skip or map by name)
-        return _STATE.library[v.__name__]
+        view = _STATE.library.get(v.__name__)
+        if view is None:  # imported after prepare() (a worker not forked from the zygote, which preloads it)
+            view = _STATE.library[v.__name__] = _lang_proxy(sys.modules[v.__name__])
+        return view
     if type(v) is tuple:
         return tuple(_jit_value(x) for x in v)
     return v

@@ -14,9 +14,10 @@ import triton  # noqa: F401 - preloaded for the forks
 from distill.verifier import reference  # noqa: F401 - preloaded for the forks (references are forked here too)
 from distill.verifier.sandbox import inductor_rt, provenance, worker
 
-inductor_rt.preload()  # ~2 s once here, rather than in every worker that names inductor's runtime
-
 if os.environ.get("TRITON_INTERPRET") == "1":
+    # ~2 s once here rather than in every worker (each preloads it anyway, before its guard): the CPU lane
+    # only, where no import can touch CUDA; a GPU worker pays it after the fork
+    inductor_rt.preload()
     # Small sizes on purpose: no torch/OpenMP thread pool may exist in a process that forks.
     worker._warm_up(torch.device("cpu"), threads=False)
 else:

@@ -126,3 +126,23 @@ def test_the_guards_allocators_and_views_go_through_the_dispatcher(monkeypatch):
         with pytest.raises(RuntimeError, match="invalid device ordinal"):
             torch.cuda._DeviceGuard(1)
         assert torch._C._cuda_getCurrentRawStream(0) == 0
+
+
+def test_the_gpu_compile_check_sees_triton_helpers_through_jit_twins():
+    """Triton's dependency walk read `triton_helpers.maximum` off the real module, an interpreted function
+    under TRITON_INTERPRET: "Unsupported function referenced" (an honest inductor kernel was compile_error).
+    A kernel's `triton_helpers` global is now a view whose helpers are JIT twins, made on first use too (a
+    worker that imported triton_helpers after the backend was prepared)."""
+    import torch._inductor.runtime.triton_helpers as triton_helpers
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from distill.verifier.sandbox import gpu_compile
+
+    if not isinstance(triton_helpers.maximum, InterpretedFunction):
+        pytest.skip("the CPU lane's check: triton_helpers imported under TRITON_INTERPRET=1")
+    gpu_compile.prepare()
+    gpu_compile._STATE.library.pop(triton_helpers.__name__, None)
+    view = gpu_compile._jit_value(triton_helpers)
+    assert view is not triton_helpers and view.__name__ == triton_helpers.__name__
+    assert isinstance(view.maximum, gpu_compile._Twin) and view.maximum.fn is triton_helpers.maximum.fn
+    assert gpu_compile._jit_value(triton_helpers) is view  # one view per worker
