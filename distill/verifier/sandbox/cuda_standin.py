@@ -38,6 +38,7 @@ from typing import Any, Callable
 import torch
 
 from distill.verifier import trusted
+from distill.verifier.sandbox import hostmem
 
 
 def install() -> None:
@@ -46,6 +47,7 @@ def install() -> None:
     _install_is_cuda()
     if torch.cuda.is_available():  # a CPU lane in a process that has a GPU: its tensors' devices are real
         return
+    hostmem.install()
     candidate = candidate_caller()
     _install_device(candidate)
     _install_availability(candidate)
@@ -66,7 +68,7 @@ def _install_device(candidate: Callable[[Any], bool]) -> None:
 
     def device(self: torch.Tensor) -> torch.device:
         got = real.__get__(self)
-        return _STANDIN if got.type == "cpu" and candidate(sys._getframe(1)) else got
+        return _STANDIN if got.type == "cpu" and candidate(sys._getframe(1)) and not hostmem.marked(self) else got
 
     torch.Tensor.device = property(device)
 
@@ -167,7 +169,7 @@ def _install_is_cuda() -> None:
     def is_cuda(self: torch.Tensor) -> bool:
         if real.__get__(self):
             return True
-        return self.device.type == "cpu" and candidate(sys._getframe(1))
+        return self.device.type == "cpu" and candidate(sys._getframe(1)) and not hostmem.marked(self)
 
     torch.Tensor.is_cuda = property(is_cuda)
     _install_device_queries(candidate)
@@ -198,14 +200,23 @@ def _install_cuda_placement(candidate: Callable[[Any], bool]) -> None:
     public KernelBench answers) raised here ("Torch not compiled with CUDA enabled"). From the
     candidate's frames a CUDA placement now means the lane's CPU, which stands for the GPU: factories
     allocate there, and moves to CUDA keep the tensor or module where it is (dtype changes still apply).
-    Trusted code is never rewritten."""
+    What the candidate's own module puts on the host instead is marked so (hostmem.py), and a move of
+    such a tensor to the GPU copies it, as on a GPU. Trusted code is never rewritten."""
+    own = _own(candidate)
+
     for name in _FACTORIES:
         real = getattr(torch, name)
 
-        def factory(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            if _cuda(kwargs.get("device")) and candidate(sys._getframe(1)):
+        def factory(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            frame = sys._getframe(1)
+            if not candidate(frame):
+                return _real(*args, **kwargs)
+            device = kwargs.get("device")
+            if _cuda(device):
                 kwargs["device"] = "cpu"
-            return _real(*args, **kwargs)
+                return _real(*args, **kwargs)
+            out = _real(*args, **kwargs)
+            return hostmem.mark(out) if hostmem.made_on_host(_name, args, kwargs, device) and own(frame) else out
 
         factory.__name__ = factory.__qualname__ = name
         factory.__doc__ = real.__doc__
@@ -215,28 +226,53 @@ def _install_cuda_placement(candidate: Callable[[Any], bool]) -> None:
         real = getattr(torch.Tensor, name)
 
         def method(self: torch.Tensor, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            if _cuda(kwargs.get("device")) and candidate(sys._getframe(1)):
+            frame = sys._getframe(1)
+            if not candidate(frame):
+                return _real(self, *args, **kwargs)
+            device = kwargs.get("device")
+            if _cuda(device):
                 kwargs["device"] = "cpu"
-            return _real(self, *args, **kwargs)
+                return _real(self, *args, **kwargs)
+            out = _real(self, *args, **kwargs)  # `x.new_*` follows x's device unless told otherwise
+            host = hostmem.host_device(device) or device is None and hostmem.marked(self)
+            return hostmem.mark(out) if host and own(frame) else out
 
         method.__name__ = method.__qualname__ = name
         method.__doc__ = real.__doc__
         setattr(torch.Tensor, name, method)
 
-    real_to, real_cuda = torch.Tensor.to, torch.Tensor.cuda
+    real_to, real_cuda, real_cpu = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu
 
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if candidate(sys._getframe(1)):
-            if args and _cuda(args[0]):
-                args = ("cpu", *args[1:])
-            if _cuda(kwargs.get("device")):
-                kwargs["device"] = "cpu"
-        return real_to(self, *args, **kwargs)
+        frame = sys._getframe(1)
+        if not candidate(frame):
+            return real_to(self, *args, **kwargs)
+        first, device = args[0] if args else None, kwargs.get("device")
+        if _cuda(first) or _cuda(device):  # to the GPU: a host tensor's move is a copy there
+            args = ("cpu", *args[1:]) if _cuda(first) else args
+            kwargs = {**kwargs, "device": "cpu"} if _cuda(device) else kwargs
+            return real_to(self, *args, **hostmem.copy_kwargs(self, args, kwargs))
+        if isinstance(first, torch.Tensor):  # `.to(other)`: other's device
+            if hostmem.marked(first) and own(frame):
+                return hostmem.to_host(self, real_to, args, kwargs)
+            return real_to(self, *args, **hostmem.copy_kwargs(self, args, kwargs))
+        if hostmem.host_device(first) or hostmem.host_device(device):
+            return hostmem.to_host(self, real_to, args, kwargs) if own(frame) else real_to(self, *args, **kwargs)
+        out = real_to(self, *args, **kwargs)  # a dtype or layout change stays where it was
+        return hostmem.mark(out) if out is not self and hostmem.marked(self) else out
 
     def cuda(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        return self if candidate(sys._getframe(1)) else real_cuda(self, *args, **kwargs)
+        if not candidate(sys._getframe(1)):
+            return real_cuda(self, *args, **kwargs)
+        return real_to(self, copy=True) if hostmem.marked(self) else self
 
-    torch.Tensor.to, torch.Tensor.cuda = to, cuda
+    def cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        frame = sys._getframe(1)
+        if not (candidate(frame) and own(frame)) or hostmem.marked(self):
+            return real_cpu(self, *args, **kwargs)
+        return hostmem.mark(real_to(self, "cpu", copy=True))  # the GPU's tensor copied to the host
+
+    torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu = to, cuda, cpu
 
     module_to, module_cuda = torch.nn.Module.to, torch.nn.Module.cuda
 
@@ -244,13 +280,25 @@ def _install_cuda_placement(candidate: Callable[[Any], bool]) -> None:
         if candidate(sys._getframe(1)):
             device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
             if device is not None and device.type == "cuda":
+                hostmem.moved(self)
                 return self if dtype is None else module_to(self, dtype=dtype, non_blocking=non_blocking)
         return module_to(self, *args, **kwargs)
 
     def module_cuda_(self: torch.nn.Module, device: Any = None) -> Any:
-        return self if candidate(sys._getframe(1)) else module_cuda(self, device)
+        if candidate(sys._getframe(1)):
+            hostmem.moved(self)
+            return self
+        return module_cuda(self, device)
 
     torch.nn.Module.to, torch.nn.Module.cuda = module_to_, module_cuda_
+
+
+def _own(candidate: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """Whether a candidate-side frame is the candidate's own code rather than its problem's (which makes
+    the inputs the harness then places on the device)."""
+    def own(frame: Any) -> bool:
+        return candidate(frame) and not frame.f_code.co_filename.startswith("<problem ")
+    return own
 
 
 def candidate_caller() -> Callable[[Any], bool]:

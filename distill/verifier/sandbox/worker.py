@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from distill.verifier import codec, memplan, policy, problemio, protocol, running, timing
-from distill.verifier.sandbox import (bands, calls, caps, gpu_compile, guard, inputsets, integrity, interp_shims,
+from distill.verifier.sandbox import (bands, calls, caps, gpu_compile, guard, hostmem, inputsets, integrity, interp_shims,
                                       lockdown, provenance, replayer, seal)
 
 _REPLAYER = ("replay", "time_replay")  # the commands a replayer serves (replayer.py), and a worker never does
@@ -314,6 +314,7 @@ def _run(job: dict, msg: protocol.Run, device: torch.device, token: object, bloc
         with counter:
             model = job["cls"](*msg["init_args"], **msg.get("init_kwargs", {}))
             model = model.to(device)
+        hostmem.moved(model)  # on the CPU lane: its parameters and buffers are the GPU's from here on
         job["model"] = model
     except BaseException as exc:  # noqa: BLE001
         out["construct_error"] = calls.describe_error(exc)
