@@ -63,6 +63,13 @@ fails kernels written in common public styles that pass on a GPU; each shim clos
   in bf16 along a tree; the shim sums a tile in float32 and rounds once (never less accurate than a
   GPU: a kernel that relies on it can pass here and fail there; one that accumulates across loop
   iterations in bf16 rounds at every step in both). float16 needs none of this: numpy has float16.
+* **fp8 casts as a GPU rounds them.** The interpreter's own float -> fp8e4nv / fp8e5 conversion rounds a
+  tie up (1.0625 -> 1.125, where a GPU's `cvt.rn.satfinite` gives 1.0), flushes subnormals to zero (1e-3 ->
+  0 instead of 1.95e-3), carries a rounded-up mantissa into the exponent with an OR and does not
+  saturate: a per-token fp8 quantization was off by 0.48 on values near 3. The shim converts through
+  torch's float8_e4m3fn / float8_e5m2 (round to nearest even, subnormals kept) after clamping to the
+  largest finite value (NaN stays NaN), as sm_89+ `cvt.rn.satfinite` does; fp8 -> wider is exact either
+  way. The AMD formats (fp8e4b8, fp8e5b16) and fp8e4b15 keep the interpreter's conversion.
 * **No dead overflow check.** With `sanitize_overflow` on (the interpreter's default), every integer
   `+`, `-` and `*` is redone in int64 and compared with the type's bounds, and the result goes to a
   `device_assert` that returns at once unless `debug` is on: as on a GPU without debug, nothing is
@@ -114,6 +121,7 @@ def install() -> None:
     _install_launch_scope()
     _install_scalar_args()
     _install_bfloat16()
+    _install_fp8()
     _install_no_overflow_check()
     _install_device_io()
     cuda_standin.install()
@@ -451,3 +459,54 @@ def _install_bfloat16() -> None:
 
     builder.cast_impl, builder.binary_op, builder.create_fma, builder.create_dot = cast_impl, binary_op, create_fma, create_dot
     interpreter.ReduceOps.sum = reduce_sum
+
+
+def _fp8_torch() -> dict[Any, torch.dtype]:
+    """Triton's NVIDIA fp8 formats and torch's dtype of the same bits."""
+    return {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}
+
+
+def _to_f32(handle: Any) -> np.ndarray:
+    """A float handle's values as float32 (exact for fp16, bf16 and the fp8 formats)."""
+    d = handle.dtype.scalar
+    fp8 = _fp8_torch().get(d)
+    if fp8 is not None:
+        return torch.from_numpy(np.ascontiguousarray(handle.data)).view(fp8).to(torch.float32).numpy()
+    if d == tl.bfloat16:
+        return bf16_to_f32(handle.data)
+    return handle.data.astype(np.float32)
+
+
+def _install_fp8() -> None:
+    builder, handle = interpreter.InterpreterBuilder, interpreter.TensorHandle
+    real = builder.create_fp_to_fp
+    formats = _fp8_torch()
+    wide = (tl.float32, tl.float16, tl.bfloat16)
+
+    def create_fp_to_fp(self: Any, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
+        s, d = src.dtype.scalar, dst_type.scalar
+        if not ((s in formats or s in wide) and (d in formats or d in wide) and (s in formats or d in formats)):
+            return real(self, src, dst_type, rounding_mode)
+        if d in formats and rounding_mode not in (None, interpreter._ir.ROUNDING_MODE.RTNE):
+            return real(self, src, dst_type, rounding_mode)  # a GPU compile refuses other roundings into fp8
+        v = _to_f32(src)
+        if d in formats:
+            top = float(torch.finfo(formats[d]).max)
+            v = np.clip(v, -top, top)  # satfinite; np.clip keeps NaN
+            bits = torch.from_numpy(np.ascontiguousarray(v)).to(formats[d]).view(torch.uint8).numpy()
+            return handle(bits.reshape(np.shape(src.data)), d)
+        if d == tl.bfloat16:
+            return handle(f32_to_bf16(v), d)
+        return handle(v.astype(np.float16 if d == tl.float16 else np.float32), d)
+
+    real_dot = builder.create_dot
+
+    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+        """fp8 operands: the interpreter widens them through its own conversion to fp16 (NaN read as 480,
+        e5m2's subnormals as 0); a GPU's fp8 MMA multiplies the exact values and accumulates in fp32."""
+        if not (a.dtype.scalar in formats or b.dtype.scalar in formats) or d.dtype.scalar not in (tl.float32, tl.float16):
+            return real_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        out = np.matmul(_to_f32(a), _to_f32(b), dtype=np.float32) + d.data.astype(np.float32)
+        return handle(out.astype(d.data.dtype), d.dtype.scalar)
+
+    builder.create_fp_to_fp, builder.create_dot = create_fp_to_fp, create_dot
