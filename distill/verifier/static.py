@@ -284,7 +284,10 @@ class _Walker(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id == "super" and id(node) not in self.super_calls:  # `s = super; s(torch.Tensor, x)`
             self.flag(node, "introspection", "super used other than as a call")
-        if node.id in policy.REFERENCE_NAMES:
+        if node.id in policy.REFERENCE_NAMES and node.id not in self.own_classes:
+            # a module that defines its own `class Model` (KernelBench answers often keep the prompt's original
+            # above ModelNew, `super(Model, self).__init__()` and all) names that class, not the reference's: was
+            # `forbidden`; whatever ModelNew then runs through it is torch, and the audit counts it (not_triton)
             self.flag(node, "reference reuse", f"use of the reference name {node.id}")
         elif node.id.startswith("__") and node.id.endswith("__") and node.id not in policy.ALLOWED_DUNDERS:
             self.flag(node, "introspection", f"use of {node.id}")

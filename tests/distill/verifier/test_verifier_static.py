@@ -51,6 +51,17 @@ def test_policy_denylist(snippet, category):
     assert any(f.category == category for f in rep.findings), [str(f) for f in rep.findings]
 
 
+def test_a_module_of_its_own_class_model_names_that_class_not_the_reference():
+    """KernelBench answers often keep the prompt's `class Model` above ModelNew (`super(Model, self).__init__()`):
+    `forbidden` as reference reuse, though the name is the module's own class. The reference's name stays
+    refused where the module defines none, and imported or rebound it is no class of the module's."""
+    own = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\n"
+    assert check_source(HEAD + own + KERNEL + MODEL).status is None
+    assert check_source(HEAD + own + "Model = 3\n" + KERNEL + MODEL).status == "forbidden"
+    assert check_source(HEAD + "from problem import Model\n" + KERNEL + MODEL).status == "forbidden"
+    assert check_source(HEAD + "m = Model\n" + KERNEL + MODEL).status == "forbidden"
+
+
 def test_plain_getattr_and_private_self_attributes_are_fine():
     src = HEAD + KERNEL + "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
           "        self._cache = None\n    def forward(self, x):\n        return getattr(x, 'shape')\n"
