@@ -23,7 +23,7 @@ MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.testing", "torch
            "distill.verifier.sandbox.interp_rewrite", "distill.verifier.sandbox.interp_scan",
            "distill.verifier.sandbox.gpu_deps", "distill.verifier.sandbox.compiled",
            "distill.verifier.sandbox.driver_view", "distill.verifier.sandbox.ptrspace",
-           "distill.verifier.sandbox.hostmem",
+           "distill.verifier.sandbox.hostmem", "distill.verifier.sandbox.placement",
            # inductor's allocators and views as a candidate names them (inductor_rt.py)
            "torch._C._dynamo.guards", "torch._inductor.runtime.triton_helpers")
 CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream",
