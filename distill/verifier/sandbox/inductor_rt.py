@@ -17,7 +17,8 @@ they are made to behave, on both lanes, as the rest of a candidate's torch does:
   record of it, no poison in its unwritten bytes); `_reinterpret_tensor` makes a view without the bounds check
   (measured: a view 100 elements past a 6-element storage read host memory). Both become torch's own
   `empty_strided` / `as_strided`, which the audit records, poisons and bounds-checks. On the CPU lane a CUDA
-  buffer is a CPU one, as every other CUDA placement there is (cuda_standin.py).
+  buffer is a CPU one, as every other CUDA placement there is (cuda_standin.py), and an `_empty_strided_cpu`
+  buffer is marked as host memory (hostmem.py): a launch handed one fails, as on a GPU.
 * **The stand-in GPU's guard and stream** (CPU lane only): `torch.cuda._DeviceGuard(0)` ("PyTorch was
   compiled without CUDA support") selects nothing, as `torch.cuda.device` does there; `get_raw_stream(0)`
   (missing from a CPU build's `torch._C`) gives the one stream's number, 0.
@@ -31,6 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from distill.verifier.sandbox import hostmem
 
 
 def preload() -> None:
@@ -55,7 +58,8 @@ def install(gpu: bool) -> None:
         return torch.empty_strided(size, stride, dtype=dtype, device=where)
 
     def empty_strided_cpu(size: Any, stride: Any, dtype: Any) -> torch.Tensor:
-        return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+        # host memory on a GPU: on the CPU lane marked so, so a launch handed it fails there too (hostmem.py)
+        return hostmem.mark(torch.empty_strided(size, stride, dtype=dtype, device="cpu"))
 
     def reinterpret_tensor(self: torch.Tensor, size: Any, stride: Any, offset_increment: int = 0) -> torch.Tensor:
         return torch.as_strided(self, size, stride, self.storage_offset() + offset_increment)
