@@ -216,7 +216,7 @@ x, out = torch.randn(64).half(), torch.empty(64).half()
 dtypes[(1,)](x, out, 64, BLOCK=64)
 assert torch.equal(out, x * 2)
 assert "np" not in globals() and "TensorHandle" not in globals()  # nothing of the interpreter leaked here
-y = torch.empty(64)
+y = torch.empty(64, device="cuda")  # the lane's stand-in GPU: a host tensor fails a launch (hostmem.py)
 constexprs[(1,)](x.float(), y, 64, ACT=relu, SHAPE=y.shape)  # a jit function, a torch.Size, a default
 assert torch.equal(y, x.float().clamp(min=0))
 with pytest.raises(gpu_compile.GpuCompileError, match="generated no code"):
@@ -377,9 +377,9 @@ sys.stdout, builtins.print = Sink(), lambda *a, **k: Sink.write(None, " ".join(m
 show[(1,)](torch.arange(4.0) + 7)
 sys.stdout, builtins.print = real_stdout, real_print
 assert Sink.text == "", Sink.text  # nothing the candidate can swap saw the values
-check[(1,)](torch.ones(1))  # holds: nothing happens
+check[(1,)](torch.ones(1, device="cuda"))  # holds: nothing happens (on the stand-in GPU: hostmem.py)
 print("asserted", flush=True)
-check[(1,)](-torch.ones(1))  # fails: the process ends, no exception to catch
+check[(1,)](-torch.ones(1, device="cuda"))  # fails: the process ends, no exception to catch
 print("survived", flush=True)
 '''
 
