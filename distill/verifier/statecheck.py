@@ -81,7 +81,8 @@ def _bits(raw: torch.Tensor, width: int) -> torch.Tensor | None:
 def _digest(dtype: str, bits: torch.Tensor) -> str:
     """A cryptographic hash: the worker chooses the bytes it claims, so a checksum it could match
     with other values would let precomputed data through."""
-    return dtype + ":" + hashlib.sha256(bits.cpu().numpy().tobytes()).hexdigest()
+    # hashlib reads the array's own buffer: `.tobytes()` first was one more copy of a weight per digest
+    return dtype + ":" + hashlib.sha256(memoryview(bits.cpu().contiguous().numpy()).cast("B")).hexdigest()
 
 
 def held_tensors(model: torch.nn.Module) -> list[torch.Tensor]:

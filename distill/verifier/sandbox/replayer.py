@@ -207,11 +207,22 @@ def time_replay(msg: protocol.TimeReplay, state: dict[str, Any], scratch: str, d
         sets = {key: made[key] for key in order}  # both timing sets held, as a worker holds them
         bound = program.bind(device)
         checked: dict[str, protocol.Checked] = {}
+        changed: list[str] = []  # Bound.kept_changed's finding, at the checked calls and after the last
+
+        def kept_check() -> None:
+            guard.ctl(token, "record", False)  # the harness's own compare, between two of the record's calls
+            try:
+                with inputsets.lifted(block):
+                    changed.extend(bound.kept_changed())
+            finally:
+                guard.ctl(token, "record", True)
 
         def after(i: int, result: Any) -> None:
             if i in msg["check"]:
                 checked[str(i)] = protocol.Checked(set=i % len(order), problem="",
                                                    outputs=[t.detach().clone() for t in result])
+                if not changed:  # at the parent's secret calls too: a store into the kept state undone before the
+                    kept_check()  # last call is seen where a checked call's outputs came from it
 
         def timed(window: str) -> timing.Samples:
             return timing.time_calls(lambda i: bound.call(kernels, _launch), lambda i: bound.load(sets[order[i % len(order)]]),
@@ -253,6 +264,12 @@ def time_replay(msg: protocol.TimeReplay, state: dict[str, Any], scratch: str, d
         finally:
             guard.ctl(token, "record", False)
             done()  # the parent opens the gate: what follows (outputs to the host, clean-up) pauses nobody
+        if out["error"] is None and not changed:
+            with inputsets.lifted(block):  # after the timed calls ended
+                changed.extend(bound.kept_changed())
+        if out["error"] is None and changed:
+            out["error"] = protocol.Failure(type="distill.verifier.replay.OutOfRecord", message=changed[0],
+                                            cuda_fault=False, compile=False, denied=False, sandbox=False)
         if out["error"] is None:  # on the device: the reply's encoding copies them straight into the arena
             out["checked"] = checked  # (their host copies first were 11 s of L1 #7's 156 s, H200 2026-12-01)
         rec = guard.collect(token)

@@ -610,3 +610,25 @@ def test_what_a_factory_kernel_closed_over_is_a_claim_that_gains_nothing(pool, m
     v = pool.verify(problem("factory_closure_act"), honest("factory_closure_act"))
     assert v.status == "not_triton" and why in v.reason, v.reason
 
+
+
+def test_a_bound_record_restores_state_from_its_kept_copy_and_reports_one_that_changed():
+    """Timing restores each state storage from a copy kept where it lives (a 4.3 GB weight from the host
+    at every load was 57 s of a 320 s job); a store that reached that copy would reach every later load,
+    so the copy is compared with the record's bytes after the timed calls."""
+    a, w = torch.randn(100), torch.randn(100)
+    trace, out = _traced_add(a, None, extra_state=w)
+    record = _wire(serialise(trace, [a], [out], torch.device("cpu")))
+    program = replay.Program(record, frozenset({"add_k"}), 1 << 30)
+    bound = program.bind(torch.device("cpu"))
+    x = torch.randn(100)
+    bound.load([x])
+    assert torch.equal(bound.call({"add_k": add_k}, _launch)[0], x + w)
+    assert bound.kept_changed() == []
+    kept = [k for k in bound.kept if k is not None]
+    state = [s for s in program.storages if s["kind"] == "state"]
+    assert len(kept) == len(state) == 1 and kept[0].data_ptr() != state[0]["data"].data_ptr()
+    kept[0].view(torch.float32)[7] = 1e6  # what a far store into the kept copy does
+    bound.load([x])
+    assert not torch.equal(bound.call({"add_k": add_k}, _launch)[0], x + w)
+    assert bound.kept_changed() and "changed while they ran" in bound.kept_changed()[0]
