@@ -3,7 +3,7 @@
 A replayer, a fresh sandboxed process that never imported the candidate's module, rebuilds the record
 (`Program`) with kernels rebuilt from the candidate's source by the trusted parent (kernelsrc.py) and
 runs it on inputs it made itself from a seed the worker never saw, with the candidate's launches or
-without them (ablation), or binds it to memory allocated once for timing (`Bound`). Everything in the
+without them (ablation), or binds it to memory allocated once for timing (bound.py). Everything in the
 record is a claim, so `Program` checks every reference against its storage's bounds and knows only
 layout steps (a copy that changes values' type, like float32 to float16, and bytes read as another
 type are refused, as in the worker: policy.op_name): whatever record the worker sends, the replay
@@ -35,7 +35,7 @@ from distill.verifier.sandbox import bands, provenance, ptrspace
 from distill.verifier.record import MAX_DIMS, MAX_POINTERS, MAX_STEPS, MAX_STORAGES, NAME, SCALARS, NotReplayable, \
     scrub
 
-__all__ = ["Bound", "NotReplayable", "Program", "Replayed"]
+__all__ = ["NotReplayable", "Program", "Replayed"]
 
 # Guard bands around every storage, as wide as a worker's around what forward allocates (bands.py: a
 # multiple of every dtype's size, so each tensor keeps a fresh allocation's alignment). The byte 0x5A
@@ -44,8 +44,6 @@ BAND = bands.BAND_BYTES
 BAND_BYTE = 0x5A
 # A record's "range" steps: values made from scalars alone (position ids, an identity), made again here
 # by the same factory into the same dtype and device, as forward made them (record._RANGES).
-# The slice in which `Bound.kept_changed` moves a state's record bytes to the device to compare (256 MiB).
-KEPT_SLICE = 1 << 28
 RANGES = {"aten::arange": torch.arange, "aten::linspace": torch.linspace, "aten::logspace": torch.logspace,
           "aten::eye": torch.eye}
 
@@ -445,77 +443,3 @@ class Program:
                 if not torch.equal(codec.raw_u8(now), codec.raw_u8(was.to(now.device))):
                     changed.append(s["index"])
         return sorted(set(changed))
-
-    def bind(self, device: torch.device) -> "Bound":
-        """The record on memory allocated once, for timing (`Bound`)."""
-        return Bound(self, self._allocate(device))
-
-
-def _room(device: torch.device) -> int:
-    """Bytes this process may still allocate on `device`: its cap (caps.py) less what its allocator holds,
-    at most what the device has free. On the CPU, any."""
-    if device.type != "cuda":
-        return 1 << 62
-    cap = torch.cuda.get_device_properties(device).total_memory * torch.cuda.get_per_process_memory_fraction(device)
-    return int(min(cap - torch.cuda.memory_reserved(device), torch.cuda.mem_get_info(device)[0]))
-
-
-class Bound:
-    """A record on memory allocated once: `load` places an input set (untimed), `call` runs the steps
-    as forward would, without the poison fills a fresh `torch.empty` never had (timing.py times it).
-
-    `load` also makes every storage as `_allocate` made it (the state's bytes, 0xFF elsewhere, the
-    guard bands): memory allocated once keeps what the last call left, and with two input sets
-    alternating, a kernel keeping a cache of its answers keyed by the input's content in its own scratch
-    hit on every timed call while every checked run, on fresh memory, saw it compute (a red-team find).
-    Untimed: timing.py flushes L2 after `load`."""
-
-    def __init__(self, program: Program, mem: list[torch.UntypedStorage]) -> None:
-        self.program, self.mem = program, mem
-        self.subst: dict[float, float] = {}
-        # Each state's bytes kept where its storage lives: remade from the host copy at every load, a 4.3 GB
-        # weight was 57 s of KernelBench L2 #59's 320 s (52 timed calls, H200 2026-12-01). Where the copy does
-        # not fit, the host's. A kept copy is memory the kernels could reach: `kept_changed` checks it after.
-        states = [storage for s, storage in zip(program.storages, mem) if s["kind"] == "state"]
-        room = _room(states[0].device) if states else 0
-        need = 2 * sum(s["nbytes"] for s in program.storages)  # the checked calls' outputs, and slack
-        self.kept: list[torch.Tensor | None] = []
-        for s, storage in zip(program.storages, mem):
-            kept = self._keep(s, storage, room - need)
-            room -= kept.numel() if kept is not None else 0
-            self.kept.append(kept)
-
-    @staticmethod
-    def _keep(s: dict[str, Any], storage: torch.UntypedStorage, room: int) -> torch.Tensor | None:
-        if s["kind"] != "state" or s["nbytes"] > room:
-            return None
-        try:  # a copy on the CPU too (the tests' lane): the record's bytes stay what `kept_changed` compares with
-            return s["data"].to(storage.device, copy=True)
-        except torch.OutOfMemoryError:
-            return None
-
-    def kept_changed(self) -> list[str]:
-        """The state storages whose kept copy (`__init__`) no longer holds the record's bytes: a store outside
-        every tensor of the record, which would reach the next load (compared in slices on the device)."""
-        found = []
-        for sid, (s, kept) in enumerate(zip(self.program.storages, self.kept)):
-            for a in range(0, s["nbytes"] if kept is not None else 0, KEPT_SLICE):
-                b = min(a + KEPT_SLICE, s["nbytes"])
-                if not torch.equal(kept[a:b], s["data"][a:b].to(kept.device)):
-                    found.append(f"state storage {sid}'s bytes kept for the timed calls changed while they ran "
-                                 "(a store outside every tensor of the record)")
-                    break
-        return found
-
-    def load(self, inputs: list[Any]) -> None:
-        for s, storage, kept in zip(self.program.storages, self.mem, self.kept):
-            raw = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-            raw.fill_(BAND_BYTE)
-            body = raw[BAND:BAND + s["nbytes"]]
-            body.copy_(s["data"] if kept is None else kept) if s["kind"] == "state" else body.fill_(0xFF)
-        self.program._point(self.mem)
-        self.program._place(self.mem, inputs)
-        self.subst = self.program.substitutes(inputs)
-
-    def call(self, kernels: dict[str, Any], launch: Callable[[Any, tuple, tuple, dict], None]) -> list[torch.Tensor]:
-        return self.program._execute(self.mem, kernels, False, False, launch, self.subst)

@@ -40,6 +40,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from distill.verifier import problemio, protocol, timing
+from distill.verifier.sandbox import bound as bound_mod
 from distill.verifier.sandbox import calls, gpu_compile, guard, inputsets, provenance
 from distill.verifier.sandbox.replay import NotReplayable, Program
 
@@ -195,7 +196,7 @@ def time_replay(msg: protocol.TimeReplay, state: dict[str, Any], scratch: str, d
                 block: provenance.BackendBlock, flush: torch.Tensor, go: Callable[[], bool],
                 done: Callable[[], None]) -> protocol.TimeReplayReply:
     """Serve one `time_replay` command (GPU only; the parent holds the timing gate from timing.READY on): the record timed
-    with timing.py's protocol, input sets alternating in memory allocated once (replay.Bound), with
+    with timing.py's protocol, input sets alternating in memory allocated once (bound.py), with
     the outputs of the calls in `msg["check"]` kept for the parent to compare. The pool's default
     (pool.py `timing_in`); on the H100 its medians agree with the worker's within 0.7% per kernel."""
     out: protocol.TimeReplayReply = {"error": None, "fingerprints": {}, "checked": {}}
@@ -205,7 +206,7 @@ def time_replay(msg: protocol.TimeReplay, state: dict[str, Any], scratch: str, d
         program, made, kernels = ready
         order = list(made)
         sets = {key: made[key] for key in order}  # both timing sets held, as a worker holds them
-        bound = program.bind(device)
+        bound = bound_mod.bind(program, device)
         checked: dict[str, protocol.Checked] = {}
         changed: list[str] = []  # Bound.kept_changed's finding, at the checked calls and after the last
 

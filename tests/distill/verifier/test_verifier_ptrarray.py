@@ -18,6 +18,7 @@ import triton.language as tl
 from distill.verifier import codec
 from distill.verifier import record
 from distill.verifier.record import NotReplayable, serialise
+from distill.verifier.sandbox import bound as bound_mod
 from distill.verifier.sandbox import interp_grid, ptrspace, replay
 from tests.distill.verifier.conftest import MANIFEST, honest, hostile, problem
 
@@ -168,7 +169,7 @@ def test_a_pointer_array_is_recorded_as_storages_and_offsets_and_rebuilt():
                      0, done.mem[0].data_ptr() + BAND + 8]
     program.audit(done, [x, y])
     assert done.out_of_bounds == [] and done.inputs_changed == []
-    bound = program.bind(torch.device("cpu"))  # memory allocated once (timing): load writes them again
+    bound = bound_mod.bind(program, torch.device("cpu"))  # memory allocated once (timing): load writes them again
     bound.load([x, y])
     assert torch.equal(bound.call({"add_via": add_via}, _launch)[0], x + y)
 

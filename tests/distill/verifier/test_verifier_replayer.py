@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from distill.verifier import codec, kernelsrc, procs, statecheck
+from distill.verifier.sandbox import bound as bound_mod
 from distill.verifier.sandbox import replay
 from distill.verifier.record import serialise, state_limit
 from tests.distill.verifier.conftest import honest, problem
@@ -541,7 +542,7 @@ def test_a_bound_record_alternates_input_sets_on_memory_allocated_once():
     a, b = torch.randn(100), torch.randn(100)
     trace, out = _traced_add(a, b)
     program = replay.Program(_wire(serialise(trace, [a, b], [out], torch.device("cpu"))), frozenset({"add_k"}), 1 << 30)
-    bound = program.bind(torch.device("cpu"))
+    bound = bound_mod.bind(program, torch.device("cpu"))
     sets = [[torch.randn(100), torch.randn(100)] for _ in range(2)]
     for i in range(4):
         bound.load(sets[i % 2])
@@ -578,7 +579,7 @@ def test_a_bound_record_remakes_its_memory_between_timed_calls():
              ("launch", cached_add_k, (a, b, out, memo, 100), (1,), {"BLOCK": 128}, True)]  # one program: no race
     record = _wire(serialise(trace, [a, b], [out], torch.device("cpu")))
     program = replay.Program(record, frozenset({"cached_add_k"}), 1 << 30)
-    bound = program.bind(torch.device("cpu"))
+    bound = bound_mod.bind(program, torch.device("cpu"))
     first = [torch.randn(100), torch.randn(100)]
     second = [first[0].clone(), torch.randn(100)]  # the same key, other data: a stale cache hits
     bound.load(first)
@@ -620,7 +621,7 @@ def test_a_bound_record_restores_state_from_its_kept_copy_and_reports_one_that_c
     trace, out = _traced_add(a, None, extra_state=w)
     record = _wire(serialise(trace, [a], [out], torch.device("cpu")))
     program = replay.Program(record, frozenset({"add_k"}), 1 << 30)
-    bound = program.bind(torch.device("cpu"))
+    bound = bound_mod.bind(program, torch.device("cpu"))
     x = torch.randn(100)
     bound.load([x])
     assert torch.equal(bound.call({"add_k": add_k}, _launch)[0], x + w)
