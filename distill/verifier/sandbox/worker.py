@@ -338,6 +338,10 @@ def _run(job: dict, msg: protocol.Run, device: torch.device, token: object, bloc
         job["sets"].made[:msg["n_trials"]] = [None] * msg["n_trials"]  # resident: only the timing sets stay
     finally:
         guard.ctl(token, "harness", False)
+    # The calls' cached blocks back to the GPU now, not at the job's end: the replay and the timing run in
+    # other processes on the same GPU meanwhile. KernelBench L1 #19 (12.9 GB) had a worker peak of 51.8 GB
+    # and 117 GB of the H200 held during its timing (nvidia-smi, 2026-12-01), two such jobs no longer fitting.
+    memplan.release(device)
     reply(protocol.Progress(progress="outputs reply"))  # the reply's encoding (each call's outputs went as it ended)
     peak = memplan.peak(device)
     out["memory"] = protocol.WorkerMemory(worker_peak_bytes=None if peak is None else max(peak, out.pop("peak_before", 0)),
