@@ -71,6 +71,10 @@ CONSTANT_STORAGES = 256
 _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+# Bytes of a device tensor per step of `_digest` (64 MiB): the host buffer it reuses.
+DIGEST_SLICE = 1 << 26
+
+
 def _bits(raw: torch.Tensor, width: int) -> torch.Tensor | None:
     """Raw bytes (uint8) as one signed integer per element of `width` bytes, or None."""
     if width not in _INTS or raw.numel() % width:
@@ -80,9 +84,22 @@ def _bits(raw: torch.Tensor, width: int) -> torch.Tensor | None:
 
 def _digest(dtype: str, bits: torch.Tensor) -> str:
     """A cryptographic hash: the worker chooses the bytes it claims, so a checksum it could match
-    with other values would let precomputed data through."""
-    # hashlib reads the array's own buffer: `.tobytes()` first was one more copy of a weight per digest
-    return dtype + ":" + hashlib.sha256(memoryview(bits.cpu().contiguous().numpy()).cast("B")).hexdigest()
+    with other values would let precomputed data through. The bytes of a device tensor reach the hash
+    in DIGEST_SLICE pieces through one host buffer: a whole host copy (and `.tobytes()` of it, one more)
+    per digest was where the reference of KernelBench L2 #59 (a 4.3 GB weight) spent 731 of its 1,782
+    profile samples (H200, 2026-12-01), fresh host memory at every one."""
+    h = hashlib.sha256()
+    flat = bits.reshape(-1)
+    if flat.device.type == "cpu" and flat.is_contiguous():  # hashlib reads the tensor's own memory
+        h.update(memoryview(flat.numpy()).cast("B"))
+        return dtype + ":" + h.hexdigest()
+    step = max(1, DIGEST_SLICE // flat.element_size())
+    buf = torch.empty(min(step, flat.numel()), dtype=flat.dtype)
+    for a in range(0, flat.numel(), step):
+        part = buf[:min(step, flat.numel() - a)]
+        part.copy_(flat[a:a + step])
+        h.update(memoryview(part.numpy()).cast("B"))
+    return dtype + ":" + h.hexdigest()
 
 
 def held_tensors(model: torch.nn.Module) -> list[torch.Tensor]:

@@ -296,3 +296,21 @@ def test_a_slow_call_is_timed_fewer_times_within_bounds():
     assert timing.trials_for(5.0, 4) == 4  # a pool asking fewer than the floor keeps its count
     for unknown in (None, 0.0, -1.0, float("nan"), float("inf")):
         assert timing.trials_for(unknown, 100) == 100
+
+
+def test_a_state_digest_is_the_sha256_of_its_bytes_whether_hashed_whole_or_in_slices(monkeypatch):
+    """statecheck._digest hashes a device tensor through one reused host buffer, slice by slice (a whole
+    host copy per digest was most of a 4.3 GB weight's reference profile); the digest must not change,
+    since the parent compares the worker's bytes hashed whole with the reference's hashed in slices."""
+    import hashlib
+
+    from distill.verifier import statecheck
+
+    monkeypatch.setattr(statecheck, "DIGEST_SLICE", 1000)  # 250 int32 a slice: 50 slices and a short one
+    b = torch.randint(-2 ** 31, 2 ** 31 - 1, (12345,), dtype=torch.int32)
+    assert statecheck._digest("int32", b) == "int32:" + hashlib.sha256(b.numpy().tobytes()).hexdigest()
+    strided = b[::3]  # not contiguous: the sliced path
+    assert statecheck._digest("int32", strided) == "int32:" + hashlib.sha256(strided.contiguous().numpy().tobytes()).hexdigest()
+    changed = strided.clone()
+    changed[-1] += 1  # in the last, short slice
+    assert statecheck._digest("int32", changed) != statecheck._digest("int32", strided)
