@@ -69,10 +69,12 @@ class Arena:
 
     A tensor that does not fit goes to the `overflow` arena: a sparse file on disk as large as the
     machine's memory (nothing is allocated until written), its offsets counted past this arena's end.
-    The parent punches each tensor's pages out of the file once it has its copy, so a workload-sized
-    output (6 GiB: KernelBench's ReLU) costs the child one host copy and the parent one, where the
-    pipe cost each side three (the bytes, their join, the parent's private copy), and it holds no page
-    of the file past the message."""
+    A workload-sized output (6 GiB: KernelBench's ReLU) costs the child one host copy and the parent
+    one, where the pipe cost each side three (the bytes, their join, the parent's private copy). The
+    file's pages stay while a command's messages come (each acked message's successor is written over
+    it from the start: pages already there take no fault) and are punched out when its reply is read
+    (`settle`): a fresh page at every message made the trip three times as long (bench/bench_arena.py,
+    `resident` against `take (clone)`, 2026-12-01)."""
 
     PAGE = mmap.PAGESIZE
 
@@ -86,6 +88,7 @@ class Arena:
         finally:
             os.close(fd)
         self.path, self.size, self.top = path, size, 0
+        self.resident = 0  # an overflow's bytes from its start read since the last `settle`: pages kept
         self.overflow, self.align = overflow, align  # an overflow's tensors start on pages (`drop`)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -114,11 +117,17 @@ class Arena:
         past this arena's end: its pages are dropped from the file once copied)."""
         if type(off) is int and self.overflow is not None and off >= self.size:
             got = self.overflow.take(off - self.size, nbytes)
-            self.overflow.drop(off - self.size, nbytes)
+            self.overflow.resident = max(self.overflow.resident, off - self.size + nbytes)
             return got
         if not (type(off) is int and 0 <= off and off % self.align == 0 and off + nbytes <= self.size):
             raise CodecError("bad arena offset")
         return self.buf[off:off + nbytes].clone()
+
+    def settle(self) -> None:
+        """Punch out the overflow's pages kept while a command's messages came (its reply was read)."""
+        if self.overflow is not None and self.overflow.resident:
+            self.overflow.drop(0, self.overflow.resident)
+            self.overflow.resident = 0
 
     def release(self) -> None:
         """Punch every page out of this arena and its overflow (their child is dead: whatever it left unread

@@ -317,6 +317,8 @@ class Proc:
                     raise ProcProtocol(f"malformed reply during {phase}: {exc}") from None
                 if not isinstance(msg, dict):
                     raise ProcProtocol(f"reply during {phase} is not an object")
+                if self.arena is not None and "progress" not in msg and "trial" not in msg:
+                    self.arena.settle()  # a command's reply: its messages' pages in the overflow go now
                 return msg
             if not self.alive():
                 raise ProcDied(self._exitcode(), phase)

@@ -74,7 +74,8 @@ def test_codec_arena_carries_tensor_bytes_beside_the_message(tmp_path):
 
 def test_codec_arena_overflow_carries_what_the_arena_cannot_and_frees_its_pages(tmp_path):
     """A tensor past the arena goes to its overflow file (not inline: no copies of it in the message),
-    decodes bit for bit as a private copy, and its pages leave the file once the parent took it."""
+    decodes bit for bit as a private copy; its pages stay for the command's next message, written over
+    them from the start, and leave the file when the command's reply is read (`settle`)."""
     over, path = str(tmp_path / "overflow"), str(tmp_path / "arena")
     child = codec.Arena(path, 1 << 12, create=True, overflow=codec.Arena(over, 1 << 30, create=True, align=codec.Arena.PAGE))
     parent = codec.Arena(path, 1 << 12, overflow=codec.Arena(over, 1 << 30, align=codec.Arena.PAGE))
@@ -85,9 +86,15 @@ def test_codec_arena_overflow_carries_what_the_arena_cannot_and_frees_its_pages(
     out = codec.decode(data, parent)
     assert tolerance.bitwise_equal(out["big"], big) and tolerance.bitwise_equal(out["second"], second)
     assert out["small"].tolist() == [1.0, 1.0]
-    assert os.stat(over).st_blocks * 512 < 64 << 10  # the parent's copies taken, the file's pages punched out
-    child.overflow.buf[: 8 << 20].fill_(7)  # the child writing after the parent took its copy changes nothing
+    kept = os.stat(over).st_blocks * 512
+    assert kept >= big.numel() * 4 and parent.overflow.resident >= big.numel() * 4  # kept for the next message
+    child.overflow.buf[: big.numel() * 4].fill_(7)  # the child writing after the parent took its copy changes nothing
     assert tolerance.bitwise_equal(out["big"], big)
+    child.reset()  # the next message of the command (after its ack) lands on the same pages
+    again = codec.decode(codec.encode({"big": -big}, child), parent)
+    assert tolerance.bitwise_equal(again["big"], -big) and os.stat(over).st_blocks * 512 <= kept
+    parent.settle()  # the command's reply was read
+    assert os.stat(over).st_blocks * 512 < 64 << 10 and parent.overflow.resident == 0
     # A reply the parent never read (its child died mid-message) is freed by `release`.
     child.reset()
     codec.encode({"big": big}, child)
