@@ -225,6 +225,20 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             def grid(meta: Any, _g: Any = user_grid, _box: list = grids) -> Any:
                 _box.append(_g(meta))
                 return _box[-1]
+        if callable(grid):
+            # A grid callable is the caller's code that Triton calls back inside the launch, where ATen ops
+            # are Triton's own (the interpreter's copies) and go uncounted: its ops are forward's, counted
+            # and traced as if it ran before the launch. A value-changing copy made there (`low.copy_(s)`,
+            # int64 -> uint8) passed five trials in its worker, the replay alone catching it (red-team
+            # pass 11: grid_callable_cast).
+            launch_grid = grid
+
+            def grid(meta: Any, _g: Any = launch_grid) -> Any:
+                st["in_launch"] -= 1
+                try:
+                    return _g(meta)
+                finally:
+                    st["in_launch"] += 1
         st["in_launch"] += 1
         try:
             out = real["launch:" + cls.__name__](kernel, *largs, grid=grid, warmup=warmup, **kwargs)

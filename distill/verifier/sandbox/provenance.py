@@ -201,6 +201,17 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
             (torch.UntypedStorage, "_write_file", "UntypedStorage._write_file", "file"),
             # byteswap (and TypedStorage's, which calls it) rewrites every value's bytes in C, no ATen op
             (torch.UntypedStorage, "_byteswap", "UntypedStorage.byteswap", "foreign compute"),
+            # C entries that hand a tensor's memory or bytes to Python with no ATen op (red-team pass 11):
+            # `torch.to_dlpack(x)` (torch.utils.dlpack.to_dlpack, the same builtin) gave numpy a view of
+            # any input through `np.from_dlpack`, and `torch._C._pickle_save(x)` returned its raw bytes;
+            # numpy added on the host and all five worker trials passed (dlpack_numpy_add,
+            # pickle_save_read: only the replay's wrong outputs caught them). Tensor.__dlpack__ was
+            # guarded; the function it calls was not.
+            (torch._C, "_to_dlpack", "torch.to_dlpack", "foreign compute"),
+            (torch._C, "_to_dlpack_versioned", "torch._C._to_dlpack_versioned", "foreign compute"),
+            (torch._C, "_pickle_save", "torch._C._pickle_save", "file"),
+            (torch._C, "_save_jit_module_to_bytes", "torch._C._save_jit_module_to_bytes", "file"),
+            (torch._C, "_save_mobile_module_to_bytes", "torch._C._save_mobile_module_to_bytes", "file"),
             (torch, "compile", "torch.compile", "torch.compile"),
             (torch.jit, "script", "torch.jit.script", "torch.compile"),
             (torch.jit, "trace", "torch.jit.trace", "torch.compile")]
@@ -225,9 +236,12 @@ def install_patches(gpu: bool) -> tuple[dict[str, Callable], tuple[type, ...]]:
     from triton.runtime.jit import JITFunction
 
     real: dict[str, Callable] = {}
+    wrappers: dict[int, Callable] = {}
     for owner, attr, name, category in _guarded_targets():
         real[name] = getattr(owner, attr)
-        setattr(owner, attr, guard.make_wrapper(name, category))
+        wrappers[id(real[name])] = guard.make_wrapper(name, category)
+        setattr(owner, attr, wrappers[id(real[name])])
+    _swap_aliases(wrappers, real)
     kinds = (JITFunction, InterpretedFunction)
     for cls in kinds:
         real["launch:" + cls.__name__] = cls.__dict__["run"]
@@ -237,6 +251,36 @@ def install_patches(gpu: bool) -> tuple[dict[str, Callable], tuple[type, ...]]:
     compiled.install(gpu, cuda_standin.candidate_caller())
     driver_view.install(cuda_standin.candidate_caller())
     return real, kinds
+
+
+# Modules whose attributes a candidate reaches by a public or private name: a guarded callable's other
+# names there are swapped too. The harness's own modules keep theirs (the candidate never reaches them).
+_ALIAS_ROOTS = ("torch", "triton", "ctypes", "_ctypes", "signal", "_signal", "threading", "_thread", "numpy")
+
+
+def _swap_aliases(wrappers: dict[int, Callable], real: dict[str, Callable]) -> int:
+    """Every other name a loaded module gives a guarded callable gets its wrapper as well. Guarding one
+    name left the object reachable by its others: `torch.utils.dlpack.to_dlpack` and `torch.to_dlpack`
+    are `torch._C._to_dlpack`, `torch.utils.dlpack.from_dlpack` is `torch.from_dlpack`, `torch.xpu.cast`
+    is `ctypes.cast`, `torch.jit._trace.trace` is `torch.jit.trace` (red-team pass 11). A module loaded
+    later that imports the name takes it from a swapped module, so sees the wrapper. Returns the count."""
+    held = {id(f): f for f in real.values()}
+    swapped = 0
+    for mname, module in list(sys.modules.items()):
+        if module is None or mname.partition(".")[0] not in _ALIAS_ROOTS:
+            continue
+        space = getattr(module, "__dict__", None)
+        if type(space) is not dict:
+            continue
+        # ~1,200 modules after torch and triton: one pass over their values costs ~50 ms if written as a
+        # loop of lookups per item, so the candidates are picked out first.
+        for key in [k for k, v in space.items() if id(v) in wrappers and held.get(id(v)) is v]:
+            try:
+                setattr(module, key, wrappers[id(space[key])])
+                swapped += 1
+            except (AttributeError, TypeError):
+                continue
+    return swapped
 
 
 def _eager_wrap_triton() -> None:
