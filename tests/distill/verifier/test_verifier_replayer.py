@@ -633,3 +633,29 @@ def test_a_bound_record_restores_state_from_its_kept_copy_and_reports_one_that_c
     bound.load([x])
     assert not torch.equal(bound.call({"add_k": add_k}, _launch)[0], x + w)
     assert bound.kept_changed() and "changed while they ran" in bound.kept_changed()[0]
+
+
+@pytest.mark.gpu
+def test_gpu_a_bound_record_keeps_its_state_on_the_device_and_finds_a_changed_copy():
+    """On a GPU the timing's state restore reads a device copy (bound.py), not the host's bytes; the steps
+    are not run here (no kernel launch: the suite imports kernels under TRITON_INTERPRET=1)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    dev = torch.device("cuda")
+    a, w = torch.randn(1 << 20, device=dev), torch.randn(1 << 20, device=dev)
+    trace, out = _traced_add(a, None, extra_state=w)
+    program = replay.Program(_wire(serialise(trace, [a], [out], dev)), frozenset({"add_k"}), 1 << 30)
+    bound = bound_mod.bind(program, dev)
+    sid = [s["kind"] for s in program.storages].index("state")
+    kept = bound.kept[sid]
+    assert kept is not None and kept.device.type == "cuda" and program.storages[sid]["data"].device.type == "cpu"
+
+    def state_now() -> torch.Tensor:
+        raw = torch.empty(0, dtype=torch.uint8, device=dev).set_(bound.mem[sid])
+        return raw[replay.BAND:replay.BAND + program.storages[sid]["nbytes"]].view(torch.float32)
+
+    bound.load([torch.randn(1 << 20, device=dev)])
+    assert torch.equal(state_now(), w) and bound.kept_changed() == []
+    kept.view(torch.float32)[12345] = 7.0
+    bound.load([torch.randn(1 << 20, device=dev)])
+    assert state_now()[12345].item() == 7.0 and "changed while they ran" in bound.kept_changed()[0]
