@@ -49,13 +49,14 @@ class Bound:
         # Each state's bytes kept where its storage lives: remade from the host copy at every load, a 4.3 GB
         # weight was 57 s of KernelBench L2 #59's 320 s (52 timed calls, H200 2026-12-01). Where the copy does
         # not fit, the host's. A kept copy is memory the kernels could reach: `kept_changed` checks it after.
-        states = [storage for s, storage in zip(program.storages, mem) if s["kind"] == "state"]
-        room = _room(states[0].device) if states else 0
+        devices = {storage.device for s, storage in zip(program.storages, mem) if s["kind"] == "state"}
+        room = {device: _room(device) for device in devices}
         need = 2 * sum(s["nbytes"] for s in program.storages)  # the checked calls' outputs, and slack
         self.kept: list[torch.Tensor | None] = []
         for s, storage in zip(program.storages, mem):
-            kept = self._keep(s, storage, room - need)
-            room -= kept.numel() if kept is not None else 0
+            kept = self._keep(s, storage, room.get(storage.device, 0) - need)
+            if kept is not None:
+                room[storage.device] -= kept.numel()
             self.kept.append(kept)
 
     @staticmethod
