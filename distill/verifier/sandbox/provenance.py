@@ -253,18 +253,23 @@ def install_patches(gpu: bool) -> tuple[dict[str, Callable], tuple[type, ...]]:
     return real, kinds
 
 
-# Modules whose attributes a candidate reaches by a public or private name: a guarded callable's other
-# names there are swapped too. The harness's own modules keep theirs (the candidate never reaches them).
-_ALIAS_ROOTS = ("torch", "triton", "ctypes", "_ctypes", "signal", "_signal", "threading", "_thread", "numpy")
+# Modules whose attributes a candidate reaches through an allowed import: a guarded callable's other names
+# there are swapped too. Not the standard library's own modules (signal, _signal, threading, ctypes), which
+# the import guard keeps from the candidate and the harness calls inside launches: Python's `signal.signal`
+# calls `_signal.signal`, which the guard's launch restores after a GPU compile's children with the
+# candidate's forward below it on the stack, where a wrapper would deny it.
+_ALIAS_ROOTS = ("torch", "triton")
 
 
 def _swap_aliases(wrappers: dict[int, Callable], real: dict[str, Callable]) -> int:
-    """Every other name a loaded module gives a guarded callable gets its wrapper as well. Guarding one
-    name left the object reachable by its others: `torch.utils.dlpack.to_dlpack` and `torch.to_dlpack`
-    are `torch._C._to_dlpack`, `torch.utils.dlpack.from_dlpack` is `torch.from_dlpack`, `torch.xpu.cast`
-    is `ctypes.cast`, `torch.jit._trace.trace` is `torch.jit.trace` (red-team pass 11). A module loaded
-    later that imports the name takes it from a swapped module, so sees the wrapper. Returns the count."""
+    """Every other name a loaded torch or triton module gives a guarded callable gets its wrapper as well.
+    Guarding one name left the object reachable by its others: `torch.utils.dlpack.to_dlpack` and
+    `torch.to_dlpack` are `torch._C._to_dlpack`, `torch.utils.dlpack.from_dlpack` is `torch.from_dlpack`,
+    `torch.xpu.cast` is `ctypes.cast`, `torch.jit._trace.trace` is `torch.jit.trace` (red-team pass 11).
+    A module loaded later that imports the name takes it from a swapped module, so sees the wrapper.
+    Returns the count."""
     held = {id(f): f for f in real.values()}
+    ids = frozenset(wrappers)
     swapped = 0
     for mname, module in list(sys.modules.items()):
         if module is None or mname.partition(".")[0] not in _ALIAS_ROOTS:
@@ -272,8 +277,10 @@ def _swap_aliases(wrappers: dict[int, Callable], real: dict[str, Callable]) -> i
         space = getattr(module, "__dict__", None)
         if type(space) is not dict:
             continue
-        # ~1,200 modules after torch and triton: one pass over their values costs ~50 ms if written as a
-        # loop of lookups per item, so the candidates are picked out first.
+        # ~1,000 modules and ~45,000 names after torch and triton: a Python test per name cost ~30 ms a
+        # worker, so the ids are matched in C first and only a module holding one is read name by name.
+        if ids.isdisjoint(map(id, space.values())):
+            continue
         for key in [k for k, v in space.items() if id(v) in wrappers and held.get(id(v)) is v]:
             try:
                 setattr(module, key, wrappers[id(space[key])])

@@ -19,7 +19,7 @@ def test_the_c_entries_that_export_a_tensors_bytes_are_guarded():
 
 def test_every_alias_of_a_guarded_callable_gets_its_wrapper():
     """A guarded object under a second name (torch.utils.dlpack.to_dlpack is torch._C._to_dlpack) is
-    swapped wherever a module of torch, triton, ctypes, signal or the thread modules holds it; here on
+    swapped wherever a torch or triton module holds it; here on
     a stand-in, so this process's torch keeps its own."""
     def exporter():
         return None
