@@ -70,6 +70,11 @@ FORBIDDEN_TORCH_PREFIXES: dict[str, str] = {
     # them on the host and fed the product to its kernels as scalars (hostile save_storage_fold).
     "torch.save": "file", "torch.load": "file", "torch.serialization": "file", "torch.package": "file",
     "torch.onnx": "file",
+    # DLPack hands a tensor's memory to another library (numpy's `from_dlpack`) or takes one in, without an
+    # ATen op on the values: red-team pass 11's dlpack_numpy_add added on the host through it. The run-time
+    # guard refuses the builtins under every alias (sandbox/provenance.py); refused here as well, so the
+    # verdict comes before any import (`torch.utils.dlpack` is inside `torch.utils` already).
+    "torch.to_dlpack": "foreign compute", "torch.from_dlpack": "foreign compute",
     # logging's socket listener and its file, socket and queue handlers: an allowed `logging` keeps its loggers
     "logging.config": "network", "logging.handlers": "network",
     "operator.attrgetter": "introspection", "operator.methodcaller": "introspection",

@@ -149,6 +149,15 @@ def test_cuda_by_raw_handle_and_the_workers_memory_cap_are_refused(use):
     assert rep.status == "forbidden" and {f.category for f in rep.findings} <= {"ctypes", "harness"}, rep
 
 
+@pytest.mark.parametrize("use", ["c = torch.to_dlpack(torch.ones(2))", "t = torch.from_dlpack(c)",
+                                 "from torch import to_dlpack", "f = torch.from_dlpack",
+                                 "from torch.utils.dlpack import to_dlpack"])
+def test_dlpack_exchange_is_foreign_compute(use):
+    """A tensor's memory handed to or taken from another library: no ATen op sees the values."""
+    rep = check_source(HEAD + use + "\n" + KERNEL + MODEL)
+    assert rep.status == "forbidden" and {f.category for f in rep.findings} <= {"foreign compute", "introspection"}, rep
+
+
 @pytest.mark.parametrize("use", ["s = torch.cuda.Stream()", "m = torch.cuda.mem_get_info()",
                                  "torch.cuda.synchronize()", "e = torch.cuda.memory.empty_cache()"])
 def test_the_rest_of_torch_cuda_stays_open(use):
