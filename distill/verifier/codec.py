@@ -34,6 +34,7 @@ DTYPES: dict[str, tuple[torch.dtype, int]] = {
 _NAME_OF = {dt: name for name, (dt, _) in DTYPES.items()}
 MAX_DEPTH = 32
 MAX_HEADER = 64 << 20
+MAX_RANK = 64  # no tensor the harness sends has more dims; torch's own kernels stop at 25-64
 
 
 class CodecError(ValueError):
@@ -257,8 +258,10 @@ def decode(data: bytes, arena: Arena | None = None) -> Any:
         off = 8 + hlen
         sizes = struct.unpack_from(f"<{nblobs}Q", data, off)
         off += 8 * nblobs
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CodecError(f"malformed message: {exc}") from None
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        # RecursionError: a header of ~1,000+ nested brackets stops json's own parser (2026-12-02: it escaped
+        # decode as itself, not as the tampering it is)
+        raise CodecError(f"malformed message: {type(exc).__name__}") from None
     view = memoryview(data)
     blobs = []
     for size in sizes:
@@ -317,7 +320,8 @@ def _tensor(x: dict, blobs: list, arena: Arena | None = None) -> torch.Tensor:
     name, shape = x.get("dtype"), x.get("shape")
     if name not in DTYPES or not isinstance(shape, list):
         raise CodecError(f"bad tensor header {name!r}")
-    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40 for s in shape):
+    if len(shape) > MAX_RANK or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40
+                                        for s in shape):
         raise CodecError("bad tensor shape")
     dtype, width = DTYPES[name]
     numel = math.prod(shape)

@@ -22,8 +22,16 @@ def test_codec_roundtrips_every_supported_dtype_and_structure():
         assert a.dtype == b.dtype and a.shape == b.shape and tolerance.bitwise_equal(a, b)
 
 
+_DEEP = b"[" * 100_000 + b"]" * 100_000  # past json's own recursion limit
+_RANKED = json.dumps({"__tensor__": 0, "dtype": "float32", "shape": [1] * 65}).encode()
+
+
 @pytest.mark.parametrize("blob", [b"", b"\x00" * 3, b"\xff\xff\xff\x7f\x00\x00\x00\x00",
-                                  codec.encode({"k": 1})[:-1] + b"}x"])
+                                  codec.encode({"k": 1})[:-1] + b"}x",
+                                  len(_DEEP).to_bytes(4, "little") + bytes(4) + _DEEP,
+                                  len(_RANKED).to_bytes(4, "little") + (1).to_bytes(4, "little") + _RANKED
+                                  + (4).to_bytes(8, "little") + bytes(4)],
+                         ids=["empty", "short", "huge_header", "trailing", "nested_past_recursion", "rank_65"])
 def test_codec_rejects_malformed_bytes(blob):
     with pytest.raises(codec.CodecError):
         codec.decode(blob)
