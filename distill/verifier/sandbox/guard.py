@@ -60,6 +60,13 @@ class Denied(PermissionError):
     """Raised into candidate code when the guard refuses an operation."""
 
 
+# Guarded callables a launch in progress may call with candidate frames on the stack: the CPU lane's
+# interpreter reads and writes a kernel's memory through these C entries (from the kernel body's
+# `tl.load`/`tl.store`). Called from Python outside a launch they read any tensor's raw memory into
+# numpy and write numpy's results back, no ATen op run: a candidate summed `add` on the host that way
+# and passed five worker trials, only the replay catching it (red-team pass 12: interp_load_store).
+LAUNCH_ONLY = frozenset(f"triton.interpreter.{a}" for a in ("load", "store", "atomic_rmw", "atomic_cas"))
+
 _RECORDS = ("launches", "foreign", "aten", "blocked", "denials", "streams", "harness_code")
 
 
@@ -320,7 +327,10 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
                     st["blocked"][args[0]] = st["blocked"].get(args[0], 0) + 1
                 return None
             if kind == "call":  # a guarded function: args = (name, category, call_args, call_kwargs, box)
-                untrusted, _ = stack_info(2)
+                # The interpreter's raw memory entries serve the kernel bodies of a launch the hook runs
+                # (candidate frames by nature), never Python outside one (a grid callable included).
+                inside = args[0] in LAUNCH_ONLY and st["in_launch"] > 0
+                untrusted, _ = (False, "") if inside else stack_info(2)
                 if untrusted:
                     deny(event, args[1], f"{args[0]}()")
                 args[4].append(real[args[0]](*args[2], **args[3]))

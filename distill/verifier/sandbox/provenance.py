@@ -184,6 +184,8 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
     import signal
     import threading
 
+    from triton._C.libtriton import interpreter as interp_mem
+
     # apply_/map_/map2_ run a Python callable over a CPU tensor's elements in C, no ATen op: host compute
     # the audit never saw (red-team pass 10). Swapped on torch.Tensor, they shadow its C base class's own.
     out = [(torch.Tensor, a, f"Tensor.{a}", "foreign compute")
@@ -213,6 +215,8 @@ def _guarded_targets() -> list[tuple[Any, str, str, str]]:
             (torch._C, "_save_jit_module_to_bytes", "torch._C._save_jit_module_to_bytes", "file"),
             (torch._C, "_save_mobile_module_to_bytes", "torch._C._save_mobile_module_to_bytes", "file"),
             (torch, "compile", "torch.compile", "torch.compile"),
+            # the interpreter's raw memory access: only a launch may use it (guard.LAUNCH_ONLY)
+            *[(interp_mem, n.rsplit(".", 1)[1], n, "foreign compute") for n in sorted(guard.LAUNCH_ONLY)],
             (torch.jit, "script", "torch.jit.script", "torch.compile"),
             (torch.jit, "trace", "torch.jit.trace", "torch.compile")]
     out += [(ctypes, a, f"ctypes.{a}", "ctypes")
