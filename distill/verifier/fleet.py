@@ -213,7 +213,7 @@ class Fleet:
             cfg = {"device": self.device, "gpu": slot.gpu, "scratch": slot.scratch, "trusted_roots": self.trusted,
                    "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
                    "device_memory_fraction": self.budget.fraction(slot.gpu), "read_dirs": [self.template]}
-            proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout)
+            proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-worker-{slot.index}", self.start_timeout, untrusted=True)
             self.memory.add(proc.pid, self.max_memory_mb)
             self._register(proc, slot.gpu)
             ready: protocol.SandboxReady = proc.wait_ready(self.start_timeout)
@@ -239,7 +239,7 @@ class Fleet:
         cfg = {"device": self.device, "gpu": gpu, "scratch": scratch, "trusted_roots": self.trusted,
                "exec_files": self.exec_files, "layers": list(self.layers), "children": self.children,
                "device_memory_fraction": self.budget.fraction(gpu), "role": "replayer"}
-        proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-replayer-{gpu}", self.start_timeout)
+        proc = procs.Proc(worker.worker_main, cfg, f"tritonforge-replayer-{gpu}", self.start_timeout, untrusted=True)
         self._scratch[proc.pid] = scratch
         self.memory.add(proc.pid, self.max_memory_mb)
         self._register(proc, gpu)

@@ -26,7 +26,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from distill.verifier import codec, environ, protocol, running
+from distill.verifier import codec, environ, protocol, running, wirecheck
 
 # Sparse: pages exist only where a reply wrote; a tensor past it goes to the arena's overflow file.
 ARENA_BYTES = 1 << 30
@@ -136,10 +136,13 @@ def _signame(num: int) -> str:
 class Proc:
     """One child process speaking the codec over a pipe."""
 
-    def __init__(self, target: Callable, cfg: dict[str, Any], name: str, seconds: float = 300.0) -> None:
+    def __init__(self, target: Callable, cfg: dict[str, Any], name: str, seconds: float = 300.0,
+                 untrusted: bool = False) -> None:
         """Start `target(conn, cfg)` in a child; raises ProcStartError if no start succeeded within
-        `seconds` (each try on the zygote under that deadline, then one by `spawn`)."""
+        `seconds` (each try on the zygote under that deadline, then one by `spawn`). An `untrusted` child
+        (a worker, a replayer) has every message checked against its type as it is decoded (wirecheck.py)."""
         ctx = zygote_context(cfg["device"])
+        self.untrusted, self.serving = untrusted, None  # the command its messages answer (None: starting)
         # The parent's handling of the messages it acknowledges (decoding, judging, the ack), from the
         # message's arrival: wall seconds, and this thread's CPU seconds in them. The child waits all of
         # the wall; the part that is not CPU is this thread waiting for the GIL or torch's threads
@@ -244,6 +247,8 @@ class Proc:
         return self.info
 
     def send(self, msg: dict[str, Any]) -> None:
+        if msg.get("cmd") not in wirecheck.MID_COMMAND:
+            self.serving = msg.get("cmd")
         try:
             self.conn.send_bytes(codec.encode(msg))
         except (BrokenPipeError, ConnectionResetError, OSError):
@@ -317,6 +322,11 @@ class Proc:
                     raise ProcProtocol(f"malformed reply during {phase}: {exc}") from None
                 if not isinstance(msg, dict):
                     raise ProcProtocol(f"reply during {phase} is not an object")
+                if self.untrusted:
+                    wrong = wirecheck.breach(self.serving, msg)
+                    if wrong is not None:
+                        raise ProcProtocol(f"a message during {phase} is not what `{self.serving or 'start-up'}` "
+                                           f"may send: {wrong}")
                 if self.arena is not None and "progress" not in msg and "trial" not in msg:
                     self.arena.settle()  # a command's reply: its messages' pages in the overflow go now
                 return msg

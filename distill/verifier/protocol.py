@@ -3,9 +3,10 @@
 Keeps: one `TypedDict` per command (`cmd` names it), built at every send site, and one per reply (and
 per message sent before a reply: a progress step, a call's report, a replay run's, a trial's expected
 outputs), built where the child makes it and named where the parent reads it, so a message's keys are
-read in one place. At run time each is the plain dict `codec.encode` carries; nothing checks one against
-its type on the way (tests/distill/verifier/test_protocol_replies.py checks what a real verification
-sends). A reply's type is the message as the parent decodes it: keys the serving loop adds to every
+read in one place. At run time each is the plain dict `codec.encode` carries; the parent checks every
+message of a worker or a replayer against its type as it decodes it (wirecheck.py: one that is not is the
+candidate's protocol breach, `forbidden`), and tests/distill/verifier/test_protocol_replies.py checks
+the reference's too on a real verification. A reply's type is the message as the parent decodes it: keys the serving loop adds to every
 reply (`nonce`, the worker's `hygiene`) are declared on it, though the function that builds the reply
 leaves them to that loop; keys the parent adds to a reply once it has it (`wait_s`, `calls`, `runs`)
 are declared too, marked "the parent's". Simplifies: nested values another module owns stay

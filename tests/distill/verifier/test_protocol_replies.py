@@ -1,4 +1,6 @@
-"""Every message a real verification's processes send is the TypedDict protocol.py declares for it.
+"""Every message a real verification's processes send is the TypedDict protocol.py declares for it
+(wirecheck.py's checker, which the parent also runs on every sandboxed child's message; here on the
+reference's too, and counting the kinds seen).
 
 The parent's side of every pipe is wrapped (procs.Proc.send notes the command a process is serving,
 procs.Proc.receive checks each message it decodes): a key the message's type does not declare, a
@@ -8,88 +10,14 @@ reference.reference_main). The CPU lane sends every message but the timing's; `-
 """
 from __future__ import annotations
 
-import types
-import typing
-from typing import Any, Literal, get_args, get_origin
+from typing import Any
 
 import pytest
 
 from distill.verifier import ProblemError, VerifierPool, procs, protocol, reference
+from distill.verifier.wirecheck import EXPECT, MID_COMMAND, matches, problems
 from tests.distill.verifier.conftest import honest, hostile, problem
 from tests.limits import CALL_LIMIT_S
-
-# command -> (what may come before its reply, what may reply). Any worker's or replayer's reply may be its
-# loop's ErrorReply instead; any reference reply a ProblemErrorReply.
-EXPECT: dict[str, tuple[tuple[type, ...], tuple[type, ...]]] = {
-    "plan": ((), (protocol.PlanReply, protocol.ProblemErrorReply)),
-    "trials": ((protocol.TrialSent,), (protocol.TrialsReply, protocol.ProblemErrorReply)),
-    "trial_bounds": ((), (protocol.TrialBoundsReply, protocol.ProblemErrorReply)),
-    "prepare_timing": ((), (protocol.PrepareTimingReply, protocol.ProblemErrorReply)),
-    "measure": ((), (protocol.MeasureReply, protocol.ProblemErrorReply)),
-    "peaks": ((), (protocol.PeaksReply, protocol.ProblemErrorReply)),
-    "load": ((protocol.Progress,), (protocol.LoadReply, protocol.ErrorReply)),
-    "run": ((protocol.Progress, protocol.CallSent), (protocol.RunReply, protocol.ErrorReply)),
-    "time": ((), (protocol.TimeReply, protocol.ErrorReply)),
-    "timed_outputs": ((), (protocol.TimedOutputsReply, protocol.ErrorReply)),
-    "end": ((), (protocol.EndReply, protocol.ErrorReply)),
-    "replay": ((protocol.Progress, protocol.RunSent), (protocol.ReplayReply, protocol.ErrorReply)),
-    "time_replay": ((protocol.Progress,), (protocol.TimeReplayReply, protocol.ErrorReply)),
-}
-_MID_COMMAND = ("ack", "go")  # sent while a command runs: its messages still answer that command
-
-
-def problems(value: Any, tp: Any, where: str = "") -> list[str]:
-    """How `value` differs from type `tp`: keys of a TypedDict (undeclared, required and missing), the
-    kinds of plain values; lists, dicts and unions looked into. Empty when it matches."""
-    if typing.is_typeddict(tp):
-        if not isinstance(value, dict):
-            return [f"{where or tp.__name__}: a {type(value).__name__}, not a {tp.__name__}"]
-        hints = typing.get_type_hints(tp)
-        at = where or tp.__name__
-        out = [f"{at}: key {k!r} is not declared by {tp.__name__}" for k in value if k not in hints]
-        out += [f"{at}: required key {k!r} of {tp.__name__} is missing" for k in sorted(tp.__required_keys__)
-                if k not in value]
-        for k, v in value.items():
-            if k in hints:
-                out += problems(v, hints[k], f"{at}.{k}")
-        return out
-    origin = get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        found = [problems(value, arm, where) for arm in get_args(tp)]
-        return [] if any(not f for f in found) else min(found, key=len)
-    if tp is Any:
-        return []
-    if origin is Literal:
-        return [] if value in get_args(tp) else [f"{where}: {value!r} is not one of {get_args(tp)}"]
-    if origin is list:
-        if not isinstance(value, list):
-            return [f"{where}: a {type(value).__name__}, not a list"]
-        return [p for i, v in enumerate(value) for p in problems(v, get_args(tp)[0], f"{where}[{i}]")]
-    if origin is dict:
-        if not isinstance(value, dict):
-            return [f"{where}: a {type(value).__name__}, not a dict"]
-        return [p for k, v in value.items() for p in problems(v, get_args(tp)[1], f"{where}[{k!r}]")]
-    if tp is type(None):
-        return [] if value is None else [f"{where}: {type(value).__name__}, not None"]
-    if tp is float:
-        return [] if isinstance(value, (int, float)) and not isinstance(value, bool) else [
-            f"{where}: a {type(value).__name__}, not a float"]
-    if tp in (int, str, bool):
-        ok = isinstance(value, tp) and (tp is bool or not isinstance(value, bool))
-        return [] if ok else [f"{where}: a {type(value).__name__}, not a {tp.__name__}"]
-    return []
-
-
-def matches(msg: Any, kinds: tuple[type, ...]) -> tuple[type | None, list[str]]:
-    """The first of `kinds` that `msg` is; else None and how it differs from each."""
-    found = []
-    for kind in kinds:
-        got = problems(msg, kind)
-        if not got:
-            return kind, []
-        found += got
-    return None, found
-
 
 class Wiretap:
     """Checks every message the parent decodes from a child against its type (EXPECT)."""
@@ -106,7 +34,7 @@ class Wiretap:
             real_init(proc, target, cfg, *args, **kwargs)
 
         def send(proc: procs.Proc, msg: dict[str, Any]) -> None:
-            if msg.get("cmd") not in _MID_COMMAND:
+            if msg.get("cmd") not in MID_COMMAND:
                 proc._tap_cmd = msg.get("cmd")
             real_send(proc, msg)
 
@@ -215,3 +143,35 @@ def test_the_timings_messages_are_their_declared_types(monkeypatch):
     assert not tap.wrong, "\n".join(tap.wrong)
     want = {"PeaksReply", "PrepareTimingReply", "MeasureReply", "TimeReplayReply", "TimeReply", "TimedOutputsReply"}
     assert want <= set(tap.seen), sorted(want - set(tap.seen))
+
+
+def test_a_sandboxed_childs_message_of_the_wrong_kind_is_its_breach_not_the_parents_error(monkeypatch):
+    """The parent checks every worker and replayer message as it decodes it (wirecheck.py): a count sent as a
+    string, or a key the parent reads left out, is `forbidden` for that candidate; the next job on the same
+    pool passes. Before, such a reply raised inside the parent's job (TypeError, KeyError)."""
+    real = procs.codec.decode
+    tamper = {"on": True}
+
+    def decode(data: bytes, arena: Any = None) -> Any:
+        msg = real(data, arena)
+        if tamper["on"] and isinstance(msg, dict) and isinstance(msg.get("hygiene"), dict):
+            msg["hygiene"]["threads"] = "3"
+        return msg
+
+    monkeypatch.setattr(procs.codec, "decode", decode)
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S, max_memory_mb=2048, resized="off") as pool:
+        bad = pool.verify(problem("add"), honest("add"))
+        tamper["on"] = False
+        good = pool.verify(problem("add"), honest("add"))
+    assert bad.status == "forbidden", bad.reason
+    assert "hygiene.threads: a str, not a int" in bad.reason, bad.reason
+    assert good.status == "pass", good.reason
+
+
+def test_the_checker_refuses_a_message_for_a_command_no_child_serves():
+    from distill.verifier import wirecheck
+
+    assert wirecheck.breach("shell", {"nonce": "n"}) == "a message while serving 'shell', which no child serves"
+    assert wirecheck.breach(None, {"ready": True}) is not None  # a start-up message lacking the rest
+    assert wirecheck.breach("end", {"nonce": "n", "progress": "p"}) == "a message before the reply to 'end', which sends none"
+    assert wirecheck.breach("load", {"nonce": "n", "progress": "p"}) is None
