@@ -277,7 +277,10 @@ class VerifierPool:
         """Verify many pairs concurrently (one thread per worker); results in input order.
 
         Each entry is the pair's Verdict or, where `verify` raised for that pair, the ProblemError
-        (its problem is broken) or PoolError it raised: one broken problem costs only its own pairs."""
+        (its problem is broken) or PoolError it raised: one broken problem costs only its own pairs. Any
+        other exception is the verifier's own failure on that pair, returned as a PoolError naming it (its
+        traceback chained), so it too costs only that pair: raised, it ended every pair of the batch (an
+        RL step's rewards all scored as errors)."""
         pairs = list(pairs)
         self.start()
 
@@ -286,6 +289,10 @@ class VerifierPool:
                 return self.verify(pair[0], pair[1])
             except (ProblemError, PoolError) as exc:
                 return exc
+            except Exception as exc:  # noqa: BLE001 - the verifier's failure on one pair, kept with that pair
+                err = PoolError(f"the verifier failed on this pair: {type(exc).__name__}: {str(exc)[:300]}")
+                err.__cause__ = exc
+                return err
 
         # More threads than workers: a thread waiting for its reference's torch.compile timing has
         # already given its worker back, and others should use it meanwhile.

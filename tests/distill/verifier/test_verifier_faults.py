@@ -211,6 +211,29 @@ def test_verify_many_gives_broken_problems_their_error_and_the_rest_verdicts():
     assert replaced <= 3, replaced
 
 
+
+def test_the_verifiers_own_failure_on_one_pair_of_verify_many_costs_that_pair_alone(monkeypatch):
+    """An exception inside the parent's job (a bug of the verifier's, not a verdict) is that pair's PoolError,
+    its cause chained; the other pairs keep their verdicts (raised, it ended the whole batch)."""
+    from distill.verifier import pool as pool_mod
+    from distill.verifier.handout import PoolError
+
+    real = pool_mod.run_job
+
+    def run_job(ctx, slot, spec):
+        if "# the parent trips here" in spec.candidate:
+            raise KeyError("a key the parent's judge reads")
+        return real(ctx, slot, spec)
+
+    monkeypatch.setattr(pool_mod, "run_job", run_job)
+    pairs = [(problem("add"), honest("add")), (problem("add"), honest("add") + "\n# the parent trips here\n"),
+             (problem("relu_pos"), honest("relu_pos"))]
+    with VerifierPool(workers=2, device="cpu", timeout=CALL_LIMIT_S, start_timeout=60, resized="off") as pool:
+        got = pool.verify_many(pairs)
+    assert [type(g).__name__ for g in got] == ["Verdict", "PoolError", "Verdict"], got
+    assert got[0].status == got[2].status == "pass"
+    assert isinstance(got[1], PoolError) and "KeyError" in str(got[1]) and isinstance(got[1].__cause__, KeyError)
+
 # -- what a pool leaves behind: counted in a child process, whose pid names everything it made --------
 
 _CHILD = """
