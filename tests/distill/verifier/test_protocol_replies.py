@@ -2,10 +2,10 @@
 (wirecheck.py's checker, which the parent also runs on every sandboxed child's message; here on the
 reference's too, and counting the kinds seen).
 
-The parent's side of every pipe is wrapped (procs.Proc.send notes the command a process is serving,
-procs.Proc.receive checks each message it decodes): a key the message's type does not declare, a
-required key it lacks, or a value of the wrong kind (a TypedDict nested in it included) fails the test.
-Which messages may answer which command is `EXPECT` below, read off the serving loops (worker._serve,
+The parent's side of every pipe is wrapped (procs.Proc.receive checks each message it decodes against
+what the command `Proc.serving` names may send): a key the message's type does not declare, a required
+key it lacks, or a value of the wrong kind (a TypedDict nested in it included) fails the test. Which
+messages may answer which command is wirecheck.EXPECT, read off the serving loops (worker._serve,
 reference.reference_main). The CPU lane sends every message but the timing's; `-m gpu` adds those.
 """
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from distill.verifier import ProblemError, VerifierPool, procs, protocol, reference
-from distill.verifier.wirecheck import EXPECT, MID_COMMAND, matches, problems
+from distill.verifier.wirecheck import EXPECT, kinds_for, matches, problems
 from tests.distill.verifier.conftest import honest, hostile, problem
 from tests.limits import CALL_LIMIT_S
+
 
 class Wiretap:
     """Checks every message the parent decodes from a child against its type (EXPECT)."""
@@ -25,18 +26,12 @@ class Wiretap:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.seen: dict[str, int] = {}
         self.wrong: list[str] = []
-        real_init, real_send, real_receive = procs.Proc.__init__, procs.Proc.send, procs.Proc.receive
+        real_init, real_receive = procs.Proc.__init__, procs.Proc.receive
         tap = self
 
         def init(proc: procs.Proc, target: Any, cfg: dict[str, Any], *args: Any, **kwargs: Any) -> None:
             proc._tap_ready = (protocol.RefReady,) if target is reference.reference_main else (protocol.SandboxReady,)
-            proc._tap_cmd = None
             real_init(proc, target, cfg, *args, **kwargs)
-
-        def send(proc: procs.Proc, msg: dict[str, Any]) -> None:
-            if msg.get("cmd") not in MID_COMMAND:
-                proc._tap_cmd = msg.get("cmd")
-            real_send(proc, msg)
 
         def receive(proc: procs.Proc, seconds: float, phase: str) -> dict[str, Any]:
             msg = real_receive(proc, seconds, phase)
@@ -44,20 +39,14 @@ class Wiretap:
             return msg
 
         monkeypatch.setattr(procs.Proc, "__init__", init)
-        monkeypatch.setattr(procs.Proc, "send", send)
         monkeypatch.setattr(procs.Proc, "receive", receive)
 
     def check(self, proc: procs.Proc, msg: dict[str, Any]) -> None:
-        cmd = getattr(proc, "_tap_cmd", None)
-        if cmd is None:
-            kinds = getattr(proc, "_tap_ready", (protocol.SandboxReady, protocol.RefReady))
-        elif cmd not in EXPECT:
+        cmd = proc.serving  # the command its messages answer (procs.Proc.send), None while it starts
+        if cmd is not None and cmd not in EXPECT:
             self.wrong.append(f"{cmd}: a reply to a command EXPECT does not list")
             return
-        else:
-            before, replies = EXPECT[cmd]
-            interim = "progress" in msg or "trial" in msg
-            kinds = before if interim else replies
+        kinds = kinds_for(cmd, msg, getattr(proc, "_tap_ready", (protocol.SandboxReady, protocol.RefReady)))
         kind, wrong = matches(msg, kinds)
         if kind is None:
             self.wrong.append(f"{cmd or 'start-up'}: {'; '.join(wrong[:8])}")
