@@ -328,8 +328,14 @@ def _keeps(src: torch.dtype, dst: torch.dtype, view: bool) -> bool:
         # `x.int()`): the host half of a kernel's bit tricks (sign bits, fp8 and int packing), not a
         # conversion. Integer <-> integer of one width is torch's own wrapping cast (int8 -> uint8), and
         # views that split or merge elements (float32 as bf16 halves: a truncating cast) stay compute.
+        # A complex type and its parts' float type (complex64 <-> float32: `view_as_real`, `view_as_complex`,
+        # `x.view(torch.complex64)`) read the same floats in pairs: layout (red-team pass 13: an honest RoPE
+        # kernel's host views were refused by the replay). A lazy conjugate or negative bit is not here:
+        # the copy that materialises it is named (`op_name`), and arithmetic on complex values is compute.
         if src == torch.bool and dst in (torch.uint8, torch.int8):
             return True
+        if src.is_complex != dst.is_complex:
+            return (src.to_real() if src.is_complex else dst.to_real()) == (src if dst.is_complex else dst)
         return src.itemsize == dst.itemsize and (src.is_floating_point or dst.is_floating_point)
     return _widens(src, dst)
 
