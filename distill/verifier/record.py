@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 import triton.language as tl
+from triton.runtime.jit import KernelInterface, MockTensor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from distill.verifier import codec, policy
@@ -85,6 +86,56 @@ def _plain(value: Any, depth: int = 0) -> bool:
 # -- the worker's side -------------------------------------------------------------------------------------
 _MRO = type.__dict__["__mro__"].__get__
 _VARS = type.__dict__["__dict__"].__get__
+
+
+def _jit_function(v: Any) -> bool:
+    """A jit function passed as an argument (`ACT=relu`): a Triton kernel object over a plain function.
+    Its type is asked through `type`'s own slots, so no code of the candidate's runs."""
+    if KernelInterface not in _MRO(type(v)) or not _plain_dict(type(v)):
+        return False
+    d = object.__getattribute__(v, "__dict__")
+    return type(d) is dict and type(d.get("fn")) is types.FunctionType
+
+
+def _launch_arg(v: Any, depth: int = 0) -> str | None:
+    """The type name of the first part of launch argument `v` that `_Writer.value` cannot write, or None."""
+    if type(v) in _TENSORS or type(v) in SCALARS or type(v) in (tl.dtype, TensorDescriptor, MockTensor) \
+            or _jit_function(v):
+        return None  # MockTensor: Triton's own stand-in for a tensor in `warmup` (never a traced launch)
+    if type(v) is tl.constexpr:
+        return _launch_arg(v.value, depth + 1)
+    if type(v) in (tuple, list) and depth < 4 and len(v) <= 64:
+        return next((bad for x in v if (bad := _launch_arg(x, depth + 1)) is not None), None)
+    return type(v).__name__
+
+
+def grid_refusal(grid: Any) -> tuple[str, str] | None:
+    """Why a grid (given, or as a grid callable returned it) cannot be written, as `launch_refusal`: a
+    tuple subclass's or an int subclass's dunders would run inside the launch."""
+    if type(grid) not in (tuple, list) or not 1 <= len(grid) <= 3 or any(type(g) is not int for g in grid):
+        return "grid", "a launch whose grid is not 1 to 3 Python ints"
+    return None
+
+
+def launch_refusal(kernel: Any, largs: tuple, kwargs: dict, grid: Any) -> tuple[str, str] | None:
+    """Why a launch cannot be written, as (a short tag, the reason), or None: it can. One structural rule for the worker's guard, which
+    refuses such a launch before Triton runs it, and for the record: Python a launch calls back runs
+    inside it, where ATen ops are Triton's own and go uncounted, so only plain values may ride a launch.
+    A duck-typed argument's `data_ptr()` and a kernel's pre-run hooks cast int64 -> uint8 there and
+    passed five worker trials, only the replay refusing them (red-team pass 12: duck_arg_cast,
+    pre_run_hook_cast); the worker refuses them itself since pass 13. Kept: plain tensors, scalars,
+    tuples, constexprs, Triton dtypes, TensorDescriptors, jit functions, a grid callable (the guard
+    counts its ops as forward's) or 1 to 3 Python ints. An autotuner's hooks (a config's `pre_hook`,
+    `reset_to_zero`) run outside the kernel's launch, where forward's ops are counted."""
+    if type(vars(kernel).get("pre_run_hooks")) is not list or vars(kernel)["pre_run_hooks"]:
+        return "pre_run_hook", "a kernel carries pre-run hooks (candidate code at launch)"
+    if not callable(grid) and grid_refusal(grid) is not None:
+        return grid_refusal(grid)
+    for v in (*largs, *kwargs.values()):
+        bad = _launch_arg(v)
+        if bad is not None:
+            return f"argument_{scrub(bad)}", f"a launch argument of type {scrub(bad)}"
+    return None
 
 
 def walk_tensors(value: Any, out: dict[int, torch.Tensor], seen: set[int], depth: int = 0) -> None:
@@ -205,9 +256,8 @@ class _Writer:
             return {"tl_dtype": v.name}
         if type(v) is TensorDescriptor:   # a host-side TMA descriptor: its tensor and four plain fields
             return {"tdesc": self._descriptor(v)}
-        fn = vars(v).get("fn") if hasattr(v, "__dict__") else None
-        if type(fn) is types.FunctionType:  # a jit function as a constexpr (`ACT=relu`): by name, as closures
-            return {"jit": fn.__qualname__}
+        if _jit_function(v):  # a jit function as a constexpr (`ACT=relu`): by name, as closures
+            return {"jit": vars(v)["fn"].__qualname__}
         raise NotReplayable(f"a launch argument of type {scrub(type(v).__name__)}")
 
     def _descriptor(self, d: TensorDescriptor) -> dict[str, Any]:
@@ -305,10 +355,9 @@ class _Writer:
         fn = vars(kernel).get("fn")
         if not own or type(fn) is not types.FunctionType:
             raise NotReplayable("a launch of a kernel defined outside the candidate's module")
-        if vars(kernel).get("pre_run_hooks"):
-            raise NotReplayable("a kernel carries pre-run hooks (candidate code at launch)")
-        if type(grid) not in (tuple, list) or not 1 <= len(grid) <= 3 or any(type(g) is not int for g in grid):
-            raise NotReplayable("a launch whose grid is not 1 to 3 Python ints")
+        why = launch_refusal(kernel, largs, kwargs, grid)  # the worker's guard refused such a launch already
+        if why is not None:
+            raise NotReplayable(why[1])
         # the qualified name: a kernel held by a class or made by a factory is found by it (kernelsrc.hoisted)
         step = ["launch", fn.__qualname__, [self.value(a) for a in largs],
                 {str(k): self.value(v) for k, v in kwargs.items()}, list(grid)]

@@ -15,6 +15,7 @@ a cast or a dtype reinterpretation included: `policy.op_name`):
 from __future__ import annotations
 
 import sys
+import types
 import warnings
 from typing import Any, Callable
 
@@ -246,6 +247,7 @@ def install_patches(gpu: bool) -> tuple[dict[str, Callable], tuple[type, ...]]:
         wrappers[id(real[name])] = guard.make_wrapper(name, category)
         setattr(owner, attr, wrappers[id(real[name])])
     _swap_aliases(wrappers, real)
+    _view_numpy(real)
     kinds = (JITFunction, InterpretedFunction)
     for cls in kinds:
         real["launch:" + cls.__name__] = cls.__dict__["run"]
@@ -291,6 +293,42 @@ def _swap_aliases(wrappers: dict[int, Callable], real: dict[str, Callable]) -> i
                 swapped += 1
             except (AttributeError, TypeError):
                 continue
+    return swapped
+
+
+# Modules whose own code computes with numpy inside launches (the CPU lane's interpreter): the real module
+# is bound there while a launch the guard performs is under way, and the view otherwise.
+_NUMPY_IN_LAUNCHES = frozenset({"triton.runtime.interpreter"})
+
+
+def _view_numpy(real: dict[str, Any]) -> int:
+    """Every numpy module a loaded torch or triton module holds becomes a `guard.NumpyView` there, one view per
+    numpy module (the real ones go to the hook as `real["numpy:<name>"]`). numpy reads any address it is
+    given (`__array_interface__`) and computes with no ATen op, so whatever chain of attributes reaches it
+    from an allowed module, the candidate's frames get nothing from it. Returns the count of names
+    swapped. Not covered: numpy functions held under their own names (the interpreter's `np_erf_fp32`,
+    useless without an array), a torch module first imported after this runs, and candidate Python that
+    runs inside a launch by a route the guard does not refuse (a finalizer gc runs there), which would see
+    the interpreter's real numpy."""
+    views: dict[str, guard.NumpyView] = {}
+    hot: list[tuple[dict, str, Any, guard.NumpyView]] = []
+    swapped = 0
+    for mname, module in list(sys.modules.items()):
+        if module is None or mname.partition(".")[0] not in _ALIAS_ROOTS:
+            continue
+        space = getattr(module, "__dict__", None)
+        if type(space) is not dict:
+            continue
+        for key, v in list(space.items()):
+            name = getattr(v, "__name__", None) if type(v) is types.ModuleType else None
+            if type(name) is str and name.partition(".")[0] == "numpy":
+                if name not in views:
+                    real["numpy:" + name], views[name] = v, guard.NumpyView(name)
+                space[key] = views[name]
+                swapped += 1
+                if mname in _NUMPY_IN_LAUNCHES:
+                    hot.append((space, key, v, views[name]))
+    real["numpy:launch"] = hot  # taken by the guard (guard.install: step_launch)
     return swapped
 
 
