@@ -99,9 +99,17 @@ def _jit_function(v: Any) -> bool:
 
 def _launch_arg(v: Any, depth: int = 0) -> str | None:
     """The type name of the first part of launch argument `v` that `_Writer.value` cannot write, or None."""
-    if type(v) in _TENSORS or type(v) in SCALARS or type(v) in (tl.dtype, TensorDescriptor, MockTensor) \
-            or _jit_function(v):
+    if type(v) in _TENSORS or type(v) in SCALARS or type(v) in (tl.dtype, MockTensor) or _jit_function(v):
         return None  # MockTensor: Triton's own stand-in for a tensor in `warmup` (never a traced launch)
+    if type(v) is TensorDescriptor:  # its fields are read inside the launch: a plain base and plain ints
+        d = vars(v)
+        if type(d.get("base")) not in _TENSORS:
+            return type(d.get("base")).__name__
+        for key in ("shape", "strides", "block_shape"):
+            dims = d.get(key)
+            if type(dims) not in (list, tuple, torch.Size) or any(type(x) is not int for x in dims):
+                return f"TensorDescriptor_{key}"
+        return None if type(d.get("padding")) is str else "TensorDescriptor_padding"
     if type(v) is tl.constexpr:
         return _launch_arg(v.value, depth + 1)
     if type(v) in (tuple, list) and depth < 4 and len(v) <= 64:
@@ -131,6 +139,8 @@ def launch_refusal(kernel: Any, largs: tuple, kwargs: dict, grid: Any) -> tuple[
         return "pre_run_hook", "a kernel carries pre-run hooks (candidate code at launch)"
     if not callable(grid) and grid_refusal(grid) is not None:
         return grid_refusal(grid)
+    if any(type(k) is not str for k in kwargs):  # a str subclass's __eq__ runs while Triton binds names
+        return "argument_name", "a launch keyword that is not a plain str"
     for v in (*largs, *kwargs.values()):
         bad = _launch_arg(v)
         if bad is not None:

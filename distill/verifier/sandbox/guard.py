@@ -13,12 +13,15 @@ the candidate's module, code it compiled, and anything executed from the scratch
 from __future__ import annotations
 
 import builtins
+import gc
 import os
 import signal
 import sys
 import threading
 import types
 from typing import Any, Callable
+
+import torch
 
 from distill.verifier import policy, record
 
@@ -226,15 +229,33 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
         raise TypeError(f"tritonforge: {why[1]}: only plain values may ride a launch")
 
     hot_numpy = real.pop("numpy:launch", ())  # [(module dict, name, numpy module, its NumpyView)]
+    gc_on, gc_enable, gc_disable = gc.isenabled, gc.enable, gc.disable
+    modes_len, modes_pop, modes_push = (torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack,
+                                        torch._C._push_on_torch_function_stack)
+    held_out: list = []  # [gc was on, the function modes taken off] while a launch runs
 
     def step_launch(by: int) -> None:
         """Enter (1) or leave (-1) a launch. While one runs, the interpreter's own module holds the real
         numpy (the CPU lane computes every Triton op with it: through a NumpyView it ran 17x slower), and
-        the view again whenever no launch does, a grid callable's run included."""
+        the view again whenever no launch does, a grid callable's run included. No candidate Python may
+        run inside one, where ATen ops go uncounted and that numpy is bound: automatic gc is off (a
+        finalizer it ran there kept the real numpy: red-team pass 13, finalizer_grabs_numpy) and torch
+        function modes are taken off the stack (the interpreter's torch calls ran a candidate's mode:
+        function_mode_grabs_numpy), both given back when the launch ends or a grid callable runs."""
         st["in_launch"] += by
         if st["in_launch"] == (1 if by > 0 else 0):
             for space, key, module, view in hot_numpy:
                 space[key] = module if by > 0 else view
+            if by > 0:
+                held_out[:] = [gc_on(), [modes_pop() for _ in range(modes_len())]]
+                gc_disable()
+            elif held_out:
+                was_on, modes = held_out
+                held_out.clear()
+                for mode in reversed(modes):
+                    modes_push(mode)
+                if was_on:
+                    gc_enable()
 
     def launch(args: tuple) -> None:
         kernel, largs, grid, warmup, kwargs, box = args
@@ -268,7 +289,8 @@ def install(trusted_roots: list[str], scratch: str, exec_allow: list[str],
             def grid(meta: Any, _g: Any = launch_grid) -> Any:
                 step_launch(-1)
                 try:
-                    out = _g(meta)
+                    # a copy, dropped before the launch resumes: nothing the callable leaves in it dies inside
+                    out = _g(dict(meta) if type(meta) is dict else meta)
                 finally:
                     step_launch(1)
                 why = record.grid_refusal(out)  # what Triton reads inside the launch: plain ints only

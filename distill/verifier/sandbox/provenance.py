@@ -301,15 +301,27 @@ def _swap_aliases(wrappers: dict[int, Callable], real: dict[str, Callable]) -> i
 _NUMPY_IN_LAUNCHES = frozenset({"triton.runtime.interpreter"})
 
 
+def _numpy_name(mname: str, key: str, v: Any) -> str | None:
+    """The view's name for `v` held as `mname.key`, when `v` is numpy's: a numpy module by its own name,
+    any other numpy object (a class, function, ufunc, `np.vectorize`) by where it is held. Each reaches all
+    of numpy: a class makes an array, whose arithmetic reads `__array_interface__` memory, and a
+    function's `__globals__` hold numpy's namespace (red-team pass 13: interp_vectorize_globals)."""
+    if type(v) is types.ModuleType:
+        name = getattr(v, "__name__", None)
+        return name if type(name) is str and name.partition(".")[0] == "numpy" else None
+    owner = type.__dict__["__module__"].__get__(v) if isinstance(v, type) else \
+        type.__dict__["__module__"].__get__(type(v))
+    return f"{mname}.{key}" if type(owner) is str and owner.partition(".")[0] == "numpy" else None
+
+
 def _view_numpy(real: dict[str, Any]) -> int:
-    """Every numpy module a loaded torch or triton module holds becomes a `guard.NumpyView` there, one view per
-    numpy module (the real ones go to the hook as `real["numpy:<name>"]`). numpy reads any address it is
+    """Every numpy module or object a loaded torch or triton module holds becomes a `guard.NumpyView` there, one
+    view per numpy module (the real ones go to the hook as `real["numpy:<name>"]`). numpy reads any address it is
     given (`__array_interface__`) and computes with no ATen op, so whatever chain of attributes reaches it
     from an allowed module, the candidate's frames get nothing from it. Returns the count of names
-    swapped. Not covered: numpy functions held under their own names (the interpreter's `np_erf_fp32`,
-    useless without an array), a torch module first imported after this runs, and candidate Python that
-    runs inside a launch by a route the guard does not refuse (a finalizer gc runs there), which would see
-    the interpreter's real numpy."""
+    swapped. Not covered: numpy objects held inside containers (the keys of `copyreg.dispatch_table`, the
+    types of torch's collate map) and a torch module first imported after this runs. No candidate Python runs
+    inside a launch to see the interpreter's real numpy (guard.install: step_launch)."""
     views: dict[str, guard.NumpyView] = {}
     hot: list[tuple[dict, str, Any, guard.NumpyView]] = []
     swapped = 0
@@ -320,8 +332,8 @@ def _view_numpy(real: dict[str, Any]) -> int:
         if type(space) is not dict:
             continue
         for key, v in list(space.items()):
-            name = getattr(v, "__name__", None) if type(v) is types.ModuleType else None
-            if type(name) is str and name.partition(".")[0] == "numpy":
+            name = _numpy_name(mname, key, v)
+            if name is not None:
                 if name not in views:
                     real["numpy:" + name], views[name] = v, guard.NumpyView(name)
                 space[key] = views[name]

@@ -7,6 +7,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from distill.verifier import policy, record
 from tests.distill.verifier.conftest import FIXTURES, honest, hostile, problem
@@ -59,7 +60,15 @@ def test_one_launch_rule_for_worker_and_record():
     class Grid(tuple):
         pass
 
+    class Name(str):
+        pass
+
     assert record.launch_refusal(_k, (t,), {}, Grid((1,)))[0] == "grid"
+    assert record.launch_refusal(_k, (t,), {Name("BLOCK"): 4}, (1,))[0] == "argument_name"
+    desc = TensorDescriptor.from_tensor(torch.empty(4, 4), [2, 2])
+    assert record.launch_refusal(_k, (desc,), {}, (1,)) is None
+    desc.base = _Duck()
+    assert record.launch_refusal(_k, (desc,), {}, (1,))[0] == "argument__Duck"
     _k.add_pre_run_hook(lambda *a, **k: None)
     try:
         assert record.launch_refusal(_k, (t,), {}, (1,))[0] == "pre_run_hook"
@@ -67,10 +76,11 @@ def test_one_launch_rule_for_worker_and_record():
         _k.pre_run_hooks.clear()
 
 
-@pytest.mark.parametrize("name", ["duck_arg_cast", "pre_run_hook_cast"])
+@pytest.mark.parametrize("name", ["duck_arg_cast", "pre_run_hook_cast", "descriptor_duck_base"])
 def test_the_worker_refuses_what_runs_inside_a_launch(pool, name):
-    """Pass 12's two: the replay alone refused them; now the worker's first trial does (`triton.launch(...)`)."""
-    for static in (True, False):
+    """Pass 12's two and pass 13's descriptor: the replay alone refused them; now the worker's first trial does
+    (`triton.launch(...)`)."""
+    for static in (True, False)[name == "descriptor_duck_base":]:  # its static verdict is the getattr's
         verdict = pool.verify(problem("low_byte_sum"), hostile(name), static_checks=static)
         assert verdict.status == "not_triton", f"{name}: {verdict.status}: {verdict.reason}"
         assert "triton.launch(" in verdict.reason, verdict.reason
@@ -88,7 +98,7 @@ def test_pass13_case(pool, case):
 
 
 @pytest.mark.parametrize("name", [*PASS13["honest"], "rope_complex_view", "autotune_prehook", "splitk_matmul",
-                                  "tutorial_warmup_softmax", "direct_conv_relu"])
+                                  "tutorial_warmup_softmax", "direct_conv_relu", "tma_host_matmul", "tma_device_matmul"])
 def test_pass13_honest_control(pool, name):
     verdict = pool.verify(problem(name), honest(name))
     assert verdict.status == "pass", f"{name}: {verdict.status}: {verdict.reason}"
