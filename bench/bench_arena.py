@@ -8,11 +8,11 @@ in one process (the pages and their faults are the same as across two), so a cha
 judged on the machine it is for. Each variant runs `--reps` times; the table gives the least and the
 median seconds per GiB (the least is the cost on a quiet machine, the median what a busy one adds).
 
-Variants: the arena's own path as it is (`take` = a clone into a fresh allocation), the same bytes
+Variants: a clone into a fresh allocation (`take (clone)`: the parent's copy before Arena.landing), the same bytes
 copied into a destination that asks for transparent huge pages (`MADV_HUGEPAGE`), where the page
-faults of a fresh allocation are 512x fewer, and `resident`: one arena and one destination for every
-trip, nothing dropped between them, so after the first trip no page is faulted in (the least is that
-cost; the median, of three or more trips, too). The gap between `take (clone)` and `resident` is what
+faults of a fresh allocation are 512x fewer, and `resident`: one arena for every trip, nothing dropped
+between them, and its `take` landing where the last trip's dropped copy was (Arena.landing), so after the
+first trip no page is faulted in (the least is that cost; the median, of three or more trips, too). The gap between `take (clone)` and `resident` is what
 page faults cost on the machine: the question for a gVisor GPU box, where each fault is a trip
 through its kernel in user space.
 
@@ -58,8 +58,8 @@ def trip(folder: str, src: torch.Tensor, huge: bool) -> tuple[float, float, floa
         if huge:
             got = huge_empty(n)
             got.copy_(arena.buf[off:off + n])
-        else:
-            got = arena.take(off, n)
+        else:  # what `take` did before its landing (Arena.landing), and still does for a first call
+            got = arena.buf[off:off + n].clone()
         t2 = time.perf_counter()
         arena.drop(off, n)
         t3 = time.perf_counter()
@@ -71,19 +71,20 @@ def trip(folder: str, src: torch.Tensor, huge: bool) -> tuple[float, float, floa
 
 
 def trips_resident(folder: str, src: torch.Tensor, reps: int) -> list[tuple[float, float, float]]:
-    """`reps` trips of `src` through one arena's overflow into one reused destination, no drop between."""
+    """`reps` trips of `src` through one arena's overflow, no drop between, each taken with `Arena.take` (the
+    parent's landing: the last trip's copy, dropped, is where the next one lands) as one command's calls are."""
     n = src.numel() * src.element_size()
     path = os.path.join(folder, f"bench-arena-{os.getpid()}-{os.urandom(4).hex()}")
     arena = codec.Arena(path, 2 * n + (1 << 20), create=True, align=codec.Arena.PAGE)
-    got = torch.empty(n, dtype=torch.uint8)
-    out = []
+    out, got = [], None
     try:
         for _ in range(reps):
             arena.reset()
+            got = None
             t0 = time.perf_counter()
             off = arena.put(src)
             t1 = time.perf_counter()
-            got.copy_(arena.buf[off:off + n])
+            got = arena.take(off, n)
             t2 = time.perf_counter()
             out.append((t1 - t0, t2 - t1, 0.0))
         assert torch.equal(got[:4096], codec.raw_u8(src)[:4096])

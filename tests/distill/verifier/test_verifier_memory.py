@@ -131,3 +131,32 @@ def test_over_budget_is_the_problems_error_and_streamed_sets_still_judge():
         assert mem["plan"]["problem_bytes"] == 12000 and mem["reference_held_peak_bytes"] <= 2 * 12000
         bad = pool.verify(problem(case["problem"]), hostile(case["name"]))
         assert bad.status == "mutates_input", bad.reason
+
+
+def test_the_parents_landing_copies_judge_as_clones_did(monkeypatch):
+    """Every tensor a worker or the reference sends lands in the parent's reused memory (codec.Arena.landing,
+    its floor lowered to 1 KiB here; on a GPU only workload-sized outputs go there): honest kernels still
+    pass and wrong ones are still wrong, so no judge reads a buffer a later message wrote over."""
+    from distill.verifier import codec
+    from conftest import MANIFEST, hostile
+
+    monkeypatch.setattr(codec, "LANDING_MIN", 1 << 10)
+    landed = []
+    private = codec.Arena._private
+
+    def counting(self, src):
+        landed.append(src.numel() >= codec.LANDING_MIN)
+        return private(self, src)
+
+    monkeypatch.setattr(codec.Arena, "_private", counting)
+    wrong = {c["name"]: c["problem"] for c in MANIFEST["cases"]
+             if c["name"] in ("partial_grid", "nan_output", "ce_ignores_targets")}
+    assert len(wrong) == 3
+    with VerifierPool(workers=1, device="cpu", timeout=CALL_LIMIT_S) as pool:
+        for name in ("softmax", "matmul", "cross_entropy"):
+            v = pool.verify(problem(name), honest(name))
+            assert v.status == "pass", (name, v.reason)
+        for name, prob in wrong.items():
+            v = pool.verify(problem(prob), hostile(name))
+            assert v.status == "wrong_output", (name, v.status, v.reason)
+    assert sum(landed) >= 10, landed

@@ -329,3 +329,38 @@ def test_a_state_digest_is_the_sha256_of_its_bytes_whether_hashed_whole_or_in_sl
     changed = strided.clone()
     changed[-1] += 1  # in the last, short slice
     assert statecheck._digest("int32", changed) != statecheck._digest("int32", strided)
+
+
+def test_codec_parent_copies_land_in_reused_memory_never_over_a_held_tensor(tmp_path, monkeypatch):
+    """The parent's copies out of the arena (over LANDING_MIN) land in a buffer an earlier take used once
+    every tensor over it was dropped: the pages are kept, not faulted in again per call. A buffer some
+    tensor (or a view of one) still holds is never written over; past LANDING_KEEP buffers a take clones;
+    `settle` lets them all go, and what a judge kept keeps its values through all of it."""
+    monkeypatch.setattr(codec, "LANDING_MIN", 1 << 12)
+    over, path = str(tmp_path / "overflow"), str(tmp_path / "arena")
+    child = codec.Arena(path, 1 << 12, create=True, overflow=codec.Arena(over, 1 << 30, create=True, align=codec.Arena.PAGE))
+    parent = codec.Arena(path, 1 << 12, overflow=codec.Arena(over, 1 << 30, align=codec.Arena.PAGE))
+
+    def trip(x: torch.Tensor) -> torch.Tensor:
+        child.reset()
+        return codec.decode(codec.encode({"x": x}, child), parent)["x"]
+
+    draws = [torch.randn(1 << 16) for _ in range(5)]
+    first = trip(draws[0])
+    where = first.data_ptr()
+    del first
+    again = trip(draws[1])  # the first was dropped: the same pages, the new values
+    assert again.data_ptr() == where and tolerance.bitwise_equal(again, draws[1])
+    held = again[5:9]  # a view holds the buffer as the whole tensor would
+    del again
+    third = trip(draws[2])
+    assert third.data_ptr() != where and tolerance.bitwise_equal(third, draws[2])
+    fourth = trip(draws[3])  # both kept buffers held: a clone, the landing stays at its cap
+    assert len(parent.overflow.landing) == codec.LANDING_KEEP and tolerance.bitwise_equal(fourth, draws[3])
+    assert tolerance.bitwise_equal(held, draws[1][5:9])
+    child.overflow.buf[: 1 << 18].fill_(7)  # the child writing after the parent's copies changes none of them
+    assert tolerance.bitwise_equal(third, draws[2]) and tolerance.bitwise_equal(fourth, draws[3])
+    parent.settle()
+    assert parent.overflow.landing == [] and tolerance.bitwise_equal(held, draws[1][5:9])
+    small = torch.randn(100)  # under LANDING_MIN: a clone, nothing kept
+    assert tolerance.bitwise_equal(trip(small), small) and parent.landing == [] == parent.overflow.landing
