@@ -6,7 +6,9 @@ a peak per process, given how trials are streamed (below); and the check against
 device budget and the worker's host cap. A problem that does not fit is a ProblemError naming the
 bytes needed and available: never a traceback, never a verdict charged to the candidate.
 
-Streaming, and so the multiples (one trial's tensors at a time, never all of them):
+Streaming, and so the multiples (one trial's tensors at a time, never all of them). A worker streams where
+its sets kept as made would not fit its budget, or on a GPU would take it past DEVICE_MULTIPLE times the
+problem's bytes (`streams`):
 * reference: per trial it makes the inputs, runs, copies the outputs to the host and frees them;
   the input-sensitivity check mixes two sets: params + 2 in + 2 out on the device.
 * worker, correctness calls: the banded input buffers and the set freshly made from its seed (the
@@ -219,12 +221,25 @@ def _host_budget(device: str, device_budget: int, host_budget: int) -> int:
     return min(host_budget, device_budget + HOST_BASE[device]) if device == "cpu" else host_budget
 
 
+# A GPU worker's device peak in problem bytes that keeping its sets resident may not push it past (issue 31's
+# bound: one verification's device memory within 4x the problem's bytes, whatever the number of trials).
+# KernelBench L1 #47-53 kept 7 sets of a 8.6 GB input resident, a worker peak of 7.0x (H200, 2026-12-02);
+# streamed, a set is made again on the GPU per call (microseconds; problemio.make_inputs).
+DEVICE_MULTIPLE = 4
+# Sets beyond the plan's two this small stay resident at any multiple: test_verifier_memory_gpu's 512 MiB sets
+# (2.5 GiB beyond two) check the resident path on a GPU; KernelBench's largest keep 32-43 GB beyond two.
+RESIDENT_FREE = 4 << 30
+
+
 def streams(plan: dict[str, Any], device: str, budgets: dict[str, Any]) -> bool:
     """Whether a worker must stream its input sets: keeping every set as made (the sets beyond the
-    two the plan counts) does not fit beside the plan's peak."""
+    two the plan counts) does not fit beside the plan's peak, or, on a GPU, would take the worker past
+    DEVICE_MULTIPLE times the problem's bytes by more than RESIDENT_FREE."""
     extra = (plan["sets"] - 2) * plan["input_bytes"]
     if device == "cuda":
-        return extra + plan["worker_device_bytes"] > budgets["device"]
+        peak = extra + plan["worker_device_bytes"]
+        return peak > budgets["device"] or (
+            extra > RESIDENT_FREE and peak > DEVICE_MULTIPLE * plan["problem_bytes"] + DEVICE_BASE)
     return extra + plan["worker_host_bytes"] > _host_budget(device, budgets["device"], budgets["host"])
 
 

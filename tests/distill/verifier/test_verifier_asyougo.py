@@ -146,3 +146,20 @@ def test_parent_peak_stays_flat_in_the_trials_and_spills_are_removed(monkeypatch
     files, written, most = closed[-1]
     assert files == 2 and written == (12 + 1 + 1) * 4 * n and most <= 3 * 4 * n, closed
     assert most <= memplan.job_disk({"sets": 14, "calls": 12, "output_bytes": 4 * n}, 16 << 20, timed=False)[0]
+
+
+def test_a_gpu_worker_streams_sets_that_would_take_it_past_four_times_the_problem():
+    """Resident input sets grow with the trials: KernelBench L1 #47-53 (an 8.6 GB input, a 4 MB output) kept
+    seven sets and peaked at 7.0x the problem's bytes on the H200. A GPU worker now streams when resident sets
+    would pass DEVICE_MULTIPLE x the problem's bytes by more than RESIDENT_FREE; small problems keep theirs,
+    and the CPU lane's rule (the budget alone) is unchanged."""
+    gib, mib = 1 << 30, 1 << 20
+    budgets = {"device": 120 * gib, "host": 60 * gib}
+    reduce_ = memplan.MemoryPlan(8 * gib, 4 * mib, 0, calls=5, sets=7, source="meta").to_dict("cuda", timed=True)
+    assert reduce_["worker_device_bytes"] + 5 * 8 * gib <= budgets["device"]  # resident would fit the budget
+    assert memplan.streams(reduce_, "cuda", budgets)
+    assert not memplan.streams(reduce_, "cpu", {"device": 120 * gib, "host": 120 * gib})
+    small = memplan.MemoryPlan(512 * mib, 512 * mib, 0, calls=5, sets=7, source="meta").to_dict("cuda", timed=True)
+    assert not memplan.streams(small, "cuda", budgets)  # 5 x 512 MiB extra: under RESIDENT_FREE
+    weights = memplan.MemoryPlan(2 * gib, 1 * gib, 40 * gib, calls=5, sets=7, source="meta").to_dict("cuda", timed=True)
+    assert not memplan.streams(weights, "cuda", budgets)  # 10 GiB of extra sets stay within 4x of 43 GiB
